@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/adstap/adstap/tap"
+)
+
+// adminServer serves the tap's health and readiness, and later its metrics
+// and debug pages. It is on loopback unless told otherwise, since what it
+// shows is about the mesh's configuration.
+type adminServer struct {
+	lis       net.Listener
+	http      *http.Server
+	listening atomic.Bool
+}
+
+func startAdmin(addr string, srv *tap.Server, log *slog.Logger) (*adminServer, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	if !isLoopbackHost(addr) {
+		log.Warn("the admin address is reachable from outside this host; it shows mesh configuration", "admin", addr)
+	}
+	a := &adminServer{lis: lis}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case srv.Draining():
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+		case !a.listening.Load():
+			http.Error(w, "not listening yet", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ready")
+		}
+	})
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := a.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", "err", err)
+		}
+	}()
+	return a, nil
+}
+
+func (a *adminServer) setListening() { a.listening.Store(true) }
+
+func (a *adminServer) addr() string { return a.lis.Addr().String() }
+
+func (a *adminServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	a.http.Shutdown(ctx)
+}

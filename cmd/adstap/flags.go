@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// flagGroup names a section of a command's help.
+type flagGroup struct {
+	title string
+	names []string
+}
+
+// command is a subcommand's flag set with environment twins and grouped help.
+type command struct {
+	name    string
+	summary string
+	usage   string
+	fs      *flag.FlagSet
+	groups  []flagGroup
+}
+
+func newCommand(name, summary, usage string) *command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return &command{name: name, summary: summary, usage: usage, fs: fs}
+}
+
+// group starts a help section; flags defined after it belong to it.
+func (c *command) group(title string) { c.groups = append(c.groups, flagGroup{title: title}) }
+
+func (c *command) add(name string) {
+	g := &c.groups[len(c.groups)-1]
+	g.names = append(g.names, name)
+}
+
+func (c *command) String(p *string, name, value, help string) {
+	c.fs.StringVar(p, name, value, help)
+	c.add(name)
+}
+
+func (c *command) Bool(p *bool, name string, value bool, help string) {
+	c.fs.BoolVar(p, name, value, help)
+	c.add(name)
+}
+
+func (c *command) Var(v flag.Value, name, help string) {
+	c.fs.Var(v, name, help)
+	c.add(name)
+}
+
+// envName is the environment twin of a flag: --upstream-ca is ADSTAP_UPSTREAM_CA.
+func envName(flagName string) string {
+	return "ADSTAP_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies environment twins, then the command line, which wins.
+func (c *command) parse(args []string, getenv func(string) string) error {
+	var err error
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		// The flag package spells flags with one dash; users type two.
+		return errors.New(strings.Replace(err.Error(), "defined: -", "defined: --", 1))
+	}
+	if c.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", c.fs.Arg(0))
+	}
+	return nil
+}
+
+// help writes the command's usage, its flags grouped, each with its env twin.
+func (c *command) help(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\nUsage:\n  %s\n", c.summary, c.usage)
+	for _, g := range c.groups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			f := c.fs.Lookup(name)
+			arg, text := flag.UnquoteUsage(f)
+			head := "  --" + name
+			if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); !isBool && arg != "" {
+				head += "=" + arg
+			}
+			fmt.Fprintf(w, "%s\n      %s\n", head, text)
+			extra := "env " + envName(name)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				extra += "; default " + f.DefValue
+			}
+			fmt.Fprintf(w, "      (%s)\n", extra)
+		}
+	}
+}
+
+// byteSize is a flag holding a size in bytes, written plainly or with a
+// binary suffix: 512MiB, 64Ki, 1GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, mult := s, int64(1)
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"Gi", 1 << 30}, {"MiB", 1 << 20}, {"Mi", 1 << 20}, {"KiB", 1 << 10}, {"Ki", 1 << 10}, {"B", 1}} {
+		if cut, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = cut, u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("want a positive size such as 536870912 or 512MiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+// osEnv is os.Getenv, named for the tests that pass their own.
+var osEnv = os.Getenv

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/adstap/adstap/tap"
+)
+
+type runFlags struct {
+	listen, listenCert, listenKey, listenClientCA                       string
+	upstream, upstreamCA, upstreamServerName, upstreamCert, upstreamKey string
+	upstreamTLS                                                         bool
+	upstreamKeepalive                                                   time.Duration
+	admin                                                               string
+	maxMessageSize                                                      byteSize
+	observeQueueBytes                                                   byteSize
+	drainTimeout                                                        time.Duration
+	logLevel, logFormat                                                 string
+}
+
+func runCommand(f *runFlags) *command {
+	c := newCommand("run",
+		"adstap run relays every xDS stream between its clients and one upstream control plane, byte for byte, and observes it.",
+		"adstap run --upstream=HOST:PORT [flags]")
+
+	c.group("Listener (where proxies connect)")
+	c.String(&f.listen, "listen", "127.0.0.1:15100", "address to accept xDS clients on: `host:port` or unix:///path/to/socket")
+	c.String(&f.listenCert, "listen-cert", "", "serve TLS with this PEM certificate `file` (reloaded when it changes)")
+	c.String(&f.listenKey, "listen-key", "", "PEM private key `file` for --listen-cert")
+	c.String(&f.listenClientCA, "listen-client-ca", "", "require client certificates signed by this PEM CA `file` (mTLS)")
+
+	c.group("Upstream (the control plane)")
+	c.String(&f.upstream, "upstream", "", "control plane address, required: `host:port` (istiod: istiod.istio-system.svc:15012) or unix:///path")
+	c.Bool(&f.upstreamTLS, "upstream-tls", false, "dial the upstream with TLS (implied by the other --upstream-* TLS flags)")
+	c.String(&f.upstreamCA, "upstream-ca", "", "trust this PEM CA `file` for the upstream (Istio: root-cert.pem of the istio-ca-root-cert ConfigMap); default: system roots")
+	c.String(&f.upstreamServerName, "upstream-server-name", "", "`name` expected in the upstream's certificate (istiod: istiod.istio-system.svc)")
+	c.String(&f.upstreamCert, "upstream-cert", "", "client certificate PEM `file` for upstream mTLS")
+	c.String(&f.upstreamKey, "upstream-key", "", "client private key PEM `file` for upstream mTLS")
+	f.upstreamKeepalive = tap.DefaultUpstreamKeepalive
+	c.Var(durationValue{&f.upstreamKeepalive}, "upstream-keepalive", "ping the upstream after this idle `duration`, as istio-agent does")
+
+	c.group("Relay")
+	f.maxMessageSize = tap.DefaultMaxMessageSize
+	c.Var(&f.maxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
+	f.observeQueueBytes = tap.DefaultObserveQueueBytes
+	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
+	f.drainTimeout = 10 * time.Second
+	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
+
+	c.group("Admin (health, readiness)")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz and /readyz; \"off\" disables it")
+
+	c.group("Logging")
+	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
+	c.String(&f.logFormat, "log-format", "text", "`format` of the log on stderr: text or json")
+	return c
+}
+
+// durationValue is a duration flag that must be positive.
+type durationValue struct{ p *time.Duration }
+
+func (d durationValue) String() string {
+	if d.p == nil {
+		return ""
+	}
+	return d.p.String()
+}
+
+func (d durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return errors.New("want a positive duration such as 30s or 2m")
+	}
+	*d.p = v
+	return nil
+}
+
+// usageError is a problem with how adstap was started: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f runFlags
+	cmd := runCommand(&f)
+	if err := cmd.parse(args, osEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cmd.help(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", err)
+		return exitUsage
+	}
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap run: %v\n", err)
+		return exitUsage
+	}
+	t, err := startTap(f, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap run: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	return t.wait(ctx, f.drainTimeout)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// runningTap is a started tap with its listener and admin server.
+type runningTap struct {
+	log     *slog.Logger
+	srv     *tap.Server
+	lis     net.Listener
+	admin   *adminServer
+	served  chan error
+	readyCh chan struct{}
+}
+
+// startTap checks the configuration, opens every listener, and starts
+// serving. Everything that can be wrong with the configuration fails here,
+// before the first client connects.
+func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
+	if f.upstream == "" {
+		return nil, usagef("--upstream is required: the control plane's host:port, e.g. istiod.istio-system.svc:15012")
+	}
+	upstream, err := tap.ParseAddress(f.upstream)
+	if err != nil {
+		return nil, usagef("--upstream: %v", err)
+	}
+	listen, err := tap.ParseAddress(f.listen)
+	if err != nil {
+		return nil, usagef("--listen: %v", err)
+	}
+	cfg := tap.Config{
+		Upstream:          upstream,
+		MaxMessageSize:    int(f.maxMessageSize),
+		UpstreamKeepalive: f.upstreamKeepalive,
+		ObserveQueueBytes: int64(f.observeQueueBytes),
+		Logger:            log,
+	}
+	if int64(f.maxMessageSize) > int64(^uint32(0)>>1) {
+		return nil, usagef("--max-message-size %s: gRPC messages are at most 2GiB", f.maxMessageSize.String())
+	}
+	if f.listenCert != "" || f.listenKey != "" || f.listenClientCA != "" {
+		if cfg.ListenTLS, err = tap.ListenTLSConfig(f.listenCert, f.listenKey, f.listenClientCA); err != nil {
+			return nil, usagef("--listen-cert/--listen-key/--listen-client-ca: %v", err)
+		}
+	}
+	if f.upstreamTLS || f.upstreamCA != "" || f.upstreamServerName != "" || f.upstreamCert != "" || f.upstreamKey != "" {
+		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, f.upstreamServerName, f.upstreamCert, f.upstreamKey); err != nil {
+			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
+		}
+	}
+	srv, err := tap.New(cfg)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	t := &runningTap{log: log, srv: srv, served: make(chan error, 1)}
+	if f.admin != "off" && f.admin != "" {
+		if t.admin, err = startAdmin(f.admin, srv, log); err != nil {
+			return nil, usagef("--admin: %v", err)
+		}
+	}
+	lis, err := tap.Listen(listen)
+	if err != nil {
+		if t.admin != nil {
+			t.admin.close()
+		}
+		return nil, usagef("--listen: %v", err)
+	}
+	t.lis = lis
+	if t.admin != nil {
+		t.admin.setListening()
+	}
+	go func() { t.served <- srv.Serve(lis) }()
+	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil}
+	if t.admin != nil {
+		attrs = append(attrs, "admin", "http://"+t.admin.addr())
+	}
+	log.Info("adstap relaying", attrs...)
+	return t, nil
+}
+
+// wait serves until ctx ends, then drains: streams end with Unavailable so
+// clients reconnect elsewhere, and the process exits within drainTimeout.
+func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
+	code := exitOK
+	select {
+	case err := <-t.served:
+		if err != nil {
+			t.log.Error("serving stopped", "err", err)
+			code = exitFailure
+		}
+	case <-ctx.Done():
+		t.log.Info("draining: ending open streams so clients reconnect", "drain_timeout", drainTimeout)
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	t.srv.Shutdown(drainCtx)
+	if t.admin != nil {
+		t.admin.close()
+	}
+	t.log.Info("stopped")
+	return code
+}
+
+func isLoopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

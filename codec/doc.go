@@ -1,0 +1,2 @@
+// Package codec moves xDS frames through the tap without re-encoding them and reads their envelopes.
+package codec

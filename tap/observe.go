@@ -1,0 +1,112 @@
+package tap
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// byteBudget bounds the bytes held by every observation queue of a tap
+// together, so a slow observer costs a bounded amount of memory.
+type byteBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+func (b *byteBudget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.limit {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (b *byteBudget) give(n int) { b.used.Add(-int64(n)) }
+
+// observation hands one stream's frames to the observer from a goroutine of
+// its own, so the relay only ever appends to a bounded queue. Frames that do
+// not fit are relayed anyway and counted as skipped.
+type observation struct {
+	obs       Observer
+	info      StreamInfo
+	budget    *byteBudget
+	maxFrames int
+
+	mu      sync.Mutex
+	queue   []Frame
+	end     *StreamEnd
+	skipped int
+
+	wake chan struct{}
+}
+
+func startObservation(obs Observer, info StreamInfo, budget *byteBudget, maxFrames int, wg *sync.WaitGroup) *observation {
+	o := &observation{obs: obs, info: info, budget: budget, maxFrames: maxFrames, wake: make(chan struct{}, 1)}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		o.run()
+	}()
+	return o
+}
+
+// frame queues f for the observer. It takes its own reference to f.Data, so
+// the caller may hand the frame on right after.
+func (o *observation) frame(f Frame) {
+	o.mu.Lock()
+	if o.end != nil {
+		o.mu.Unlock()
+		return
+	}
+	if len(o.queue) >= o.maxFrames || !o.budget.take(f.Size) {
+		o.skipped++
+		o.mu.Unlock()
+		return
+	}
+	f.Skipped, o.skipped = o.skipped, 0
+	f.Data.Ref()
+	o.queue = append(o.queue, f)
+	o.mu.Unlock()
+	o.signal()
+}
+
+// close queues the end of the stream; frames queued after it are ignored.
+func (o *observation) close(e StreamEnd) {
+	o.mu.Lock()
+	if o.end != nil {
+		o.mu.Unlock()
+		return
+	}
+	e.Skipped, o.skipped = o.skipped, 0
+	o.end = &e
+	o.mu.Unlock()
+	o.signal()
+}
+
+func (o *observation) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *observation) run() {
+	o.obs.OnStreamOpen(o.info)
+	var batch []Frame
+	for range o.wake {
+		o.mu.Lock()
+		batch, o.queue = o.queue, batch[:0]
+		end := o.end
+		o.mu.Unlock()
+		for i := range batch {
+			o.obs.OnFrame(o.info, batch[i])
+			batch[i].Data.Free()
+			o.budget.give(batch[i].Size)
+			batch[i] = Frame{}
+		}
+		if end != nil {
+			// No frame is queued once the end is set, so this batch was the last.
+			o.obs.OnStreamClose(o.info, *end)
+			return
+		}
+	}
+}

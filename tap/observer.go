@@ -1,0 +1,109 @@
+package tap
+
+import (
+	"net"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+)
+
+// Observer is told about every stream and every frame the tap relays, in the
+// order the frames crossed the tap. Calls for one stream never overlap and come
+// from one goroutine per stream; calls for different streams may run at once.
+//
+// The relay never waits for an observer: frames are queued for it, and when
+// the queue is over its bound they are skipped and counted (Frame.Skipped).
+type Observer interface {
+	OnStreamOpen(StreamInfo)
+	OnFrame(StreamInfo, Frame)
+	OnStreamClose(StreamInfo, StreamEnd)
+}
+
+// ObserverFuncs is an Observer built from optional functions; a nil field is a no-op.
+type ObserverFuncs struct {
+	StreamOpenFunc  func(StreamInfo)
+	FrameFunc       func(StreamInfo, Frame)
+	StreamCloseFunc func(StreamInfo, StreamEnd)
+}
+
+var _ Observer = ObserverFuncs{}
+
+// OnStreamOpen calls StreamOpenFunc if set.
+func (f ObserverFuncs) OnStreamOpen(s StreamInfo) {
+	if f.StreamOpenFunc != nil {
+		f.StreamOpenFunc(s)
+	}
+}
+
+// OnFrame calls FrameFunc if set.
+func (f ObserverFuncs) OnFrame(s StreamInfo, fr Frame) {
+	if f.FrameFunc != nil {
+		f.FrameFunc(s, fr)
+	}
+}
+
+// OnStreamClose calls StreamCloseFunc if set.
+func (f ObserverFuncs) OnStreamClose(s StreamInfo, e StreamEnd) {
+	if f.StreamCloseFunc != nil {
+		f.StreamCloseFunc(s, e)
+	}
+}
+
+// Direction says which way a frame travelled.
+type Direction uint8
+
+const (
+	// Request frames travel from the client (Envoy) to the control plane.
+	Request Direction = iota + 1
+	// Response frames travel from the control plane to the client.
+	Response
+)
+
+func (d Direction) String() string {
+	switch d {
+	case Request:
+		return "request"
+	case Response:
+		return "response"
+	}
+	return "unknown"
+}
+
+// StreamInfo describes one relayed stream. It does not change after the stream opens.
+type StreamInfo struct {
+	ID       uint64 // unique within this process, in opening order
+	ConnID   uint64 // the downstream connection the stream belongs to
+	Method   string // full gRPC method, e.g. /envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources
+	Peer     net.Addr
+	OpenedAt time.Time
+	// Header is the downstream request metadata. It includes credentials such
+	// as authorization: an observer that writes it anywhere must redact it.
+	Header metadata.MD
+}
+
+// Frame is one message as it crossed the tap.
+type Frame struct {
+	Direction Direction
+	Time      time.Time // when the relay received it, before forwarding
+	Size      int
+	// Data holds the message bytes by reference and is valid only during the
+	// OnFrame call; an observer that keeps them must Ref them (and Free later)
+	// or copy them.
+	Data mem.BufferSlice
+	// Skipped counts frames of this stream that were relayed but not shown to
+	// the observer, since the previous delivered frame, because its queue was full.
+	Skipped int
+}
+
+// StreamEnd says how a stream ended.
+type StreamEnd struct {
+	Time    time.Time
+	Code    codes.Code // the status the downstream client received
+	Message string
+	// By names the side that ended the stream: "client", "upstream", "tap".
+	By string
+	// Skipped counts frames relayed after the last delivered frame but never shown to the observer.
+	Skipped int
+}

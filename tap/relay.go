@@ -1,0 +1,227 @@
+package tap
+
+import (
+	"context"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// bidi is how every method is opened upstream: the tap does not know, and
+// need not know, whether a method streams; a unary call is a stream that
+// carries one message each way.
+var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
+
+// relay is one downstream stream and the upstream stream it is tied to.
+//
+// Two goroutines move frames: the handler's goroutine reads the upstream and
+// writes the downstream; the request pump reads the downstream and writes the
+// upstream. Neither ever touches the other's direction, and each waits only on
+// the peer it writes to, so gRPC's flow control carries backpressure end to
+// end and no queue of the tap's own can grow.
+type relay struct {
+	srv    *Server
+	info   StreamInfo
+	down   grpc.ServerStream
+	up     grpc.ClientStream
+	call   *callState
+	cancel context.CancelCauseFunc
+	obs    *observation // nil without an observer
+}
+
+// handle is the gRPC handler for every method the tap receives.
+func (s *Server) handle(_ any, down grpc.ServerStream) error {
+	ctx := down.Context()
+	method, _ := grpc.MethodFromServerStream(down)
+	conn, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
+	if conn == nil {
+		return status.Error(codes.Internal, "adstap: stream without a connection")
+	}
+	header, _ := metadata.FromIncomingContext(ctx)
+
+	upCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	untrack, ok := s.track(cancel)
+	if !ok {
+		return errDraining
+	}
+	defer untrack()
+
+	cc, err := conn.upstream(first(header.Get("user-agent")))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "adstap: upstream %s: %v", s.upstream, err)
+	}
+	call := &callState{}
+	upCtx = withCallState(metadata.NewOutgoingContext(upCtx, forwardedHeader(header)), call)
+	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
+	if err != nil {
+		err, _ = s.upstreamFailure(upCtx, call, err)
+		return err
+	}
+
+	r := &relay{srv: s, down: down, up: up, call: call, cancel: cancel}
+	r.info = StreamInfo{
+		ID:       s.nextStream.Add(1),
+		ConnID:   conn.id,
+		Method:   method,
+		OpenedAt: time.Now(),
+		Header:   header,
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		r.info.Peer = p.Addr
+	}
+	if s.cfg.Observer != nil {
+		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, &s.workers)
+	}
+	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
+
+	// The pump may outlive this handler by a moment: it returns when gRPC
+	// ends the downstream stream after the handler does, which is the only
+	// thing that can wake a pending RecvMsg.
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		r.pumpRequests()
+	}()
+
+	err = r.pumpResponses(upCtx)
+	s.log.Debug("stream closed", "stream", r.info.ID, "code", status.Code(err), "err", err)
+	return err
+}
+
+// pumpRequests moves frames from the client to the control plane.
+func (r *relay) pumpRequests() {
+	for {
+		f := &codec.Frame{}
+		if err := r.down.RecvMsg(f); err != nil {
+			if err == io.EOF {
+				// The client half-closed; the control plane may still answer.
+				r.up.CloseSend()
+				return
+			}
+			if status.Code(err) == codes.ResourceExhausted {
+				r.cancel(status.Errorf(codes.ResourceExhausted,
+					"adstap: a request message exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
+					r.srv.cfg.MaxMessageSize, status.Convert(err).Message()))
+				return
+			}
+			// Anything else means the client's stream is done, which has
+			// already cancelled the upstream stream.
+			return
+		}
+		r.observe(Request, f)
+		if err := r.up.SendMsg(f); err != nil {
+			// The upstream stream has ended; pumpResponses reports why.
+			f.Data.Free()
+			return
+		}
+	}
+}
+
+// pumpResponses moves frames from the control plane to the client and returns
+// the status the client should receive.
+func (r *relay) pumpResponses(ctx context.Context) error {
+	// Headers come first and on their own: a control plane may send them and
+	// then fail before any message, and the client must still see them.
+	if md, err := r.up.Header(); err == nil && r.call.gotHeader.Load() {
+		if err := r.down.SendHeader(md); err != nil {
+			return r.finish(ctx, err, "client")
+		}
+	}
+	for {
+		f := &codec.Frame{}
+		err := r.up.RecvMsg(f)
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			r.down.SetTrailer(r.up.Trailer())
+			return r.finish(ctx, err, "upstream")
+		}
+		r.observe(Response, f)
+		if err := r.down.SendMsg(f); err != nil {
+			f.Data.Free()
+			return r.finish(ctx, err, "client")
+		}
+	}
+}
+
+func (r *relay) observe(d Direction, f *codec.Frame) {
+	if r.obs == nil {
+		return
+	}
+	r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: f.Data.Len(), Data: f.Data})
+}
+
+// finish decides the status the client receives and reports the end.
+func (r *relay) finish(ctx context.Context, err error, by string) error {
+	if err != nil {
+		err, by = r.srv.upstreamFailure(ctx, r.call, err)
+	}
+	if r.obs != nil {
+		st := status.Convert(err)
+		r.obs.close(StreamEnd{Time: time.Now(), Code: st.Code(), Message: st.Message(), By: by})
+	}
+	return err
+}
+
+// upstreamFailure turns an error from the upstream stream into the status the
+// client receives, and names the side that ended the stream. A status the
+// control plane sent is passed on exactly; one the tap caused (a drain, an
+// oversized message) says so; a failure of the upstream connection itself is
+// Unavailable and names the upstream, so the client retries, as it would had
+// it lost the control plane directly.
+func (s *Server) upstreamFailure(ctx context.Context, call *callState, err error) (error, string) {
+	if cause := context.Cause(ctx); cause != nil {
+		if _, ok := status.FromError(cause); ok {
+			return cause, "tap"
+		}
+		// The client went away or its deadline passed.
+		return status.FromContextError(ctx.Err()).Err(), "client"
+	}
+	if call.gotTrailer.Load() {
+		return err, "upstream"
+	}
+	st := status.Convert(err)
+	if st.Code() == codes.ResourceExhausted {
+		return status.Errorf(codes.ResourceExhausted,
+			"adstap: a response message from upstream %s exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
+			s.upstream, s.cfg.MaxMessageSize, st.Message()), "tap"
+	}
+	return status.Errorf(codes.Unavailable, "adstap: upstream %s: %s", s.upstream, st.Message()), "upstream"
+}
+
+// forwardedHeader is the request metadata the control plane receives: all of
+// the client's, credentials and custom headers included, less the transport
+// headers gRPC sets itself for the upstream leg.
+func forwardedHeader(in metadata.MD) metadata.MD {
+	out := make(metadata.MD, len(in))
+	for k, v := range in {
+		if strings.HasPrefix(k, ":") {
+			continue
+		}
+		switch k {
+		case "content-type", "user-agent", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "grpc-message-type":
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}

@@ -1,0 +1,197 @@
+package tap
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // so clients that compress requests are understood
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// Defaults for the Config fields left zero.
+const (
+	// DefaultMaxMessageSize fits the largest pushes seen in real meshes (istiod's
+	// size histogram tops out at 40 MB) with room to spare; gRPC's 4 MiB default
+	// would reject real CDS and EDS responses.
+	DefaultMaxMessageSize = 512 << 20
+	// DefaultUpstreamKeepalive matches istio-agent's pings to istiod.
+	DefaultUpstreamKeepalive = 30 * time.Second
+	// DefaultObserveQueueBytes bounds the frames waiting for observers, over all streams.
+	DefaultObserveQueueBytes = 256 << 20
+	// DefaultObserveQueueFrames bounds the frames waiting for the observer of one stream.
+	DefaultObserveQueueFrames = 4096
+)
+
+// Config says where a tap relays to and how.
+type Config struct {
+	Upstream    Address
+	UpstreamTLS *tls.Config // nil: plaintext
+	ListenTLS   *tls.Config // nil: plaintext
+
+	MaxMessageSize    int
+	UpstreamKeepalive time.Duration
+
+	Observer           Observer // nil: relay only
+	ObserveQueueBytes  int64
+	ObserveQueueFrames int
+
+	Logger *slog.Logger
+}
+
+// Server is a running tap: it accepts xDS clients and relays each of their
+// streams to the upstream control plane.
+type Server struct {
+	cfg      Config
+	upstream Address
+	log      *slog.Logger
+	grpc     *grpc.Server
+	budget   byteBudget
+
+	nextStream atomic.Uint64
+	nextConn   atomic.Uint64
+
+	mu       sync.Mutex
+	conns    map[*downstreamConn]struct{}
+	streams  map[*context.CancelCauseFunc]struct{}
+	draining bool
+
+	// workers counts the goroutines a stream leaves behind its handler: the
+	// request pump and the observation queue.
+	workers sync.WaitGroup
+}
+
+// New builds a tap from cfg; Serve starts it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Upstream.Addr == "" {
+		return nil, errors.New("tap: no upstream address")
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.UpstreamKeepalive <= 0 {
+		cfg.UpstreamKeepalive = DefaultUpstreamKeepalive
+	}
+	if cfg.ObserveQueueBytes <= 0 {
+		cfg.ObserveQueueBytes = DefaultObserveQueueBytes
+	}
+	if cfg.ObserveQueueFrames <= 0 {
+		cfg.ObserveQueueFrames = DefaultObserveQueueFrames
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{
+		cfg:      cfg,
+		upstream: cfg.Upstream,
+		log:      cfg.Logger,
+		budget:   byteBudget{limit: cfg.ObserveQueueBytes},
+		conns:    make(map[*downstreamConn]struct{}),
+		streams:  make(map[*context.CancelCauseFunc]struct{}),
+	}
+	opts := []grpc.ServerOption{
+		grpc.UnknownServiceHandler(s.handle),
+		grpc.ForceServerCodecV2(codec.Passthrough{}),
+		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
+		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
+		grpc.StatsHandler(downstreamStats{srv: s}),
+		// Envoy and istio-agent ping every 30 s or so; accept far more often
+		// than that, idle or not, so no client is ever sent too_many_pings.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.WaitForHandlers(true),
+	}
+	if cfg.ListenTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.ListenTLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	return s, nil
+}
+
+// Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("serving on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// Draining reports whether Shutdown has begun.
+func (s *Server) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// Shutdown stops accepting clients, ends every open stream with Unavailable so
+// that clients reconnect elsewhere, and waits for the streams to finish until
+// ctx is done, when it closes whatever is left.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+
+	s.mu.Lock()
+	for cancel := range s.streams {
+		(*cancel)(errDraining)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+
+	s.mu.Lock()
+	conns := make([]*downstreamConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	s.workers.Wait()
+}
+
+// track registers a stream so that Shutdown can end it; it refuses new
+// streams once draining.
+func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return nil, false
+	}
+	key := &cancel
+	s.streams[key] = struct{}{}
+	return func() {
+		s.mu.Lock()
+		delete(s.streams, key)
+		s.mu.Unlock()
+	}, true
+}
