@@ -110,6 +110,10 @@ func (r *relay) pumpRequests() {
 				return
 			}
 			if status.Code(err) == codes.ResourceExhausted {
+				// gRPC has already told the client; the log says which limit.
+				r.srv.log.Warn("request message over the receive limit; stream ended",
+					"stream", r.info.ID, "method", r.info.Method, "peer", r.info.Peer,
+					"max_message_size", r.srv.cfg.MaxMessageSize, "err", err)
 				r.cancel(status.Errorf(codes.ResourceExhausted,
 					"adstap: a request message exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
 					r.srv.cfg.MaxMessageSize, status.Convert(err).Message()))

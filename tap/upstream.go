@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -79,6 +80,12 @@ func (s *Server) newUpstreamConn(userAgent string) (*grpc.ClientConn, error) {
 		// A retried stream would replay requests the control plane has
 		// already seen; the client retries on its own, as it would without us.
 		grpc.WithDisableRetry(),
+		// gRPC's default backoff grows to two minutes; a control plane that
+		// comes back must be found again as quickly as the client would.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 20 * time.Second,
+		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                s.cfg.UpstreamKeepalive,
 			Timeout:             10 * time.Second,

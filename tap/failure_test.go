@@ -1,0 +1,222 @@
+package tap_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/adstap/adstap/tap"
+)
+
+func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "cp.sock")
+	upAddr := tap.Address{Network: "unix", Addr: sock}
+	_, addr := startTap(t, tap.Config{Upstream: upAddr}, nil)
+	cc := dial(t, addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, cc, adsMethod)
+	_, err := recvBytes(s)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "unix://"+sock) {
+		t.Fatalf("with no upstream: status = %v, want Unavailable naming unix://%s", st, sock)
+	}
+
+	// The control plane comes up; the client's next attempt, on the same
+	// connection to the tap, must reach it.
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRawUpstream(t, lis, echoReversed(&digestLog{}))
+	for {
+		s := openRaw(t, ctx, cc, adsMethod)
+		if err := sendBytes(s, []byte("ab")); err == nil {
+			if b, err := recvBytes(s); err == nil {
+				if string(b) != "ba" {
+					t.Fatalf("got %q, want \"ba\"", b)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the tap never reached the upstream once it was up")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestUpstreamKilledMidStreamEndsDownstreamWithUnavailable(t *testing.T) {
+	sent := make(chan struct{})
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		if err := sendBytes(s, []byte("first push")); err != nil {
+			return err
+		}
+		close(sent)
+		<-s.Context().Done()
+		return nil
+	})
+	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, cc, adsMethod)
+	if _, err := recvBytes(s); err != nil {
+		t.Fatalf("first push: %v", err)
+	}
+	<-sent
+	up.srv.Stop()
+	_, err := recvBytes(s)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), up.addr.Addr) {
+		t.Errorf("after the upstream died: status = %v, want Unavailable naming %s", st, up.addr.Addr)
+	}
+}
+
+func TestOversizedMessagesFailWithResourceExhaustedBothWays(t *testing.T) {
+	const limit = 1 << 20
+	big := make([]byte, 2<<20)
+	upstreamCancelled := make(chan struct{}, 2)
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		b, err := recvBytes(s)
+		if err != nil {
+			upstreamCancelled <- struct{}{}
+			return err
+		}
+		if string(b) == "send me something big" {
+			return sendBytes(s, big)
+		}
+		return nil
+	})
+	_, addr := startTap(t, tap.Config{Upstream: up.addr, MaxMessageSize: limit}, nil)
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	t.Run("request", func(t *testing.T) {
+		s := openRaw(t, ctx, cc, adsMethod)
+		sendBytes(s, big)
+		_, err := recvBytes(s)
+		// gRPC writes this status itself the moment it refuses the message.
+		st := status.Convert(err)
+		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max (2097152 vs. 1048576)") {
+			t.Errorf("status = %v, want ResourceExhausted with the sizes", st)
+		}
+	})
+	t.Run("response", func(t *testing.T) {
+		s := openRaw(t, ctx, cc, adsMethod)
+		if err := sendBytes(s, []byte("send me something big")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := recvBytes(s)
+		st := status.Convert(err)
+		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "response message from upstream") {
+			t.Errorf("status = %v, want ResourceExhausted about the upstream's response", st)
+		}
+	})
+}
+
+func TestTwentyMegabyteMessagesPassIntact(t *testing.T) {
+	big := make([]byte, 20<<20)
+	rand.Read(big)
+	want := sha256.Sum256(big)
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		b, err := recvBytes(s)
+		if err != nil {
+			return err
+		}
+		if sha256.Sum256(b) != want {
+			return status.Error(codes.DataLoss, "the request arrived changed")
+		}
+		return sendBytes(s, b)
+	})
+	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, cc, adsMethod)
+	if err := sendBytes(s, big); err != nil {
+		t.Fatal(err)
+	}
+	b, err := recvBytes(s)
+	if err != nil {
+		t.Fatalf("recv: %v", err)
+	}
+	if sha256.Sum256(b) != want {
+		t.Errorf("the 20 MB response arrived changed (len %d)", len(b))
+	}
+}
+
+func TestShutdownEndsStreamsWithUnavailable(t *testing.T) {
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		<-s.Context().Done()
+		return nil
+	})
+	lis := listenTCP(t)
+	srv, err := tap.New(tap.Config{Upstream: up.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	cc := dial(t, addrOf(lis))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, cc, adsMethod)
+	if err := sendBytes(s, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the stream is relayed before draining.
+	waitFor(t, func() bool { return cc.GetState().String() == "READY" })
+
+	shutdownDone := make(chan struct{})
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		srv.Shutdown(sctx)
+		close(shutdownDone)
+	}()
+	_, err = recvBytes(s)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
+		t.Errorf("during shutdown: status = %v, want Unavailable \"shutting down\"", st)
+	}
+	select {
+	case <-shutdownDone:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve returned %v after Shutdown, want nil", err)
+	}
+	if !srv.Draining() {
+		t.Error("Draining() = false after Shutdown")
+	}
+	if c, err := net.DialTimeout("tcp", lis.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Error("the listener still accepts connections after Shutdown")
+	}
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+

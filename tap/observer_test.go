@@ -1,0 +1,165 @@
+package tap_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/adstap/adstap/tap"
+)
+
+// recorder is an Observer that writes down what it is told, as one line per call.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+	closed chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{closed: make(chan struct{}, 16)} }
+
+func (r *recorder) observer() tap.Observer {
+	return tap.ObserverFuncs{
+		StreamOpenFunc: func(s tap.StreamInfo) {
+			r.add(fmt.Sprintf("open %s auth=%s", s.Method, s.Header.Get("authorization")))
+		},
+		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+			r.add(fmt.Sprintf("%s %q size=%d skipped=%d", f.Direction, f.Data.Materialize(), f.Size, f.Skipped))
+		},
+		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) {
+			r.add(fmt.Sprintf("close %s by %s", e.Code, e.By))
+			r.closed <- struct{}{}
+		},
+	}
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	r.events = append(r.events, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
+	// The upstream pushes, the client answers each push: the observer must see
+	// every push before the answer to it.
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		if _, err := recvBytes(s); err != nil { // the initial request
+			return err
+		}
+		for i := 1; i <= 3; i++ {
+			if err := sendBytes(s, fmt.Appendf(nil, "push %d", i)); err != nil {
+				return err
+			}
+			if _, err := recvBytes(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	rec := newRecorder()
+	_, addr := startTap(t, tap.Config{Upstream: up.addr, Observer: rec.observer()}, nil)
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer secret")
+	s := openRaw(t, ctx, cc, adsMethod)
+	if err := sendBytes(s, []byte("subscribe")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, err := recvBytes(s)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sendBytes(s, append([]byte("ack "), b...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-rec.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the observer was never told the stream closed")
+	}
+	want := []string{
+		"open " + adsMethod + " auth=[Bearer secret]",
+		`request "subscribe" size=9 skipped=0`,
+		`response "push 1" size=6 skipped=0`,
+		`request "ack push 1" size=10 skipped=0`,
+		`response "push 2" size=6 skipped=0`,
+		`request "ack push 2" size=10 skipped=0`,
+		`response "push 3" size=6 skipped=0`,
+		`request "ack push 3" size=10 skipped=0`,
+		"close " + codes.OK.String() + " by upstream",
+	}
+	if diff := cmp.Diff(want, rec.get()); diff != "" {
+		t.Errorf("observed (-want +got):\n%s", diff)
+	}
+}
+
+func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
+	var atUpstream digestLog
+	up := startRawUpstream(t, listenTCP(t), echoReversed(&atUpstream))
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var delivered, skipped int
+	closed := make(chan tap.StreamEnd, 1)
+	obs := tap.ObserverFuncs{
+		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+			<-release // an observer stuck until the relay is done
+			mu.Lock()
+			delivered++
+			skipped += f.Skipped
+			mu.Unlock()
+		},
+		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
+	}
+	_, addr := startTap(t, tap.Config{Upstream: up.addr, Observer: obs, ObserveQueueFrames: 8}, nil)
+	cc := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, cc, adsMethod)
+	const n = 200
+	for i := 0; i < n; i++ {
+		if err := sendBytes(s, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recvBytes(s); err != nil {
+			t.Fatalf("frame %d not relayed while the observer is stuck: %v", i, err)
+		}
+	}
+	s.CloseSend()
+	if _, err := recvBytes(s); err != io.EOF {
+		t.Fatalf("end of stream: %v", err)
+	}
+	close(release)
+	var end tap.StreamEnd
+	select {
+	case end = <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no close")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := delivered + skipped + end.Skipped; got != 2*n {
+		t.Errorf("delivered %d + skipped %d + skipped at end %d = %d, want every one of the %d frames accounted for", delivered, skipped, end.Skipped, got, 2*n)
+	}
+	if skipped+end.Skipped == 0 {
+		t.Error("a stuck observer with a queue of 8 skipped nothing")
+	}
+}
