@@ -1,0 +1,328 @@
+package xdstest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/log"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// ControlPlane is a go-control-plane v3 server with an ADS snapshot cache.
+// It records every request it receives so tests can wait for ACKs and NACKs
+// without writing callbacks.
+type ControlPlane struct {
+	srv    *grpc.Server
+	lis    net.Listener
+	cache  cache.SnapshotCache
+	cancel context.CancelFunc
+	served chan struct{}
+	stop   sync.Once
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced whenever a request is recorded
+	sotw    []*discovery.DiscoveryRequest
+	delta   []*discovery.DeltaDiscoveryRequest
+}
+
+// callbacksOption smuggles go-control-plane callbacks through the
+// ...grpc.ServerOption parameter; grpc.EmptyServerOption exists for exactly
+// this kind of embedding.
+type callbacksOption struct {
+	grpc.EmptyServerOption
+	cb server.Callbacks
+}
+
+// WithCallbacks makes StartControlPlane invoke cb (typically a
+// server.CallbackFuncs) for every stream event. Callbacks run synchronously
+// on the stream's goroutine, so one that blocks stalls its stream and makes
+// Stop (and cleanup) hang. An error returned from a request callback closes
+// that stream, which is one way to fail an upstream mid-stream.
+func WithCallbacks(cb server.Callbacks) grpc.ServerOption {
+	return callbacksOption{cb: cb}
+}
+
+// StartControlPlane serves ADS and the per-type LDS/RDS/CDS/EDS/SDS services,
+// SotW and Delta, on lis. opts are passed to grpc.NewServer, except those
+// made by WithCallbacks.
+func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption) *ControlPlane {
+	t.Helper()
+	var user []server.Callbacks
+	// WaitForHandlers makes Stop block until every stream handler returned,
+	// so no go-control-plane goroutine outlives the test (goleak) and no
+	// callback fires after cleanup.
+	srvOpts := []grpc.ServerOption{grpc.WaitForHandlers(true)}
+	for _, o := range opts {
+		if c, ok := o.(callbacksOption); ok {
+			user = append(user, c.cb)
+			continue
+		}
+		srvOpts = append(srvOpts, o)
+	}
+
+	cp := &ControlPlane{
+		lis:     lis,
+		srv:     grpc.NewServer(srvOpts...),
+		served:  make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+	var stopped atomic.Bool
+	cp.cache = cache.NewSnapshotCache(true, cache.IDHash{}, testLogger{t: t, stopped: &stopped})
+	ctx, cancel := context.WithCancel(context.Background())
+	cp.cancel = cancel
+	xds := server.NewServer(ctx, cp.cache, &recorder{cp: cp, user: user})
+
+	discovery.RegisterAggregatedDiscoveryServiceServer(cp.srv, xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(cp.srv, xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(cp.srv, xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(cp.srv, xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(cp.srv, xds)
+	secretservice.RegisterSecretDiscoveryServiceServer(cp.srv, xds)
+
+	go func() {
+		defer close(cp.served)
+		// Serve returns nil after Stop and an error if the listener broke;
+		// either way the test learns about it through its own RPCs.
+		_ = cp.srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		cp.Stop()
+		stopped.Store(true)
+	})
+	return cp
+}
+
+// Stop kills the control plane at once: every stream ends with Unavailable
+// on the client side and the listener is closed. Safe to call repeatedly;
+// cleanup calls it too.
+func (cp *ControlPlane) Stop() {
+	cp.stop.Do(func() {
+		cp.srv.Stop()
+		<-cp.served
+		cp.cancel()
+	})
+}
+
+// Addr is the listener's address: host:port, or the socket path for Unix
+// listeners (see Target for a dialable form).
+func (cp *ControlPlane) Addr() string { return cp.lis.Addr().String() }
+
+// Target is the address in a form grpc.NewClient and grpc-go's bootstrap
+// server_uri accept.
+func (cp *ControlPlane) Target() string { return Target(cp.lis.Addr()) }
+
+// Cache exposes the snapshot cache for tests that need more than
+// SetSnapshot, e.g. ClearSnapshot or per-node status.
+func (cp *ControlPlane) Cache() cache.SnapshotCache { return cp.cache }
+
+// SetSnapshot publishes resources under version to nodeID. Streams already
+// open get the new version pushed; resources of types not in the map are
+// removed. The snapshot is not checked for consistency so tests can send
+// partial or dangling sets on purpose.
+func (cp *ControlPlane) SetSnapshot(t testing.TB, nodeID, version string, resources map[resource.Type][]types.Resource) {
+	t.Helper()
+	snap, err := cache.NewSnapshot(version, resources)
+	if err != nil {
+		t.Fatalf("xdstest: snapshot %s: %v", version, err)
+	}
+	if err := cp.cache.SetSnapshot(context.Background(), nodeID, snap); err != nil {
+		t.Fatalf("xdstest: set snapshot %s for %q: %v", version, nodeID, err)
+	}
+}
+
+// Requests returns copies of every SotW DiscoveryRequest received so far,
+// from all streams, in arrival order.
+func (cp *ControlPlane) Requests() []*discovery.DiscoveryRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return append([]*discovery.DiscoveryRequest(nil), cp.sotw...)
+}
+
+// DeltaRequests is Requests for Delta streams.
+func (cp *ControlPlane) DeltaRequests() []*discovery.DeltaDiscoveryRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return append([]*discovery.DeltaDiscoveryRequest(nil), cp.delta...)
+}
+
+// WaitForRequest returns the first SotW request (already received or still
+// to come) that match accepts, or fails the test after timeout. Use it with
+// IsNACK to wait for a rejection.
+func (cp *ControlPlane) WaitForRequest(t testing.TB, timeout time.Duration, match func(*discovery.DiscoveryRequest) bool) *discovery.DiscoveryRequest {
+	t.Helper()
+	return waitFor(t, cp, timeout, func() []*discovery.DiscoveryRequest { return cp.sotw }, match)
+}
+
+// WaitForDeltaRequest is WaitForRequest for Delta streams.
+func (cp *ControlPlane) WaitForDeltaRequest(t testing.TB, timeout time.Duration, match func(*discovery.DeltaDiscoveryRequest) bool) *discovery.DeltaDiscoveryRequest {
+	t.Helper()
+	return waitFor(t, cp, timeout, func() []*discovery.DeltaDiscoveryRequest { return cp.delta }, match)
+}
+
+// IsNACK reports whether a SotW or Delta request rejects a response: per the
+// xDS protocol that is exactly "error_detail is set".
+func IsNACK(req interface{ GetErrorDetail() *rpcstatus.Status }) bool {
+	return req.GetErrorDetail() != nil
+}
+
+func waitFor[R any](t testing.TB, cp *ControlPlane, timeout time.Duration, list func() []R, match func(R) bool) R {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for seen := 0; ; {
+		cp.mu.Lock()
+		reqs, changed := list(), cp.changed
+		cp.mu.Unlock()
+		for ; seen < len(reqs); seen++ {
+			if match(reqs[seen]) {
+				return reqs[seen]
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("xdstest: no matching request within %v (%d seen)", timeout, seen)
+			var zero R
+			return zero
+		}
+	}
+}
+
+func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
+	c := proto.Clone(req).(*discovery.DiscoveryRequest)
+	cp.mu.Lock()
+	cp.sotw = append(cp.sotw, c)
+	close(cp.changed)
+	cp.changed = make(chan struct{})
+	cp.mu.Unlock()
+}
+
+func (cp *ControlPlane) recordDelta(req *discovery.DeltaDiscoveryRequest) {
+	c := proto.Clone(req).(*discovery.DeltaDiscoveryRequest)
+	cp.mu.Lock()
+	cp.delta = append(cp.delta, c)
+	close(cp.changed)
+	cp.changed = make(chan struct{})
+	cp.mu.Unlock()
+}
+
+// recorder records requests, then forwards every callback to the user's.
+type recorder struct {
+	server.CallbackFuncs // no-ops for what is not overridden below
+	cp                   *ControlPlane
+	user                 []server.Callbacks
+}
+
+func (r *recorder) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	var errs []error
+	for _, u := range r.user {
+		errs = append(errs, u.OnStreamOpen(ctx, id, typeURL))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *recorder) OnStreamClosed(id int64, node *core.Node) {
+	for _, u := range r.user {
+		u.OnStreamClosed(id, node)
+	}
+}
+
+func (r *recorder) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	var errs []error
+	for _, u := range r.user {
+		errs = append(errs, u.OnDeltaStreamOpen(ctx, id, typeURL))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *recorder) OnDeltaStreamClosed(id int64, node *core.Node) {
+	for _, u := range r.user {
+		u.OnDeltaStreamClosed(id, node)
+	}
+}
+
+func (r *recorder) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	r.cp.recordSotW(req)
+	var errs []error
+	for _, u := range r.user {
+		errs = append(errs, u.OnStreamRequest(id, req))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *recorder) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	for _, u := range r.user {
+		u.OnStreamResponse(ctx, id, req, resp)
+	}
+}
+
+func (r *recorder) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	r.cp.recordDelta(req)
+	var errs []error
+	for _, u := range r.user {
+		errs = append(errs, u.OnStreamDeltaRequest(id, req))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *recorder) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	for _, u := range r.user {
+		u.OnStreamDeltaResponse(id, req, resp)
+	}
+}
+
+func (r *recorder) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
+	var errs []error
+	for _, u := range r.user {
+		errs = append(errs, u.OnFetchRequest(ctx, req))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *recorder) OnFetchResponse(req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	for _, u := range r.user {
+		u.OnFetchResponse(req, resp)
+	}
+}
+
+// testLogger surfaces go-control-plane's warnings and errors in the test
+// log, which is where a misbehaving snapshot shows up first. Debug and info
+// are dropped: the cache logs every watch. Logging stops at cleanup because
+// t.Logf panics once the test has finished.
+type testLogger struct {
+	t       testing.TB
+	stopped *atomic.Bool
+}
+
+var _ log.Logger = testLogger{}
+
+func (testLogger) Debugf(string, ...any) {}
+func (testLogger) Infof(string, ...any)  {}
+func (l testLogger) Warnf(format string, args ...any) {
+	if !l.stopped.Load() {
+		l.t.Logf("go-control-plane: warn: "+format, args...)
+	}
+}
+func (l testLogger) Errorf(format string, args ...any) {
+	if !l.stopped.Load() {
+		l.t.Logf("go-control-plane: error: "+format, args...)
+	}
+}
