@@ -123,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	err := s.grpc.Serve(guardedListener{Listener: lis, tls: s.cfg.ListenTLS != nil, log: s.log})
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

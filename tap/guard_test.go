@@ -1,0 +1,95 @@
+package tap_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/tap"
+)
+
+// syncBuffer is a log sink that tests can read while the tap writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
+	ca := xdstest.NewCA(t)
+	kp := ca.Issue(t, "adstap", nil, []net.IP{net.ParseIP("127.0.0.1")}, false)
+	dir := t.TempDir()
+	certFile, keyFile := kp.WriteFiles(t, dir, "tap")
+	tlsCfg, err := tap.ListenTLSConfig(certFile, keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}))
+
+	tests := []struct {
+		name      string
+		listenTLS *tls.Config
+		send      func(c net.Conn)
+		wantReply string // in what the client reads back
+		wantLog   string
+	}{{
+		name:      "HTTP/1.1 on plaintext",
+		send:      func(c net.Conn) { io.WriteString(c, "GET /debug HTTP/1.1\r\nHost: tap\r\n\r\n") },
+		wantReply: "HTTP/1.1 426 Upgrade Required",
+		wantLog:   "HTTP/1.x request on a gRPC listener",
+	}, {
+		name:      "HTTP/1.1 on TLS",
+		listenTLS: tlsCfg,
+		send:      func(c net.Conn) { io.WriteString(c, "POST /x HTTP/1.1\r\nHost: tap\r\n\r\n") },
+		wantReply: "HTTP/1.1 400 Bad Request",
+		wantLog:   "plaintext HTTP/1.x request on a TLS listener",
+	}, {
+		name: "TLS on plaintext",
+		send: func(c net.Conn) {
+			tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
+		},
+		wantLog: "TLS handshake on a plaintext listener",
+	}, {
+		name:      "h2c on TLS",
+		listenTLS: tlsCfg,
+		send:      func(c net.Conn) { io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") },
+		wantLog:   "plaintext HTTP/2 on a TLS listener",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			_, addr := startTap(t, tap.Config{Upstream: up.addr, ListenTLS: tc.listenTLS,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+			c, err := net.Dial("tcp", addr.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			tc.send(c)
+			reply, _ := io.ReadAll(c)
+			if !strings.Contains(string(reply), tc.wantReply) {
+				t.Errorf("client read %q, want it to contain %q", reply, tc.wantReply)
+			}
+			waitFor(t, func() bool { return strings.Contains(logs.String(), tc.wantLog) })
+		})
+	}
+}
