@@ -80,7 +80,7 @@ func (c *command) parse(args []string, getenv func(string) string) error {
 			return err
 		}
 		// The flag package spells flags with one dash; users type two.
-		return errors.New(strings.Replace(err.Error(), "defined: -", "defined: --", 1))
+		return errors.New(twoDashes.Replace(err.Error()))
 	}
 	if c.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", c.fs.Arg(0))
@@ -109,6 +109,9 @@ func (c *command) help(w io.Writer) {
 		}
 	}
 }
+
+// twoDashes respells the flag package's messages with the dashes users type.
+var twoDashes = strings.NewReplacer("defined: -", "defined: --", "for flag -", "for flag --", "argument: -", "argument: --")
 
 // byteSize is a flag holding a size in bytes, written plainly or with a
 // binary suffix: 512MiB, 64Ki, 1GiB.
