@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -126,7 +127,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(logfmt.NewPretty(w, lv)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
