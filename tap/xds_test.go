@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -27,7 +28,7 @@ func TestGRPCXDSClientResolvesThroughTheTap(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
 	const node = "proxyless~10.0.0.7~app-1.default~default.svc.cluster.local"
-	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", xdstest.ResolverResources("greeter", backend))
+	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", xdsconfig.ResolverResources("greeter", backend))
 
 	cc := xdstest.DialRaw(t, "xds:///greeter", grpc.WithResolvers(xdstest.XDSResolver(t, addr.Addr, node)))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -96,12 +97,12 @@ func TestRawSotWAndDeltaStreamsArriveIntact(t *testing.T) {
 	var names []string
 	snapshot := func(port uint32) map[resource.Type][]types.Resource {
 		var eps []types.Resource
-		clusters := xdstest.Clusters(50, 2000)
+		clusters := xdsconfig.Clusters(50, 2000)
 		names = names[:0]
 		for _, c := range clusters {
 			name := c.(interface{ GetName() string }).GetName()
 			names = append(names, name)
-			eps = append(eps, xdstest.Endpoint(name, "10.1.0.1", port))
+			eps = append(eps, xdsconfig.Endpoint(name, "10.1.0.1", port))
 		}
 		return map[resource.Type][]types.Resource{resource.ClusterType: clusters, resource.EndpointType: eps}
 	}
@@ -192,7 +193,7 @@ func asServerSees[M proto.Message](r M, fill bool, set func(M)) M {
 func TestPerTypeClusterDiscoveryStream(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
-	cp.SetSnapshot(t, "n1", "7", map[resource.Type][]types.Resource{resource.ClusterType: xdstest.Clusters(3, 0)})
+	cp.SetSnapshot(t, "n1", "7", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(3, 0)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := clusterservice.NewClusterDiscoveryServiceClient(dial(t, addr)).StreamClusters(ctx)
@@ -211,7 +212,7 @@ func TestPerTypeClusterDiscoveryStream(t *testing.T) {
 func TestTwentyMegabyteCDSPushFromGoControlPlane(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
-	cp.SetSnapshot(t, "big", "1", map[resource.Type][]types.Resource{resource.ClusterType: xdstest.Clusters(1000, 20_000)})
+	cp.SetSnapshot(t, "big", "1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(1000, 20_000)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer x")

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
@@ -148,7 +149,7 @@ func TestRunRelaysARealClient(t *testing.T) {
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const node = "proxyless~10.0.0.9~client.default~default.svc.cluster.local"
-	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", xdstest.ResolverResources("greeter", backend))
+	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", xdsconfig.ResolverResources("greeter", backend))
 
 	sockDir, err := os.MkdirTemp("", "adstap")
 	if err != nil {

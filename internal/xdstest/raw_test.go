@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
@@ -53,11 +54,11 @@ func TestRawStreams(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "workload", []string{"workload"}, nil, false)
-	res := xdstest.ResolverResources("svc", "127.0.0.1:8080")
-	res[resource.SecretType] = []types.Resource{xdstest.Secret("default", kp.CertPEM, kp.KeyPEM)}
+	res := xdsconfig.ResolverResources("svc", "127.0.0.1:8080")
+	res[resource.SecretType] = []types.Resource{xdsconfig.Secret("default", kp.CertPEM, kp.KeyPEM)}
 	cp.SetSnapshot(t, node.Id, "v1", res)
 	cc := xdstest.DialRaw(t, cp.Target())
-	_, rName, cName := xdstest.ResolverNames("svc")
+	_, rName, cName := xdsconfig.ResolverNames("svc")
 	names := map[string][]string{
 		resource.ListenerType: nil, // wildcard, as Envoy asks for LDS and CDS
 		resource.ClusterType:  nil,
@@ -154,7 +155,7 @@ func TestRawStreams(t *testing.T) {
 // TestLargeResponse proves Clusters pads to the requested size and that a
 // 20 MB CDS response crosses a DialRaw connection.
 func TestLargeResponse(t *testing.T) {
-	clusters := xdstest.Clusters(1000, 20_000)
+	clusters := xdsconfig.Clusters(1000, 20_000)
 	for _, c := range clusters[:3] {
 		if n := proto.Size(c); n < 19_998 || n > 20_002 {
 			t.Errorf("cluster %s is %d bytes, want about 20000", c.(*clusterv3.Cluster).GetName(), n)
@@ -181,7 +182,7 @@ func TestLargeResponse(t *testing.T) {
 // would: the client sees Unavailable, not a clean end of stream.
 func TestStop(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	cp.SetSnapshot(t, node.Id, "v1", xdstest.ResolverResources("svc", "127.0.0.1:8080"))
+	cp.SetSnapshot(t, node.Id, "v1", xdsconfig.ResolverResources("svc", "127.0.0.1:8080"))
 	s := xdstest.OpenSotW(t, t.Context(), xdstest.DialRaw(t, cp.Target()))
 	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}); err != nil {
 		t.Fatal(err)

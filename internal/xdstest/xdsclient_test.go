@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
@@ -64,7 +65,7 @@ func TestXDSResolver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := xdstest.StartControlPlane(t, tc.listen(t), tc.srvOpts...)
 			backend := xdstest.StartBackend(t)
-			cp.SetSnapshot(t, "node-1", "v1", xdstest.ResolverResources("svc", backend))
+			cp.SetSnapshot(t, "node-1", "v1", xdsconfig.ResolverResources("svc", backend))
 
 			cc := xdstest.DialRaw(t, "xds:///svc", grpc.WithResolvers(xdstest.XDSResolver(t, cp.Target(), "node-1", tc.creds...)))
 			ctx, cancel := context.WithTimeout(t.Context(), waitTime)
@@ -110,7 +111,7 @@ func TestXDSResolverMaglevNACK(t *testing.T) {
 		},
 	}))
 	backend := xdstest.StartBackend(t)
-	cp.SetSnapshot(t, "node-1", "v1", xdstest.ResolverResourcesMaglev("svc", backend))
+	cp.SetSnapshot(t, "node-1", "v1", xdsconfig.ResolverResourcesMaglev("svc", backend))
 
 	cc := xdstest.DialRaw(t, "xds:///svc", grpc.WithResolvers(xdstest.XDSResolver(t, cp.Target(), "node-1")))
 	cc.Connect() // resolution starts only once the channel leaves idle
@@ -139,7 +140,7 @@ func TestXDSResolverMaglevNACK(t *testing.T) {
 
 	// A good snapshot ends go-control-plane's NACK loop and the channel
 	// recovers without reconnecting.
-	cp.SetSnapshot(t, "node-1", "v2", xdstest.ResolverResources("svc", backend))
+	cp.SetSnapshot(t, "node-1", "v2", xdsconfig.ResolverResources("svc", backend))
 	cp.WaitForRequest(t, waitTime, func(r *discovery.DiscoveryRequest) bool {
 		return r.GetTypeUrl() == resource.ClusterType && r.GetVersionInfo() == "v2" && !xdstest.IsNACK(r)
 	})

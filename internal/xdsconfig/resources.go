@@ -1,4 +1,5 @@
-package xdstest
+// Package xdsconfig builds realistic xDS resources (clusters, endpoints, listeners, routes, secrets) for the demo and the tests.
+package xdsconfig
 
 import (
 	"fmt"
@@ -228,11 +229,11 @@ func ResolverResourcesMaglev(target string, backendAddr string) map[resource.Typ
 func splitHostPort(addr string) (string, uint32) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		panic(fmt.Sprintf("xdstest: backend address %q: %v", addr, err))
+		panic(fmt.Sprintf("xdsconfig: backend address %q: %v", addr, err))
 	}
 	port, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil {
-		panic(fmt.Sprintf("xdstest: backend address %q: bad port: %v", addr, err))
+		panic(fmt.Sprintf("xdsconfig: backend address %q: bad port: %v", addr, err))
 	}
 	return host, uint32(port)
 }
@@ -240,7 +241,7 @@ func splitHostPort(addr string) (string, uint32) {
 func mustAny(m proto.Message) *anypb.Any {
 	a, err := anypb.New(m)
 	if err != nil {
-		panic(fmt.Sprintf("xdstest: pack %T: %v", m, err))
+		panic(fmt.Sprintf("xdsconfig: pack %T: %v", m, err))
 	}
 	return a
 }
