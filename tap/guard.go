@@ -71,11 +71,11 @@ func (c *guardedConn) diagnose(first []byte) (reply, problem string) {
 	if isHTTP1(first) {
 		if c.tls {
 			return httpReply(400, "Bad Request",
-				"adstap: this port serves gRPC over TLS; the request was plaintext HTTP/1.x\n"),
+					"adstap: this port serves gRPC over TLS; the request was plaintext HTTP/1.x\n"),
 				"plaintext HTTP/1.x request on a TLS listener"
 		}
 		return httpReply(426, "Upgrade Required",
-			"adstap: this port serves gRPC (HTTP/2); the request was HTTP/1.x. xDS clients connect here, not browsers or curl without --http2-prior-knowledge\n"),
+				"adstap: this port serves gRPC (HTTP/2); the request was HTTP/1.x. xDS clients connect here, not browsers or curl without --http2-prior-knowledge\n"),
 			"HTTP/1.x request on a gRPC listener"
 	}
 	if c.tls && bytes.HasPrefix(h2Preface, first[:min(len(first), len(h2Preface))]) {
