@@ -1,0 +1,561 @@
+package codec
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Node is the part of an xDS client's identity that the tap reports.
+type Node struct {
+	ID, Cluster string
+	// UserAgentName is "envoy" for Envoy, "gRPC Go" and the like for
+	// proxyless gRPC.
+	UserAgentName string
+	// UserAgentVersion is user_agent_version, or, for clients that send a
+	// structured user_agent_build_version instead (Envoy does), its semantic
+	// version as "major.minor.patch".
+	UserAgentVersion string
+	Locality         Locality
+}
+
+// Locality is where the client says it runs.
+type Locality struct{ Region, Zone, SubZone string }
+
+// ErrorDetail is the google.rpc.Status a client attaches to a NACK.
+type ErrorDetail struct {
+	Code    int32
+	Message string
+}
+
+// Request is a DiscoveryRequest or a DeltaDiscoveryRequest. Its strings are
+// copies, so a Request may outlive the frame it was decoded from.
+type Request struct {
+	Delta         bool
+	TypeURL       string
+	VersionInfo   string // SotW: the last version the client accepted, even in a NACK
+	ResponseNonce string
+	// Node is nil when absent: only the first request of a stream carries it.
+	Node                   *Node
+	ResourceNames          []string          // SotW
+	Subscribe, Unsubscribe []string          // Delta
+	InitialVersions        map[string]string // Delta initial_resource_versions, nil when absent
+	// ErrorDetail is non-nil iff error_detail is present, which is what makes
+	// the request a NACK.
+	ErrorDetail *ErrorDetail
+}
+
+// Response is a DiscoveryResponse or a DeltaDiscoveryResponse. It is meant to
+// be reused across decodes: Decode keeps its slices, so a steady stream of
+// pushes decodes without allocating per resource.
+type Response struct {
+	Delta bool
+	// TypeURL is the response's type_url, which names the type of every
+	// resource in it.
+	TypeURL string
+	// VersionInfo is version_info in SotW and system_version_info in Delta
+	// (where it is for debugging only).
+	VersionInfo  string
+	Nonce        string
+	ControlPlane string // control_plane.identifier
+	Resources    []Resource
+	// RemovedResources holds removed_resources and the names of
+	// removed_resource_names (Delta only).
+	RemovedResources []string
+}
+
+// Resource is one resource of a response, described without decoding it.
+type Resource struct {
+	// Name and Version are views into the decoded buffer, valid only until
+	// that buffer is released; copy them to keep them.
+	//
+	// Name is the Delta (or SotW TTL wrapper) Resource's name, falling back
+	// to the name in its resource_name, and otherwise field 1 of the resource
+	// message, which is the name in every Envoy resource type. It is empty
+	// when none of these is present.
+	Name []byte
+	// Version is the Resource's own version; it is empty in SotW unless the
+	// resource came wrapped in a Resource.
+	Version []byte
+	// Size is the length of the serialized resource (Any.value).
+	Size int
+	// Hash is the xxhash64 of the serialized resource: equal hashes mean the
+	// control plane sent the same bytes again, whatever the version says.
+	Hash uint64
+	// Heartbeat is set for a Resource wrapper that carries no resource: under
+	// the xDS TTL rules it refreshes the TTL of what the client already has.
+	// Size and Hash are zero then.
+	Heartbeat bool
+}
+
+// DecodeRequest reads the envelope of a DiscoveryRequest (delta false) or a
+// DeltaDiscoveryRequest (delta true).
+//
+// The names of resource_locators (and resource_locators_subscribe and
+// _unsubscribe) are added to ResourceNames (Subscribe, Unsubscribe): the
+// protocol makes them an alternative spelling of the same subscription, one
+// that also carries dynamic parameters, which the tap does not report.
+func DecodeRequest(b []byte, delta bool) (*Request, error) {
+	r := &Request{Delta: delta}
+	var node nodeDecoder
+	if delta {
+		if err := r.decodeDelta(b, &node); err != nil {
+			return nil, fmt.Errorf("decoding DeltaDiscoveryRequest %w", err)
+		}
+	} else if err := r.decodeSotW(b, &node); err != nil {
+		return nil, fmt.Errorf("decoding DiscoveryRequest %w", err)
+	}
+	r.Node = node.finish()
+	return r, nil
+}
+
+func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(reqVersionInfo):
+			r.VersionInfo = string(rd.b)
+		case rd.bytesField(reqNode):
+			if err := node.decode(rd.b); err != nil {
+				return fmt.Errorf("node: %w", err)
+			}
+		case rd.bytesField(reqResourceNames):
+			r.ResourceNames = append(r.ResourceNames, string(rd.b))
+		case rd.bytesField(reqTypeURL):
+			r.TypeURL = internTypeURL(rd.b)
+		case rd.bytesField(reqResponseNonce):
+			r.ResponseNonce = string(rd.b)
+		case rd.bytesField(reqErrorDetail):
+			if err := r.decodeErrorDetail(rd.b); err != nil {
+				return err
+			}
+		case rd.bytesField(reqResourceLocators):
+			name, err := decodeName(rd.b, locatorName)
+			if err != nil {
+				return fmt.Errorf("resource_locators: ResourceLocator %w", err)
+			}
+			r.ResourceNames = append(r.ResourceNames, string(name))
+		}
+	}
+	return rd.err
+}
+
+func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(dreqNode):
+			if err := node.decode(rd.b); err != nil {
+				return fmt.Errorf("node: %w", err)
+			}
+		case rd.bytesField(dreqTypeURL):
+			r.TypeURL = internTypeURL(rd.b)
+		case rd.bytesField(dreqSubscribe):
+			r.Subscribe = append(r.Subscribe, string(rd.b))
+		case rd.bytesField(dreqUnsubscribe):
+			r.Unsubscribe = append(r.Unsubscribe, string(rd.b))
+		case rd.bytesField(dreqInitialVersions):
+			k, v, err := decodeMapEntry(rd.b)
+			if err != nil {
+				return fmt.Errorf("initial_resource_versions: %w", err)
+			}
+			if r.InitialVersions == nil {
+				r.InitialVersions = make(map[string]string)
+			}
+			r.InitialVersions[string(k)] = string(v)
+		case rd.bytesField(dreqResponseNonce):
+			r.ResponseNonce = string(rd.b)
+		case rd.bytesField(dreqErrorDetail):
+			if err := r.decodeErrorDetail(rd.b); err != nil {
+				return err
+			}
+		case rd.bytesField(dreqLocatorsSubscribe):
+			name, err := decodeName(rd.b, locatorName)
+			if err != nil {
+				return fmt.Errorf("resource_locators_subscribe: ResourceLocator %w", err)
+			}
+			r.Subscribe = append(r.Subscribe, string(name))
+		case rd.bytesField(dreqLocatorsUnsubscribe):
+			name, err := decodeName(rd.b, locatorName)
+			if err != nil {
+				return fmt.Errorf("resource_locators_unsubscribe: ResourceLocator %w", err)
+			}
+			r.Unsubscribe = append(r.Unsubscribe, string(name))
+		}
+	}
+	return rd.err
+}
+
+// decodeErrorDetail merges into an existing ErrorDetail because protobuf
+// merges repeated occurrences of a message field; a decoder that replaced it
+// would disagree with the peers on crafted input.
+func (r *Request) decodeErrorDetail(b []byte) error {
+	if r.ErrorDetail == nil {
+		r.ErrorDetail = new(ErrorDetail)
+	}
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.varintField(statusCode):
+			r.ErrorDetail.Code = int32(rd.v)
+		case rd.bytesField(statusMessage):
+			r.ErrorDetail.Message = string(rd.b)
+		}
+	}
+	if rd.err != nil {
+		return fmt.Errorf("error_detail: Status %w", rd.err)
+	}
+	return nil
+}
+
+// nodeDecoder merges every occurrence of node into one Node, as protobuf
+// does, and settles the user agent version oneof once all are read.
+type nodeDecoder struct {
+	node   *Node
+	build  bool      // user_agent_build_version is the oneof's current choice
+	semver [3]uint32 // major, minor, patch of that build version
+}
+
+func (d *nodeDecoder) decode(b []byte) error {
+	if d.node == nil {
+		d.node = new(Node)
+	}
+	n := d.node
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(nodeID):
+			n.ID = string(rd.b)
+		case rd.bytesField(nodeCluster):
+			n.Cluster = string(rd.b)
+		case rd.bytesField(nodeLocality):
+			if err := decodeLocality(rd.b, &n.Locality); err != nil {
+				return fmt.Errorf("locality: Locality %w", err)
+			}
+		case rd.bytesField(nodeUserAgentName):
+			n.UserAgentName = string(rd.b)
+		case rd.bytesField(nodeUserAgentVersion):
+			n.UserAgentVersion = string(rd.b)
+			d.build = false
+		case rd.bytesField(nodeUserAgentBuildVersion):
+			// Switching the oneof starts a fresh message; staying on it merges.
+			if !d.build {
+				d.semver = [3]uint32{}
+				d.build = true
+			}
+			if err := decodeBuildVersion(rd.b, &d.semver); err != nil {
+				return fmt.Errorf("user_agent_build_version: BuildVersion %w", err)
+			}
+		}
+	}
+	if rd.err != nil {
+		return fmt.Errorf("Node %w", rd.err)
+	}
+	return nil
+}
+
+func (d *nodeDecoder) finish() *Node {
+	if d.node != nil && d.build {
+		v := d.semver
+		d.node.UserAgentVersion = strconv.FormatUint(uint64(v[0]), 10) + "." +
+			strconv.FormatUint(uint64(v[1]), 10) + "." + strconv.FormatUint(uint64(v[2]), 10)
+	}
+	return d.node
+}
+
+func decodeLocality(b []byte, l *Locality) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(localityRegion):
+			l.Region = string(rd.b)
+		case rd.bytesField(localityZone):
+			l.Zone = string(rd.b)
+		case rd.bytesField(localitySubZone):
+			l.SubZone = string(rd.b)
+		}
+	}
+	return rd.err
+}
+
+func decodeBuildVersion(b []byte, semver *[3]uint32) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if !rd.bytesField(buildVersionVersion) {
+			continue
+		}
+		sv := fieldReader{buf: rd.b}
+		for sv.next() {
+			switch {
+			case sv.varintField(semverMajor):
+				semver[0] = uint32(sv.v)
+			case sv.varintField(semverMinor):
+				semver[1] = uint32(sv.v)
+			case sv.varintField(semverPatch):
+				semver[2] = uint32(sv.v)
+			}
+		}
+		if sv.err != nil {
+			return fmt.Errorf("version: SemanticVersion %w", sv.err)
+		}
+	}
+	return rd.err
+}
+
+// decodeMapEntry reads one entry of a map<string, string>.
+func decodeMapEntry(b []byte) (key, value []byte, err error) {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(mapEntryKey):
+			key = rd.b
+		case rd.bytesField(mapEntryValue):
+			value = rd.b
+		}
+	}
+	if rd.err != nil {
+		return nil, nil, fmt.Errorf("map entry %w", rd.err)
+	}
+	return key, value, nil
+}
+
+// decodeName reads the name of a ResourceLocator or a ResourceName; it is nil
+// when absent, so that callers can merge.
+func decodeName(b []byte, num protowire.Number) ([]byte, error) {
+	var name []byte
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if rd.bytesField(num) {
+			name = rd.b
+		}
+	}
+	return name, rd.err
+}
+
+// Decode reads the envelope of a DiscoveryResponse (delta false) or a
+// DeltaDiscoveryResponse (delta true) into r, replacing what r held. The
+// resources' Name and Version point into b. On error r holds a partial
+// result that should not be used.
+func (r *Response) Decode(b []byte, delta bool) error {
+	controlPlane := r.ControlPlane
+	r.Reset()
+	r.Delta = delta
+	if delta {
+		if err := r.decodeDelta(b, controlPlane); err != nil {
+			return fmt.Errorf("decoding DeltaDiscoveryResponse %w", err)
+		}
+	} else if err := r.decodeSotW(b, controlPlane); err != nil {
+		return fmt.Errorf("decoding DiscoveryResponse %w", err)
+	}
+	return nil
+}
+
+// Reset empties r and drops its views into the last decoded buffer, so that
+// the buffer can be released and collected, while keeping r's slices for the
+// next Decode.
+func (r *Response) Reset() {
+	// Entries past len were cleared by the Reset that shortened the slice.
+	clear(r.Resources)
+	clear(r.RemovedResources)
+	*r = Response{Resources: r.Resources[:0], RemovedResources: r.RemovedResources[:0]}
+}
+
+func (r *Response) decodeSotW(b []byte, prevControlPlane string) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(respVersionInfo):
+			r.VersionInfo = string(rd.b)
+		case rd.bytesField(respResources):
+			var res Resource
+			if err := decodeSotWResource(rd.b, &res); err != nil {
+				return fmt.Errorf("resources[%d]: %w", len(r.Resources), err)
+			}
+			r.Resources = append(r.Resources, res)
+		case rd.bytesField(respTypeURL):
+			r.TypeURL = internTypeURL(rd.b)
+		case rd.bytesField(respNonce):
+			r.Nonce = string(rd.b)
+		case rd.bytesField(respControlPlane):
+			if err := r.decodeControlPlane(rd.b, prevControlPlane); err != nil {
+				return err
+			}
+		}
+	}
+	return rd.err
+}
+
+func (r *Response) decodeDelta(b []byte, prevControlPlane string) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(drespSystemVersionInfo):
+			r.VersionInfo = string(rd.b)
+		case rd.bytesField(drespResources):
+			var res Resource
+			if err := decodeResource(rd.b, &res); err != nil {
+				return fmt.Errorf("resources[%d]: Resource %w", len(r.Resources), err)
+			}
+			r.Resources = append(r.Resources, res)
+		case rd.bytesField(drespTypeURL):
+			r.TypeURL = internTypeURL(rd.b)
+		case rd.bytesField(drespNonce):
+			r.Nonce = string(rd.b)
+		case rd.bytesField(drespRemovedResources):
+			r.RemovedResources = append(r.RemovedResources, string(rd.b))
+		case rd.bytesField(drespControlPlane):
+			if err := r.decodeControlPlane(rd.b, prevControlPlane); err != nil {
+				return err
+			}
+		case rd.bytesField(drespRemovedResourceNames):
+			name, err := decodeName(rd.b, resourceNameName)
+			if err != nil {
+				return fmt.Errorf("removed_resource_names: ResourceName %w", err)
+			}
+			r.RemovedResources = append(r.RemovedResources, string(name))
+		}
+	}
+	return rd.err
+}
+
+// decodeControlPlane reuses the previous response's identifier when it has
+// not changed, which is always but across a control plane failover, to spare
+// an allocation per response.
+func (r *Response) decodeControlPlane(b []byte, prev string) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if !rd.bytesField(controlPlaneIdentifier) {
+			continue
+		}
+		if string(rd.b) == prev {
+			r.ControlPlane = prev
+		} else {
+			r.ControlPlane = string(rd.b)
+		}
+	}
+	if rd.err != nil {
+		return fmt.Errorf("control_plane: ControlPlane %w", rd.err)
+	}
+	return nil
+}
+
+// decodeSotWResource reads one Any of a SotW response. An Any holding a
+// Resource is a TTL wrapper, which is read like a Delta resource.
+func decodeSotWResource(b []byte, res *Resource) error {
+	typeURL, value, err := decodeAny(b)
+	if err != nil {
+		return fmt.Errorf("Any %w", err)
+	}
+	if string(typeURL) == TypeResource {
+		if err := decodeResource(value, res); err != nil {
+			return fmt.Errorf("Any value: Resource %w", err)
+		}
+		return nil
+	}
+	res.setBody(typeURL, value)
+	return nil
+}
+
+// decodeResource reads an envoy.service.discovery.v3.Resource.
+func decodeResource(b []byte, res *Resource) error {
+	var typeURL, value []byte
+	var body bool
+	var fallbackName []byte
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(resourceVersion):
+			res.Version = rd.b
+		case rd.bytesField(resourceName):
+			res.Name = rd.b
+		case rd.bytesField(resourceResource):
+			// A repeated message field merges, so a later Any only
+			// overrides the fields it carries.
+			t, v, err := decodeAny(rd.b)
+			if err != nil {
+				return fmt.Errorf("resource: Any %w", err)
+			}
+			if t != nil {
+				typeURL = t
+			}
+			if v != nil {
+				value = v
+			}
+			body = true
+		case rd.bytesField(resourceResourceName):
+			name, err := decodeName(rd.b, resourceNameName)
+			if err != nil {
+				return fmt.Errorf("resource_name: ResourceName %w", err)
+			}
+			if name != nil {
+				fallbackName = name
+			}
+		}
+	}
+	if rd.err != nil {
+		return rd.err
+	}
+	if len(res.Name) == 0 {
+		res.Name = fallbackName
+	}
+	if !body {
+		res.Heartbeat = true
+		return nil
+	}
+	res.setBody(typeURL, value)
+	return nil
+}
+
+// decodeAny returns nil for a field that is absent, so that callers can merge.
+func decodeAny(b []byte) (typeURL, value []byte, err error) {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(anyTypeURL):
+			typeURL = rd.b
+		case rd.bytesField(anyValue):
+			value = rd.b
+		}
+	}
+	return typeURL, value, rd.err
+}
+
+func (res *Resource) setBody(typeURL, value []byte) {
+	res.Size = len(value)
+	res.Hash = xxhash.Sum64(value)
+	if len(res.Name) == 0 && nameInField1(typeURL) {
+		res.Name = fieldOne(value)
+	}
+}
+
+// fieldOne returns field 1 of a serialized resource when it is length-delimited.
+//
+// It stops at the first field 1: serializers write a field once, and lowest
+// numbers first, and reading on to the end would cost about as much as
+// hashing. A malformed resource body gets an empty name rather than an error:
+// the body is the control plane's business, the client will NACK it, and the
+// tap must still track the push that the NACK answers.
+func fieldOne(b []byte) []byte {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return nil
+			}
+			return v
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return nil
+		}
+		b = b[m:]
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package codec
+
+import "strings"
+
+// typePrefix is the host every xDS server puts in front of a message name in a
+// type URL. ShortType does not depend on it: an Any may carry any host.
+const typePrefix = "type.googleapis.com/"
+
+// Message names of the resource types the tap knows by sight.
+const (
+	nameListener        = "envoy.config.listener.v3.Listener"
+	nameRoute           = "envoy.config.route.v3.RouteConfiguration"
+	nameCluster         = "envoy.config.cluster.v3.Cluster"
+	nameEndpoint        = "envoy.config.endpoint.v3.ClusterLoadAssignment"
+	nameSecret          = "envoy.extensions.transport_sockets.tls.v3.Secret"
+	nameExtensionConfig = "envoy.config.core.v3.TypedExtensionConfig"
+	nameScopedRoute     = "envoy.config.route.v3.ScopedRouteConfiguration"
+	nameVirtualHost     = "envoy.config.route.v3.VirtualHost"
+	nameRuntime         = "envoy.service.runtime.v3.Runtime"
+	nameResource        = "envoy.service.discovery.v3.Resource"
+	nameClientConfig    = "envoy.service.status.v3.ClientConfig"
+	nameNameTable       = "istio.networking.nds.v1.NameTable"
+	nameProxyConfig     = "istio.mesh.v1alpha1.ProxyConfig"
+	nameHealthInfo      = "istio.v1.HealthInformation"
+)
+
+// Type URLs as xDS servers (istiod, go-control-plane) send them.
+const (
+	TypeListener        = typePrefix + nameListener
+	TypeRoute           = typePrefix + nameRoute
+	TypeCluster         = typePrefix + nameCluster
+	TypeEndpoint        = typePrefix + nameEndpoint
+	TypeSecret          = typePrefix + nameSecret
+	TypeExtensionConfig = typePrefix + nameExtensionConfig
+	TypeScopedRoute     = typePrefix + nameScopedRoute
+	TypeVirtualHost     = typePrefix + nameVirtualHost
+	TypeRuntime         = typePrefix + nameRuntime
+
+	// TypeResource marks an Any in a SotW DiscoveryResponse that wraps the
+	// real resource in an envoy.service.discovery.v3.Resource, which is how a
+	// SotW server gives a resource a TTL or sends a TTL heartbeat.
+	TypeResource = typePrefix + nameResource
+
+	// TypeClientConfig is what istiod puts in the resources of a syncz
+	// response: one CSDS ClientConfig per proxy.
+	TypeClientConfig = typePrefix + nameClientConfig
+
+	TypeNameTable   = typePrefix + nameNameTable
+	TypeProxyConfig = typePrefix + nameProxyConfig
+	TypeHealthInfo  = typePrefix + nameHealthInfo
+
+	// TypeSyncz is the type istioctl proxy-status asks istiod for. It is not
+	// a message name and has no type.googleapis.com prefix.
+	TypeSyncz = "istio.io/debug/syncz"
+)
+
+// ShortType names a type URL by its xDS service, for metric labels. The result
+// is one of a fixed set so that a client inventing type URLs cannot blow up
+// label cardinality; anything unknown is "other". Only the message name after
+// the last '/' counts, so any Any host is accepted.
+func ShortType(typeURL string) string {
+	if typeURL == TypeSyncz {
+		return "syncz"
+	}
+	switch TypeName(typeURL) {
+	case nameListener:
+		return "lds"
+	case nameRoute:
+		return "rds"
+	case nameCluster:
+		return "cds"
+	case nameEndpoint:
+		return "eds"
+	case nameSecret:
+		return "sds"
+	case nameExtensionConfig:
+		return "ecds"
+	case nameVirtualHost:
+		return "vhds"
+	case nameScopedRoute:
+		return "srds"
+	case nameRuntime:
+		return "rtds"
+	case nameNameTable:
+		return "nds"
+	case nameProxyConfig:
+		return "pcds"
+	case nameHealthInfo:
+		return "health"
+	}
+	return "other"
+}
+
+// TypeName names a type URL for people: the segment after the last '/', which
+// is the full message name for every well-formed type URL. Unlike ShortType it
+// is unbounded, so it belongs in logs and spans, not in metric labels.
+func TypeName(typeURL string) string {
+	return typeURL[strings.LastIndexByte(typeURL, '/')+1:]
+}
+
+// internTypeURL returns a constant for the type URLs that fill almost every
+// frame, so that decoding a response does not allocate one each time.
+func internTypeURL(b []byte) string {
+	switch string(b) {
+	case TypeCluster:
+		return TypeCluster
+	case TypeEndpoint:
+		return TypeEndpoint
+	case TypeListener:
+		return TypeListener
+	case TypeRoute:
+		return TypeRoute
+	case TypeSecret:
+		return TypeSecret
+	case TypeExtensionConfig:
+		return TypeExtensionConfig
+	case TypeNameTable:
+		return TypeNameTable
+	case TypeProxyConfig:
+		return TypeProxyConfig
+	case TypeHealthInfo:
+		return TypeHealthInfo
+	case TypeSyncz:
+		return TypeSyncz
+	}
+	return string(b)
+}
+
+// nameInField1 reports whether field 1 of a resource of this type is its name.
+// It is for every Envoy resource type (ClusterLoadAssignment calls it
+// cluster_name) and is assumed for unknown types, but the Istio types below
+// keep something else there: NameTable a map, ProxyConfig config_path,
+// HealthInformation an enum, ClientConfig the proxy's Node. Reading those as a
+// name would put binary noise in logs.
+func nameInField1(anyTypeURL []byte) bool {
+	switch string(anyTypeURL) {
+	case TypeNameTable, TypeProxyConfig, TypeHealthInfo, TypeClientConfig:
+		return false
+	}
+	return true
+}

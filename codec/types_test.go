@@ -1,0 +1,67 @@
+package codec_test
+
+import (
+	"testing"
+
+	"github.com/adstap/adstap/codec"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+func TestShortTypeAndTypeName(t *testing.T) {
+	tests := []struct {
+		typeURL   string
+		wantShort string
+		wantName  string
+	}{
+		{resourcev3.ListenerType, "lds", "envoy.config.listener.v3.Listener"},
+		{resourcev3.RouteType, "rds", "envoy.config.route.v3.RouteConfiguration"},
+		{resourcev3.ClusterType, "cds", "envoy.config.cluster.v3.Cluster"},
+		{resourcev3.EndpointType, "eds", "envoy.config.endpoint.v3.ClusterLoadAssignment"},
+		{resourcev3.SecretType, "sds", "envoy.extensions.transport_sockets.tls.v3.Secret"},
+		{resourcev3.ExtensionConfigType, "ecds", "envoy.config.core.v3.TypedExtensionConfig"},
+		{resourcev3.VirtualHostType, "vhds", "envoy.config.route.v3.VirtualHost"},
+		{resourcev3.ScopedRouteType, "srds", "envoy.config.route.v3.ScopedRouteConfiguration"},
+		{resourcev3.RuntimeType, "rtds", "envoy.service.runtime.v3.Runtime"},
+		{"type.googleapis.com/istio.networking.nds.v1.NameTable", "nds", "istio.networking.nds.v1.NameTable"},
+		{"type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig", "pcds", "istio.mesh.v1alpha1.ProxyConfig"},
+		{"type.googleapis.com/istio.v1.HealthInformation", "health", "istio.v1.HealthInformation"},
+		{"istio.io/debug/syncz", "syncz", "syncz"},
+		// Any allows any host in front of the message name.
+		{"example.com/envoy.config.cluster.v3.Cluster", "cds", "envoy.config.cluster.v3.Cluster"},
+		{"type.googleapis.com/envoy.api.v2.Cluster", "other", "envoy.api.v2.Cluster"},
+		{resourcev3.ThriftRouteType, "other", "envoy.extensions.filters.network.thrift_proxy.v3.RouteConfiguration"},
+		{"istio.io/debug/config_dump", "other", "config_dump"},
+		{"other.example/syncz", "other", "syncz"},
+		{"no-slash-at-all", "other", "no-slash-at-all"},
+		{"trailing/", "other", ""},
+		{"", "other", ""},
+	}
+	for _, tt := range tests {
+		if got := codec.ShortType(tt.typeURL); got != tt.wantShort {
+			t.Errorf("ShortType(%q) = %q, want %q", tt.typeURL, got, tt.wantShort)
+		}
+		if got := codec.TypeName(tt.typeURL); got != tt.wantName {
+			t.Errorf("TypeName(%q) = %q, want %q", tt.typeURL, got, tt.wantName)
+		}
+	}
+}
+
+// The exported constants must be the strings go-control-plane servers send.
+func TestTypeURLConstants(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{codec.TypeListener, resourcev3.ListenerType},
+		{codec.TypeRoute, resourcev3.RouteType},
+		{codec.TypeCluster, resourcev3.ClusterType},
+		{codec.TypeEndpoint, resourcev3.EndpointType},
+		{codec.TypeSecret, resourcev3.SecretType},
+		{codec.TypeExtensionConfig, resourcev3.ExtensionConfigType},
+		{codec.TypeScopedRoute, resourcev3.ScopedRouteType},
+		{codec.TypeVirtualHost, resourcev3.VirtualHostType},
+		{codec.TypeRuntime, resourcev3.RuntimeType},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("constant %q, go-control-plane says %q", tt.got, tt.want)
+		}
+	}
+}
