@@ -7,6 +7,11 @@ PKGS     := ./...
 
 .PHONY: build test lint fmt vet fuzz-short demo clean
 
+# A control plane and two xDS clients talking through a real tap on loopback;
+# the live log shows pushes, ACKs, NACKs, a NACK storm and recovery. Ctrl-C stops.
+demo:
+	$(GO) run ./cmd/adstap demo
+
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/adstap ./cmd/adstap
 
@@ -14,6 +19,11 @@ build:
 # detector and goroutine-leak checks, plus lint.
 test: lint
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(MAKE) fuzz-short
+
+# A short run of the envelope decoder's fuzz target on top of its checked-in corpus.
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s -fuzzminimizetime 2s ./codec/
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -22,7 +22,7 @@ type adminServer struct {
 	listening atomic.Bool
 }
 
-func startAdmin(addr string, srv *tap.Server, log *slog.Logger) (*adminServer, error) {
+func startAdmin(addr string, srv *tap.Server, log *slog.Logger, pages map[string]http.Handler) (*adminServer, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
@@ -45,6 +45,9 @@ func startAdmin(addr string, srv *tap.Server, log *slog.Logger) (*adminServer, e
 			fmt.Fprintln(w, "ready")
 		}
 	})
+	for pattern, h := range pages {
+		mux.Handle(pattern, h)
+	}
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -33,6 +33,7 @@ Usage:
   adstap <command> [flags]
 
 Commands:
+  demo      a control plane and two clients talking through a tap on loopback: see pushes, ACKs, NACKs at once
   run       relay and observe xDS streams: adstap run --upstream=istiod.istio-system.svc:15012 ...
   version   print the version, commit and Go version
 
@@ -50,6 +51,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runTap(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout)
 		return exitOK

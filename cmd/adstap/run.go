@@ -8,11 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
 )
 
 type runFlags struct {
@@ -25,6 +28,7 @@ type runFlags struct {
 	observeQueueBytes                                                   byteSize
 	drainTimeout                                                        time.Duration
 	logLevel, logFormat                                                 string
+	detect                                                              track.Config
 }
 
 func runCommand(f *runFlags) *command {
@@ -56,8 +60,10 @@ func runCommand(f *runFlags) *command {
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
-	c.group("Admin (health, readiness)")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz and /readyz; \"off\" disables it")
+	c.group("Admin (health, readiness, debug pages)")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz and /debug/streams; \"off\" disables it")
+
+	addDetectorFlags(c, &f.detect)
 
 	c.group("Logging")
 	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
@@ -134,14 +140,39 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", format)
 }
 
-// runningTap is a started tap with its listener and admin server.
+// runningTap is a started tap with its listener, observer and admin server.
 type runningTap struct {
-	log     *slog.Logger
-	srv     *tap.Server
-	lis     net.Listener
-	admin   *adminServer
-	served  chan error
-	readyCh chan struct{}
+	log         *slog.Logger
+	srv         *tap.Server
+	lis         net.Listener
+	admin       *adminServer
+	observer    *track.Observer
+	served      chan error
+	stopTicking func()
+}
+
+// tick gives the tracker its clock: push timeouts and the end of storms are
+// noticed even when no frame arrives.
+func tick(o *track.Observer) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				o.Tick(now)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // startTap checks the configuration, opens every listener, and starts
@@ -179,13 +210,16 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
+	observer := track.NewObserver(track.New(f.detect), export.NewLiveLog(log))
+	cfg.Observer = observer
 	srv, err := tap.New(cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1)}
+	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer}
 	if f.admin != "off" && f.admin != "" {
-		if t.admin, err = startAdmin(f.admin, srv, log); err != nil {
+		pages := map[string]http.Handler{"GET /debug/streams": export.DebugStreams(observer.Tracker())}
+		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
 			return nil, usagef("--admin: %v", err)
 		}
 	}
@@ -201,6 +235,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
+	t.stopTicking = tick(observer)
 	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
@@ -225,6 +260,7 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	t.srv.Shutdown(drainCtx)
+	t.stopTicking()
 	if t.admin != nil {
 		t.admin.close()
 	}

@@ -13,14 +13,12 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/xds"
 	xdsbootstrap "google.golang.org/grpc/xds/bootstrap"
+
+	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
 // ChannelCreds is one entry of a grpc-go bootstrap server's channel_creds.
-// Config is marshalled to JSON as is.
-type ChannelCreds struct {
-	Type   string `json:"type"`
-	Config any    `json:"config,omitempty"`
-}
+type ChannelCreds = xdsconfig.ChannelCreds
 
 // TLSChannelCreds is grpc-go's own "tls" bootstrap credential: the xDS
 // client dials the control plane over TLS with PEM files, e.g. from
@@ -100,26 +98,9 @@ func (b staticTLSBundle) NewWithMode(string) (credentials.Bundle, error)        
 // serverURI (host:port or unix:///path), and node nodeID. With no creds the
 // channel is insecure.
 func BootstrapJSON(serverURI, nodeID string, creds ...ChannelCreds) []byte {
-	if len(creds) == 0 {
-		creds = []ChannelCreds{{Type: "insecure"}}
-	}
-	type server struct {
-		ServerURI    string         `json:"server_uri"`
-		ChannelCreds []ChannelCreds `json:"channel_creds"`
-	}
-	b, err := json.Marshal(struct {
-		XDSServers []server       `json:"xds_servers"`
-		Node       map[string]any `json:"node"`
-	}{
-		XDSServers: []server{{ServerURI: serverURI, ChannelCreds: creds}},
-		Node: map[string]any{
-			"id":       nodeID,
-			"cluster":  "adstap-test",
-			"locality": map[string]string{"region": "adstap", "zone": "test"},
-		},
-	})
+	b, err := xdsconfig.BootstrapJSON(serverURI, nodeID, "adstap-test", creds...)
 	if err != nil {
-		panic("xdstest: bootstrap: " + err.Error())
+		panic("xdstest: " + err.Error())
 	}
 	return b
 }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/adstap/adstap/internal/demo"
+)
+
+type demoFlags struct {
+	interval            time.Duration
+	admin               string
+	logLevel, logFormat string
+}
+
+func demoCommand(f *demoFlags) *command {
+	c := newCommand("demo",
+		"adstap demo runs a small mesh on loopback — a go-control-plane server, grpc-go's xDS client (SotW) and an Envoy-like Delta client — talking through a real tap, with configuration that changes, breaks and heals, so you see pushes, diffs, ACKs, NACKs, a NACK storm and recovery in the live log.",
+		"adstap demo [flags]")
+	c.group("Demo")
+	f.interval = 3 * time.Second
+	c.Var(durationValue{&f.interval}, "interval", "change the configuration every `duration`")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (/debug/streams, /healthz, /readyz)")
+	c.group("Logging")
+	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
+	c.String(&f.logFormat, "log-format", "text", "`format` of the live log on stderr: text or json")
+	return c
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f demoFlags
+	cmd := demoCommand(&f)
+	if err := cmd.parse(args, osEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cmd.help(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "adstap demo: %v (see adstap demo --help)\n", err)
+		return exitUsage
+	}
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
+		return exitUsage
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	backend, stopBackend, err := demo.StartBackend()
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
+		return exitFailure
+	}
+	defer stopBackend()
+	cpLis, err := demo.Listen()
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
+		return exitFailure
+	}
+	cp := demo.StartControlPlane(ctx, cpLis, log)
+	defer cp.Stop()
+
+	// The tap itself is exactly what `adstap run` starts.
+	var rf runFlags
+	runCommand(&rf).parse(nil, func(string) string { return "" })
+	rf.listen = "127.0.0.1:0"
+	rf.upstream = cp.Addr()
+	rf.admin = f.admin
+	t, err := startTap(rf, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	tapAddr := t.lis.Addr().String()
+	admin := "(admin off)"
+	if t.admin != nil {
+		admin = "http://" + t.admin.addr()
+	}
+	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
+  live log:        below, one line per push outcome and per detector event
+  stream state:    curl -s %s/debug/streams
+  one node:        curl -s '%s/debug/streams?node=%s'
+Every %s the configuration changes; a bad cluster is pushed, NACKed (a storm), then fixed. Ctrl-C stops.
+
+`, cp.Addr(), tapAddr, admin, admin, demo.DeltaNode, f.interval)
+
+	var wg sync.WaitGroup
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				log.Error("demo: "+name+" stopped", "err", err)
+			}
+		}()
+	}
+	scenario := &demo.Scenario{CP: cp, Backend: backend, Interval: f.interval, Log: log}
+	run("scenario", scenario.Run)
+	run("proxyless client", func(ctx context.Context) error { return demo.RunProxyless(ctx, tapAddr, log) })
+	run("delta client", func(ctx context.Context) error { return demo.RunDelta(ctx, tapAddr, log) })
+
+	code := t.wait(ctx, 5*time.Second)
+	cancel()
+	wg.Wait()
+	return code
+}

@@ -1,0 +1,265 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/track"
+)
+
+// LiveLog writes one readable line per push outcome, stream change and
+// detector event, e.g.
+//
+//	CDS v=2026-11-30T09:00:00Z/42 +2 -0 ~1 =117 1.2MB node=sidecar~10.0.0.1~app.default ACK 14ms
+//
+// Each record also carries its facts as attributes in the logfmt.DetailGroup
+// group, for --log-format=json.
+//
+// A control plane stuck re-sending a rejected push (go-control-plane's
+// snapshot cache does it thousands of times a second) would bury everything
+// else: a NACK identical to the previous one of its stream and type is
+// written at most once per repeatEvery, with the count of those left out.
+type LiveLog struct {
+	log         *slog.Logger
+	repeatEvery time.Duration
+
+	mu      sync.Mutex
+	repeats map[repeatKey]*repeat
+}
+
+type repeatKey struct {
+	stream  uint64
+	typeURL string
+}
+
+// repeat is the last NACK line written for a stream and type.
+type repeat struct {
+	version, message string
+	written          time.Time
+	suppressed       int
+}
+
+// DefaultRepeatEvery is how often an identical NACK is written again.
+const DefaultRepeatEvery = 5 * time.Second
+
+var _ track.Sink = (*LiveLog)(nil)
+
+// NewLiveLog logs to l.
+func NewLiveLog(l *slog.Logger) *LiveLog {
+	return &LiveLog{log: l, repeatEvery: DefaultRepeatEvery, repeats: map[repeatKey]*repeat{}}
+}
+
+// OnEvent logs e if it is worth a line.
+func (l *LiveLog) OnEvent(e track.Event) {
+	switch e := e.(type) {
+	case track.StreamOpened:
+		l.line(slog.LevelInfo, fmt.Sprintf("stream %d open: %s %s from %s", e.Stream.ID, e.Stream.Protocol, shortMethod(e.Stream.Method), e.Stream.Peer),
+			"stream", e.Stream.ID, "conn", e.Stream.ConnID, "protocol", string(e.Stream.Protocol), "method", e.Stream.Method, "peer", e.Stream.Peer)
+	case track.StreamClosed:
+		l.forget(e.Stream.ID)
+		l.line(slog.LevelInfo, fmt.Sprintf("stream %d closed after %s: %s %s%s", e.Stream.ID, e.At.Sub(e.Stream.OpenedAt).Round(time.Millisecond),
+			codeName(e.Code), quoteIf(e.Message), nodeSuffix(e.Node.ID)),
+			"stream", e.Stream.ID, "node", e.Node.ID, "code", codeName(e.Code), "message", e.Message)
+	case track.PushEnded:
+		l.pushEnded(e)
+	case track.LateAnswer:
+		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s", typeLabel(e.Push.TypeURL), e.Push.Version,
+			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID)),
+			"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency))
+	case track.RequestSeen:
+		if e.Kind == track.KindStale {
+			l.line(slog.LevelInfo, fmt.Sprintf("%s stale nonce %s on stream %d (the client answered an older push)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
+				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
+		}
+	case track.FullSyncComplete:
+		var types []string
+		for _, t := range e.Types {
+			types = append(types, typeLabel(t))
+		}
+		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), nodeSuffix(e.Node.ID)),
+			"stream", e.StreamID, "node", e.Node.ID, "full_sync_seconds", e.Elapsed.Seconds(), "types", e.Types)
+	case track.DetectorStarted:
+		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", detectorName(e.Detector), e.Detail),
+			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count)
+	case track.DetectorEnded:
+		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", detectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
+			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count, "duration_seconds", e.Duration.Seconds())
+	case track.DecodeError:
+		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: undecodable %s relayed unchanged: %v", e.StreamID, e.Direction, e.Err),
+			"stream", e.StreamID, "direction", e.Direction, "error", e.Err.Error())
+	case track.ObservationGap:
+		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: %d frames relayed but not observed (observation queue full); its state may be off until the next full push", e.StreamID, e.Skipped),
+			"stream", e.StreamID, "skipped", e.Skipped)
+	}
+}
+
+func (l *LiveLog) pushEnded(e track.PushEnded) {
+	p := e.Push
+	suppressed, write := l.throttle(e)
+	if !write {
+		return
+	}
+	d := p.Diff
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s v=%s +%d -%d ~%d =%d %s", typeLabel(p.TypeURL), p.Version, d.Added, d.Removed, d.Changed, d.Unchanged, humanBytes(p.Bytes))
+	if p.FullSync {
+		if p.Initial {
+			b.WriteString(" full")
+		} else {
+			b.WriteString(" full(repeated)")
+		}
+	}
+	if p.Redundant {
+		b.WriteString(" redundant")
+	}
+	b.WriteString(nodeSuffix(p.Node.ID))
+	level := slog.LevelInfo
+	switch e.Result {
+	case track.ResultACK:
+		fmt.Fprintf(&b, " ACK %s", latency(e.Latency))
+	case track.ResultNACK:
+		level = slog.LevelWarn
+		fmt.Fprintf(&b, " NACK %s: %s", latency(e.Latency), e.Error)
+		if suppressed > 0 {
+			fmt.Fprintf(&b, " [+%d identical NACKs since the last line]", suppressed)
+		}
+	case track.ResultTimeout:
+		level = slog.LevelWarn
+		fmt.Fprintf(&b, " UNANSWERED after %s", e.Latency.Round(time.Second))
+	default:
+		fmt.Fprintf(&b, " %s", strings.ToUpper(string(e.Result)))
+	}
+	attrs := []any{
+		"node", p.Node.ID, "type", p.Type, "type_url", p.TypeURL, "version", p.Version, "nonce", p.Nonce,
+		"resources", p.Resources, "bytes", p.Bytes, "added", d.Added, "removed", d.Removed, "changed", d.Changed, "unchanged", d.Unchanged,
+		"full_sync", p.FullSync, "initial", p.Initial, "redundant", p.Redundant, "result", string(e.Result), "latency_ms", ms(e.Latency),
+	}
+	if e.Result == track.ResultNACK {
+		attrs = append(attrs, "error_code", e.ErrorCode, "error", e.Error, "error_resources", e.ErrorNames, "suppressed_before", suppressed)
+	}
+	l.pushLine(level, b.String(), p.StreamID, attrs...)
+}
+
+// throttle decides whether a push outcome gets its line, and how many
+// identical NACKs were left out before it.
+func (l *LiveLog) throttle(e track.PushEnded) (suppressed int, write bool) {
+	k := repeatKey{e.Push.StreamID, e.Push.TypeURL}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.repeats[k]
+	if e.Result != track.ResultNACK {
+		if r != nil && e.Result == track.ResultACK {
+			delete(l.repeats, k)
+		}
+		return 0, true
+	}
+	if r != nil && r.version == e.Push.Version && r.message == e.Error && e.At.Sub(r.written) < l.repeatEvery {
+		r.suppressed++
+		return 0, false
+	}
+	if r == nil {
+		r = &repeat{}
+		l.repeats[k] = r
+	} else {
+		suppressed = r.suppressed
+	}
+	*r = repeat{version: e.Push.Version, message: e.Error, written: e.At}
+	return suppressed, true
+}
+
+func (l *LiveLog) forget(stream uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.repeats {
+		if k.stream == stream {
+			delete(l.repeats, k)
+		}
+	}
+}
+
+// line logs msg with its facts, which are for machines only.
+func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
+	l.log.Log(context.Background(), level, msg, slog.Group(logfmt.DetailGroup, facts...))
+}
+
+// pushLine is line for a push outcome: the stream id stays in plain sight, to
+// look the stream up in /debug/streams.
+func (l *LiveLog) pushLine(level slog.Level, msg string, stream uint64, facts ...any) {
+	l.log.Log(context.Background(), level, msg, slog.Uint64("stream", stream), slog.Group(logfmt.DetailGroup, facts...))
+}
+
+// typeLabel is the short name operators use: CDS, EDS, LDS...
+func typeLabel(typeURL string) string {
+	if s := codec.ShortType(typeURL); s != "other" {
+		return strings.ToUpper(s)
+	}
+	return codec.TypeName(typeURL)
+}
+
+func detectorName(d string) string {
+	switch d {
+	case track.DetectorNACKStorm:
+		return "NACK storm"
+	case track.DetectorNACKLoop:
+		return "NACK loop"
+	case track.DetectorRepeatedFullSync:
+		return "repeated full syncs"
+	case track.DetectorReconnectHerd:
+		return "reconnect herd"
+	}
+	return d
+}
+
+func shortMethod(m string) string {
+	if i := strings.LastIndex(m, "/"); i >= 0 {
+		return m[i+1:]
+	}
+	return m
+}
+
+func nodeSuffix(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " node=" + id
+}
+
+func quoteIf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// latency is short and keeps sub-millisecond answers visible: 0.31ms, 14ms, 1.2s.
+func latency(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000)
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func humanBytes(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func codeName(c uint32) string { return codes.Code(c).String() }

@@ -1,0 +1,100 @@
+// Package demo runs a small mesh on loopback for `adstap demo`: a go-control-plane server, a grpc-go xDS client and a Delta client, with configuration that changes, breaks and heals.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+)
+
+// ControlPlane is a go-control-plane server with a snapshot cache, standing in
+// for istiod.
+type ControlPlane struct {
+	cache cache.SnapshotCache
+	srv   *grpc.Server
+	lis   net.Listener
+}
+
+// nackPause slows go-control-plane's answer to a NACK. Its snapshot cache
+// re-sends a rejected snapshot at once, which on loopback makes thousands of
+// NACKs a second; at this pace the demo shows a storm a person can read.
+const nackPause = 700 * time.Millisecond
+
+// StartControlPlane serves ADS (SotW and Delta) on lis.
+func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger) *ControlPlane {
+	cp := &ControlPlane{
+		cache: cache.NewSnapshotCache(true, cache.IDHash{}, cacheLog{log}),
+		srv:   grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20)),
+		lis:   lis,
+	}
+	pause := func(nack bool) {
+		if nack {
+			select {
+			case <-time.After(nackPause):
+			case <-ctx.Done():
+			}
+		}
+	}
+	cb := server.CallbackFuncs{
+		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
+			pause(r.GetErrorDetail() != nil)
+			return nil
+		},
+		StreamDeltaRequestFunc: func(_ int64, r *discovery.DeltaDiscoveryRequest) error {
+			pause(r.GetErrorDetail() != nil)
+			return nil
+		},
+	}
+	discovery.RegisterAggregatedDiscoveryServiceServer(cp.srv, server.NewServer(ctx, cp.cache, cb))
+	go func() {
+		if err := cp.srv.Serve(lis); err != nil {
+			log.Error("demo control plane stopped", "err", err)
+		}
+	}()
+	return cp
+}
+
+// Addr is where the control plane listens.
+func (cp *ControlPlane) Addr() string { return cp.lis.Addr().String() }
+
+// Set publishes a configuration version to the given nodes.
+func (cp *ControlPlane) Set(version string, res map[resource.Type][]types.Resource, nodes ...string) error {
+	snap, err := cache.NewSnapshot(version, res)
+	if err != nil {
+		return fmt.Errorf("building snapshot %s: %w", version, err)
+	}
+	for _, n := range nodes {
+		if err := cp.cache.SetSnapshot(context.Background(), n, snap); err != nil {
+			return fmt.Errorf("setting snapshot %s for %s: %w", version, n, err)
+		}
+	}
+	return nil
+}
+
+// Stop ends every stream and closes the listener.
+func (cp *ControlPlane) Stop() { cp.srv.Stop() }
+
+// cacheLog shows go-control-plane's own log at debug level.
+type cacheLog struct{ l *slog.Logger }
+
+func (c cacheLog) Debugf(format string, args ...any) {
+	c.l.Debug("demo control plane: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLog) Infof(format string, args ...any) {
+	c.l.Debug("demo control plane: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLog) Warnf(format string, args ...any) {
+	c.l.Debug("demo control plane: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLog) Errorf(format string, args ...any) {
+	c.l.Warn("demo control plane: " + fmt.Sprintf(format, args...))
+}

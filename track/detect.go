@@ -1,0 +1,261 @@
+package track
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// window remembers the times of the last n occurrences of something, which
+// is all it takes to tell whether n of them fell within a duration: its size
+// is fixed however fast things happen.
+type window struct {
+	times []time.Time
+	next  int
+}
+
+func newWindow(n int) window { return window{times: make([]time.Time, n)} }
+
+func (w *window) add(t time.Time) {
+	w.times[w.next] = t
+	w.next = (w.next + 1) % len(w.times)
+}
+
+// count returns how many remembered times are less than d before now. Times
+// after now count too: different streams report times that may be slightly
+// out of order.
+func (w *window) count(now time.Time, d time.Duration) int {
+	n := 0
+	for _, t := range w.times {
+		if !t.IsZero() && now.Sub(t) < d {
+			n++
+		}
+	}
+	return n
+}
+
+// episode is one stretch of time during which a detector's condition held.
+type episode struct {
+	detector string
+	key      string
+	streamID uint64
+	node     string
+	typeURL  string
+	since    time.Time
+	count    int
+}
+
+// detectorOrder is the order of Detectors' summary rows.
+var detectorOrder = []string{DetectorNACKStorm, DetectorNACKLoop, DetectorRepeatedFullSync, DetectorReconnectHerd}
+
+// detectors holds what the tap-wide detectors need, and every episode in
+// progress; the stream-scoped state (NACK times, loop run) lives in typeState
+// so that it goes away with its stream.
+type detectors struct {
+	cfg         *Config
+	active      map[*episode]struct{}
+	started     map[string]int
+	lastStarted map[string]time.Time
+	herd        window
+	herdEp      *episode
+	syncs       map[syncKey]*syncHistory
+}
+
+type syncKey struct{ node, typeURL string }
+
+// syncHistory is a node's recent repeated full syncs of one type, across its
+// streams. Counting per type keeps one push round, which in SotW resends
+// LDS and CDS whole at once, from looking like a repetition.
+type syncHistory struct {
+	times window
+	ep    *episode
+	short string
+}
+
+func newDetectors(cfg *Config) detectors {
+	return detectors{
+		cfg:         cfg,
+		active:      make(map[*episode]struct{}),
+		started:     make(map[string]int),
+		lastStarted: make(map[string]time.Time),
+		herd:        newWindow(cfg.HerdThreshold),
+		syncs:       make(map[syncKey]*syncHistory),
+	}
+}
+
+func (d *detectors) start(ep *episode, detail string, evs []Event) []Event {
+	d.active[ep] = struct{}{}
+	d.started[ep.detector]++
+	d.lastStarted[ep.detector] = ep.since
+	return append(evs, DetectorStarted{
+		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Node: ep.node, TypeURL: ep.typeURL,
+		At: ep.since, Count: ep.count, Detail: detail,
+	})
+}
+
+func (d *detectors) end(ep *episode, at time.Time, evs []Event) []Event {
+	delete(d.active, ep)
+	return append(evs, DetectorEnded{
+		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Node: ep.node, TypeURL: ep.typeURL,
+		At: at, Duration: at.Sub(ep.since), Count: ep.count,
+	})
+}
+
+func streamEpisode(detector string, s *stream, ts *typeState, at time.Time, count int) *episode {
+	return &episode{
+		detector: detector, key: fmt.Sprintf("stream %d %s", s.meta.ID, ts.short), streamID: s.meta.ID,
+		node: s.node.ID, typeURL: ts.url, since: at, count: count,
+	}
+}
+
+// answered feeds the NACK storm and NACK loop detectors with the answer the
+// latest push just got.
+func (d *detectors) answered(s *stream, ts *typeState, at time.Time, nack bool, evs []Event) []Event {
+	if !nack {
+		if ts.loop != nil {
+			evs = d.end(ts.loop, at, evs)
+			ts.loop = nil
+		}
+		ts.loopRun = 0
+		return d.checkStorm(ts, at, evs)
+	}
+
+	if ts.nackTimes.times == nil {
+		ts.nackTimes = newWindow(d.cfg.NACKStormThreshold)
+	}
+	ts.nackTimes.add(at)
+	if ts.storm != nil {
+		ts.storm.count++
+	} else if n := ts.nackTimes.count(at, d.cfg.NACKStormWindow); n >= d.cfg.NACKStormThreshold {
+		ts.storm = streamEpisode(DetectorNACKStorm, s, ts, at, n)
+		evs = d.start(ts.storm, fmt.Sprintf("%d NACKs of %s on stream %d within %s", n, ts.short, s.meta.ID, d.cfg.NACKStormWindow), evs)
+	}
+
+	if ts.loopRun > 0 && ts.loopContent == ts.p.content {
+		ts.loopRun++
+	} else {
+		if ts.loop != nil {
+			evs = d.end(ts.loop, at, evs)
+			ts.loop = nil
+		}
+		ts.loopContent, ts.loopRun = ts.p.content, 1
+	}
+	if ts.loop != nil {
+		ts.loop.count++
+	} else if ts.loopRun >= d.cfg.NACKLoopThreshold {
+		ts.loop = streamEpisode(DetectorNACKLoop, s, ts, at, ts.loopRun)
+		evs = d.start(ts.loop, fmt.Sprintf("the same %s content (%d resources) NACKed %d times in a row on stream %d",
+			ts.short, len(ts.p.res), ts.loopRun, s.meta.ID), evs)
+	}
+	return evs
+}
+
+// checkStorm ends a storm once the window holds fewer NACKs than the threshold.
+func (d *detectors) checkStorm(ts *typeState, now time.Time, evs []Event) []Event {
+	if ts.storm != nil && ts.nackTimes.count(now, d.cfg.NACKStormWindow) < d.cfg.NACKStormThreshold {
+		evs = d.end(ts.storm, now, evs)
+		ts.storm = nil
+	}
+	return evs
+}
+
+// pushed feeds the loop and repeated-full-sync detectors with a new push.
+func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, evs []Event) []Event {
+	if ts.loopRun > 0 && ts.p.content != ts.loopContent {
+		// The control plane sent something else: whatever it was stuck on, it moved on.
+		if ts.loop != nil {
+			evs = d.end(ts.loop, at, evs)
+			ts.loop = nil
+		}
+		ts.loopRun = 0
+	}
+	evs = d.checkStorm(ts, at, evs)
+	// A reconnect's initial full sync is expected (istiod closes every
+	// stream every 30 minutes); only a resync on the same stream repeats.
+	if !ts.p.ev.FullSync || ts.p.ev.Initial || s.node.ID == "" {
+		return evs
+	}
+	ts.lastFull = at
+	// One type sent whole is routine (istiod's Delta LDS always is, and so
+	// is every SotW CDS); what costs a proxy is the whole configuration sent
+	// again, every type at once, as after a NACK or a control plane restart.
+	if !s.fullRound(at) {
+		return evs
+	}
+	k := syncKey{node: s.node.ID}
+	h := d.syncs[k]
+	if h == nil {
+		h = &syncHistory{times: newWindow(d.cfg.RepeatedFullSyncLimit + 1)}
+		d.syncs[k] = h
+	}
+	h.times.add(at)
+	if h.ep != nil {
+		h.ep.count++
+		return evs
+	}
+	if n := h.times.count(at, d.cfg.RepeatedFullSyncWindow); n > d.cfg.RepeatedFullSyncLimit {
+		h.ep = &episode{
+			detector: DetectorRepeatedFullSync, key: "node " + s.node.ID,
+			node: s.node.ID, since: at, count: n,
+		}
+		evs = d.start(h.ep, fmt.Sprintf("%d repeated full syncs (every subscribed type sent whole again) for node %s within %s",
+			n, s.node.ID, d.cfg.RepeatedFullSyncWindow), evs)
+	}
+	return evs
+}
+
+// opened feeds the reconnect herd detector.
+func (d *detectors) opened(at time.Time, evs []Event) []Event {
+	d.herd.add(at)
+	n := d.herd.count(at, d.cfg.HerdWindow)
+	switch {
+	case d.herdEp != nil && n < d.cfg.HerdThreshold:
+		evs = d.end(d.herdEp, at, evs)
+		d.herdEp = nil
+	case d.herdEp != nil:
+		d.herdEp.count++
+	case n >= d.cfg.HerdThreshold:
+		d.herdEp = &episode{detector: DetectorReconnectHerd, key: "tap", since: at, count: n}
+		evs = d.start(d.herdEp, fmt.Sprintf("%d streams opened within %s", n, d.cfg.HerdWindow), evs)
+	}
+	return evs
+}
+
+// closed ends the episodes of a stream that went away.
+func (d *detectors) closed(ts *typeState, at time.Time, evs []Event) []Event {
+	if ts.storm != nil {
+		evs = d.end(ts.storm, at, evs)
+		ts.storm = nil
+	}
+	if ts.loop != nil {
+		evs = d.end(ts.loop, at, evs)
+		ts.loop = nil
+	}
+	return evs
+}
+
+// tick ends the tap-wide episodes whose condition no longer holds and
+// forgets full-sync history older than its window.
+func (d *detectors) tick(now time.Time, evs []Event) []Event {
+	var ended []*episode
+	for k, h := range d.syncs {
+		n := h.times.count(now, d.cfg.RepeatedFullSyncWindow)
+		if h.ep != nil && n <= d.cfg.RepeatedFullSyncLimit {
+			ended = append(ended, h.ep)
+			h.ep = nil
+		}
+		if h.ep == nil && n == 0 {
+			delete(d.syncs, k)
+		}
+	}
+	slices.SortFunc(ended, func(a, b *episode) int { return strings.Compare(a.key, b.key) })
+	for _, ep := range ended {
+		evs = d.end(ep, now, evs)
+	}
+	if d.herdEp != nil && d.herd.count(now, d.cfg.HerdWindow) < d.cfg.HerdThreshold {
+		evs = d.end(d.herdEp, now, evs)
+		d.herdEp = nil
+	}
+	return evs
+}

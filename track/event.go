@@ -1,0 +1,191 @@
+package track
+
+import "time"
+
+// Event is something the tracker learned from the wire. Every exporter
+// (live log, metrics, spans, debug pages, capture) consumes the same events.
+type Event interface{ event() }
+
+// Protocol is how a stream speaks: SotW and Delta are xDS; opaque is any other
+// method, relayed but not decoded.
+type Protocol string
+
+const (
+	SotW   Protocol = "sotw"
+	Delta  Protocol = "delta"
+	Opaque Protocol = "opaque"
+)
+
+// StreamMeta describes a stream when it opens.
+type StreamMeta struct {
+	ID       uint64
+	ConnID   uint64
+	Method   string
+	Protocol Protocol
+	Peer     string
+	OpenedAt time.Time
+}
+
+// Node is the client identity of a stream, from its first request.
+type Node struct {
+	ID, Cluster, UserAgent string // UserAgent is "name/version", e.g. "envoy/1.36.2"
+	Region, Zone, SubZone  string
+}
+
+// RequestKind classifies a request by the protocol's rules.
+type RequestKind string
+
+const (
+	KindInitial      RequestKind = "initial"      // empty response nonce: first request of a type, or a re-request
+	KindACK          RequestKind = "ack"          // latest nonce, no error_detail
+	KindNACK         RequestKind = "nack"         // latest nonce, error_detail set
+	KindStale        RequestKind = "stale"        // a nonce that is not the latest sent for the type
+	KindSubscription RequestKind = "subscription" // Delta: (un)subscribe with an empty nonce, after the first request
+	KindUnsubscribe  RequestKind = "unsubscribe"  // the client dropped every name of the type
+)
+
+// PushResult is how a push ended.
+type PushResult string
+
+const (
+	ResultACK        PushResult = "ack"
+	ResultNACK       PushResult = "nack"
+	ResultSuperseded PushResult = "superseded" // a newer push of the type went out before any answer
+	ResultClosed     PushResult = "closed"     // the stream ended first
+	ResultTimeout    PushResult = "timeout"    // unanswered for Config.PushTimeout
+)
+
+// Diff is a push compared with the client's last acknowledged state of its type.
+type Diff struct {
+	Added, Removed, Changed, Unchanged int
+	// Names of added, removed and changed resources, each list capped at
+	// Config.MaxNames (the counts above are exact).
+	AddedNames, RemovedNames, ChangedNames []string
+}
+
+// Push is one response, from the moment it crossed the tap.
+type Push struct {
+	StreamID  uint64
+	Node      Node
+	TypeURL   string
+	Type      string // codec.ShortType
+	Version   string // version_info (SotW) or system_version_info (Delta)
+	Nonce     string
+	Resources int
+	Bytes     int
+	Diff      Diff
+	FullSync  bool // carries the whole subscribed set of its type
+	Initial   bool // the first full sync of the type on this stream
+	Redundant bool // changes nothing: no resource added, removed or changed
+	SentAt    time.Time
+}
+
+// StreamOpened: a stream began.
+type StreamOpened struct{ Stream StreamMeta }
+
+// StreamClosed: a stream ended; Code and Message are the gRPC status the client got.
+type StreamClosed struct {
+	Stream  StreamMeta
+	Node    Node
+	At      time.Time
+	Code    uint32
+	Message string
+}
+
+// RequestSeen: a request was classified.
+type RequestSeen struct {
+	StreamID uint64
+	Node     Node
+	TypeURL  string
+	Kind     RequestKind
+	// SubscriptionChanged is set when the request also changed the
+	// subscription (with an ACK, a NACK, a stale nonce or alone).
+	SubscriptionChanged bool
+	Nonce               string
+	At                  time.Time
+}
+
+// PushSent: a response went to the client. Push is a copy.
+type PushSent struct{ Push Push }
+
+// PushEnded: a push got its outcome. Latency is from crossing the tap to the answer.
+type PushEnded struct {
+	Push    Push
+	Result  PushResult
+	At      time.Time
+	Latency time.Duration
+	// Error is the NACK's error_detail; ErrorNames the pushed resource names
+	// it mentions (capped at Config.MaxNames).
+	ErrorCode  int32
+	Error      string
+	ErrorNames []string
+}
+
+// LateAnswer: the client answered a push after it had timed out.
+type LateAnswer struct {
+	Push    Push
+	Result  PushResult // ack or nack
+	At      time.Time
+	Latency time.Duration
+}
+
+// FullSyncComplete: every type the client subscribed to at the start of the
+// stream has an acknowledged push (the seed's "full sync complete").
+type FullSyncComplete struct {
+	StreamID uint64
+	Node     Node
+	At       time.Time
+	Elapsed  time.Duration // from the stream opening
+	Types    []string      // type URLs, sorted
+}
+
+// DecodeError: a frame that could not be decoded; it was relayed all the same.
+type DecodeError struct {
+	StreamID  uint64
+	Direction string // "request" or "response"
+	Err       error
+	At        time.Time
+}
+
+// Detector names.
+const (
+	DetectorNACKStorm        = "nack_storm"
+	DetectorNACKLoop         = "nack_loop"
+	DetectorRepeatedFullSync = "repeated_full_sync"
+	DetectorReconnectHerd    = "reconnect_herd"
+)
+
+// DetectorStarted: a detector's condition began to hold.
+type DetectorStarted struct {
+	Detector string
+	Key      string // what it is about: "stream 12 cds", "node sidecar~…", "tap"
+	StreamID uint64 // 0 when not about one stream
+	Node     string
+	TypeURL  string
+	At       time.Time
+	Count    int    // NACKs in the window, pushes in the loop, full syncs in the window, streams per second
+	Detail   string // a readable sentence
+}
+
+// DetectorEnded: the condition no longer holds.
+type DetectorEnded struct {
+	Detector string
+	Key      string
+	StreamID uint64
+	Node     string
+	TypeURL  string
+	At       time.Time
+	Duration time.Duration
+	Count    int // total while it held
+}
+
+func (StreamOpened) event()     {}
+func (StreamClosed) event()     {}
+func (RequestSeen) event()      {}
+func (PushSent) event()         {}
+func (PushEnded) event()        {}
+func (LateAnswer) event()       {}
+func (FullSyncComplete) event() {}
+func (DecodeError) event()      {}
+func (DetectorStarted) event()  {}
+func (DetectorEnded) event()    {}

@@ -1,0 +1,126 @@
+package track
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/mem"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/tap"
+)
+
+// Sink receives the tracker's events. Sinks are called from the stream's
+// observation goroutine (tap.Observer) or the ticker, in event order for one
+// stream; a sink that does slow work must queue it.
+type Sink interface {
+	OnEvent(Event)
+}
+
+// SinkFunc is a Sink made of a function.
+type SinkFunc func(Event)
+
+// OnEvent calls f.
+func (f SinkFunc) OnEvent(e Event) { f(e) }
+
+var _ Sink = SinkFunc(nil)
+
+// Observer decodes the frames the relay hands over, feeds them to a Tracker
+// and passes the events on to its sinks. It is the tap.Observer that turns
+// bytes into protocol knowledge.
+type Observer struct {
+	tracker *Tracker
+	sinks   []Sink
+	// responses are reused across decodes, so a steady stream of pushes does
+	// not allocate per resource.
+	responses sync.Pool
+}
+
+var _ tap.Observer = (*Observer)(nil)
+
+// NewObserver returns an Observer feeding t and telling sinks.
+func NewObserver(t *Tracker, sinks ...Sink) *Observer {
+	o := &Observer{tracker: t, sinks: sinks}
+	o.responses.New = func() any { return new(codec.Response) }
+	return o
+}
+
+// Tracker is the tracker the observer feeds.
+func (o *Observer) Tracker() *Tracker { return o.tracker }
+
+// OnStreamOpen starts tracking a stream.
+func (o *Observer) OnStreamOpen(s tap.StreamInfo) {
+	o.emit(o.tracker.OpenStream(metaOf(s)))
+}
+
+// OnFrame decodes one frame's envelope and tracks it. Undecodable frames
+// were relayed all the same; they are reported as DecodeError events.
+func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
+	proto := ProtocolOf(s.Method)
+	if proto == Opaque {
+		return
+	}
+	if f.Skipped > 0 {
+		o.emit([]Event{ObservationGap{StreamID: s.ID, Skipped: f.Skipped, At: f.Time}})
+	}
+	b, release := contiguous(f.Data)
+	defer release()
+	delta := proto == Delta
+	switch f.Direction {
+	case tap.Request:
+		req, err := codec.DecodeRequest(b, delta)
+		if err != nil {
+			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
+			return
+		}
+		o.emit(o.tracker.Request(s.ID, f.Time, req, f.Size))
+	case tap.Response:
+		resp := o.responses.Get().(*codec.Response)
+		defer o.responses.Put(resp)
+		if err := resp.Decode(b, delta); err != nil {
+			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
+			return
+		}
+		o.emit(o.tracker.Response(s.ID, f.Time, resp, f.Size))
+	}
+}
+
+// OnStreamClose ends tracking of a stream.
+func (o *Observer) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
+	if e.Skipped > 0 {
+		o.emit([]Event{ObservationGap{StreamID: s.ID, Skipped: e.Skipped, At: e.Time}})
+	}
+	o.emit(o.tracker.CloseStream(s.ID, e.Time, uint32(e.Code), e.Message))
+}
+
+// Tick lets time-based rules run (push timeouts, the end of storms); call it
+// about once a second.
+func (o *Observer) Tick(now time.Time) {
+	o.emit(o.tracker.Tick(now))
+}
+
+func (o *Observer) emit(events []Event) {
+	for _, e := range events {
+		for _, s := range o.sinks {
+			s.OnEvent(e)
+		}
+	}
+}
+
+func metaOf(s tap.StreamInfo) StreamMeta {
+	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: ProtocolOf(s.Method), OpenedAt: s.OpenedAt}
+	if s.Peer != nil {
+		m.Peer = s.Peer.String()
+	}
+	return m
+}
+
+// contiguous returns the frame's bytes in one slice: the buffer itself when
+// gRPC received the message in one piece, else a pooled copy.
+func contiguous(data mem.BufferSlice) ([]byte, func()) {
+	if len(data) == 1 {
+		return data[0].ReadOnlyData(), func() {}
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	return buf.ReadOnlyData(), buf.Free
+}

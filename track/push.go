@@ -1,0 +1,169 @@
+package track
+
+import (
+	"strings"
+	"time"
+
+	"github.com/adstap/adstap/codec"
+)
+
+type pushState uint8
+
+const (
+	pushNone     pushState = iota // nothing sent yet
+	pushOpen                      // sent, waiting for its answer
+	pushTimedOut                  // ended as a timeout, but still the latest: a late answer is still possible
+	pushAnswered                  // ended by an ACK or NACK, or closed
+)
+
+// push is the latest response of a type. It is rewritten in place by the
+// next response, reusing its slices, so a stream pushing all day holds no
+// more than its largest push.
+type push struct {
+	ev      Push
+	state   pushState
+	res     []pushedRes
+	removed []string // Delta removed_resources
+	// content identifies what was pushed regardless of version, nonce and
+	// order: a NACK loop re-sends the same content under new versions.
+	content uint64
+	gen     uint64 // typeState.gen the diff was computed against
+	delta   bool
+	// replace is set when the push is the whole set of the type (SotW LDS,
+	// CDS and wildcard subscriptions), so what it lacks is removed.
+	replace bool
+}
+
+type pushedRes struct {
+	name      string
+	hash      uint64
+	heartbeat bool // a TTL refresh without a body: it keeps what the client has
+}
+
+// send makes resp the type's latest push. A previous push still waiting for
+// its answer ends superseded; its changes are assumed applied, because the
+// client handles every response in order and its answer is merely late (and
+// will carry a stale nonce). Without that, a Delta push following an
+// unanswered one would be diffed against a state that misses the first.
+func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) []Event {
+	p := &ts.p
+	if p.state == pushOpen {
+		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)})
+	}
+	if ts.pending() {
+		ts.apply()
+	}
+	content := contentOf(resp)
+	replace := !resp.Delta && (ts.replaceType || ts.wildcard || !ts.requested)
+	// A control plane re-sending the same content against the same state
+	// (a NACK loop) gets the previous diff: it would come out the same.
+	same := p.state != pushNone && p.content == content && p.gen == ts.gen &&
+		p.delta == resp.Delta && p.replace == replace &&
+		len(p.res) == len(resp.Resources) && len(p.removed) == len(resp.RemovedResources)
+	if !same {
+		ts.load(resp)
+		p.content, p.gen, p.delta, p.replace = content, ts.gen, resp.Delta, replace
+		p.ev.Diff, p.ev.FullSync = ts.diff(cfg.MaxNames)
+		p.ev.Redundant = ts.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
+	}
+	p.ev.StreamID = s.meta.ID
+	p.ev.Node = s.node
+	p.ev.TypeURL = ts.url
+	p.ev.Type = ts.short
+	p.ev.Version = resp.VersionInfo
+	p.ev.Nonce = resp.Nonce
+	p.ev.Resources = len(resp.Resources)
+	p.ev.Bytes = size
+	p.ev.SentAt = at
+	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
+	p.state = pushOpen
+
+	ts.pushes++
+	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
+	if p.ev.FullSync {
+		ts.fullSynced = true
+		ts.fullSyncs++
+	}
+	if p.ev.Redundant {
+		ts.redundant++
+	}
+	return append(evs, PushSent{Push: p.ev})
+}
+
+// answer ends the latest push with the client's verdict. A push that had
+// timed out gets a LateAnswer instead of a second PushEnded.
+func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
+	p := &ts.p
+	result := ResultACK
+	if req.ErrorDetail != nil {
+		result = ResultNACK
+	}
+	latency := at.Sub(p.ev.SentAt)
+	if p.state == pushTimedOut {
+		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency})
+	} else {
+		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
+		if result == ResultNACK {
+			e.ErrorCode = req.ErrorDetail.Code
+			e.Error = req.ErrorDetail.Message
+			e.ErrorNames = ts.errorNames(req.ErrorDetail.Message, maxNames)
+		}
+		evs = append(evs, e)
+	}
+	p.state = pushAnswered
+	if result == ResultACK {
+		ts.apply()
+		ts.acks++
+		ts.ackedVersion, ts.ackedNonce = p.ev.Version, p.ev.Nonce
+		ts.nacked = false
+		ts.lastError = ""
+		return evs
+	}
+	ts.nacks++
+	ts.nacked = true
+	ts.lastError = req.ErrorDetail.Message
+	return evs
+}
+
+// expire ends a push that has waited too long. It stays the latest push, so
+// the type reads STALE until an answer or a newer push.
+func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) []Event {
+	p := &ts.p
+	if p.state != pushOpen || now.Sub(p.ev.SentAt) < timeout {
+		return evs
+	}
+	p.state = pushTimedOut
+	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
+}
+
+// closePush ends a push the stream's end left unanswered.
+func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
+	p := &ts.p
+	if p.state != pushOpen {
+		return evs
+	}
+	p.state = pushAnswered
+	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt)})
+}
+
+// errorNames returns the pushed names a NACK message mentions. Envoy names
+// the rejected resources in its message; matching every pushed name against
+// it is linear in the push, so the result is kept for the loop case, where
+// the same content is rejected with the same message again and again.
+func (ts *typeState) errorNames(message string, maxNames int) []string {
+	c := &ts.errNames
+	if c.ok && c.content == ts.p.content && c.n == len(ts.p.res) && c.message == message {
+		return c.names
+	}
+	var names []string
+	for _, r := range ts.p.res {
+		if len(names) == maxNames {
+			break
+		}
+		if r.name != "" && strings.Contains(message, r.name) {
+			names = append(names, r.name)
+		}
+	}
+	*c = errNamesCache{ok: true, content: ts.p.content, n: len(ts.p.res), message: message, names: names}
+	return names
+}

@@ -1,0 +1,155 @@
+package track
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StreamState is a stream as the /debug/streams page shows it.
+type StreamState struct {
+	ID          uint64    `json:"id"`
+	ConnID      uint64    `json:"conn_id"`
+	NodeID      string    `json:"node_id"`
+	NodeCluster string    `json:"node_cluster,omitempty"`
+	UserAgent   string    `json:"user_agent,omitempty"`
+	Peer        string    `json:"peer"`
+	Method      string    `json:"method"`
+	Protocol    Protocol  `json:"protocol"`
+	OpenedAt    time.Time `json:"opened_at"`
+	// FullSyncSeconds is the time to full sync, null until it is known.
+	FullSyncSeconds *float64              `json:"full_sync_seconds"`
+	Types           map[string]*TypeState `json:"types"` // by type URL
+}
+
+// TypeState is one type of a stream.
+type TypeState struct {
+	// State follows istioctl proxy-status: NACKED when the latest answered
+	// push was rejected, NOT_SENT before any push, SYNCED when the last
+	// acknowledged nonce is the last sent one, STALE otherwise.
+	State            string `json:"state"`
+	LastSentVersion  string `json:"last_sent_version"`
+	LastSentNonce    string `json:"last_sent_nonce"`
+	LastAckedVersion string `json:"last_acked_version"`
+	LastAckedNonce   string `json:"last_acked_nonce"`
+	LastError        string `json:"last_error,omitempty"`
+	Pushes           int    `json:"pushes"`
+	ACKs             int    `json:"acks"`
+	NACKs            int    `json:"nacks"`
+	StaleNonces      int    `json:"stale_nonces"`
+	RedundantPushes  int    `json:"redundant_pushes"`
+	FullSyncs        int    `json:"full_syncs"`
+	// Subscribed is ["*"] for a wildcard subscription (followed by any names
+	// also subscribed explicitly), capped at Config.MaxNames entries, the
+	// last of which then says "+N more".
+	Subscribed []string `json:"subscribed"`
+	Resources  int      `json:"resources"` // in the acknowledged state
+}
+
+// DetectorState is an episode in progress (Active), or, with an empty Key, a
+// detector's summary: Count episodes since the tracker started, the last of
+// which started at Since.
+type DetectorState struct {
+	Detector string    `json:"detector"`
+	Key      string    `json:"key"`
+	Node     string    `json:"node"`
+	TypeURL  string    `json:"type_url"`
+	StreamID uint64    `json:"stream_id"`
+	Since    time.Time `json:"since"`
+	Count    int       `json:"count"`
+	Active   bool      `json:"active"`
+}
+
+// Streams returns a copy of every stream's state, or of the streams of one
+// node id, sorted by stream id.
+func (t *Tracker) Streams(nodeFilter string) []StreamState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := []StreamState{}
+	for _, id := range t.sortedIDs() {
+		s := t.streams[id]
+		if nodeFilter != "" && s.node.ID != nodeFilter {
+			continue
+		}
+		st := StreamState{
+			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
+			UserAgent: s.node.UserAgent, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
+			OpenedAt: s.meta.OpenedAt, Types: make(map[string]*TypeState, len(s.order)),
+		}
+		if s.sync.done {
+			secs := s.sync.elapsed.Seconds()
+			st.FullSyncSeconds = &secs
+		}
+		for _, ts := range s.order {
+			st.Types[ts.url] = ts.state(t.cfg.MaxNames)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func (ts *typeState) state(maxNames int) *TypeState {
+	return &TypeState{
+		State:            ts.stateName(),
+		LastSentVersion:  ts.sentVersion,
+		LastSentNonce:    ts.sentNonce,
+		LastAckedVersion: ts.ackedVersion,
+		LastAckedNonce:   ts.ackedNonce,
+		LastError:        ts.lastError,
+		Pushes:           ts.pushes,
+		ACKs:             ts.acks,
+		NACKs:            ts.nacks,
+		StaleNonces:      ts.staleNonces,
+		RedundantPushes:  ts.redundant,
+		FullSyncs:        ts.fullSyncs,
+		Subscribed:       ts.subscribedNames(maxNames),
+		Resources:        len(ts.acked),
+	}
+}
+
+func (ts *typeState) subscribedNames(maxNames int) []string {
+	names := make([]string, 0, len(ts.sub)+1)
+	for name := range ts.sub {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if ts.wildcard {
+		names = slices.Insert(names, 0, "*")
+	}
+	return capList(names, maxNames)
+}
+
+// capList shortens a list to maxNames entries, the last of which says how
+// many were left out.
+func capList(names []string, maxNames int) []string {
+	if len(names) <= maxNames {
+		return names
+	}
+	keep := maxNames - 1
+	return append(names[:keep:keep], "+"+strconv.Itoa(len(names)-keep)+" more")
+}
+
+// Detectors returns the episodes in progress, sorted by detector and key,
+// followed by one summary row per detector.
+func (t *Tracker) Detectors() []DetectorState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]DetectorState, 0, len(t.det.active)+len(detectorOrder))
+	for ep := range t.det.active {
+		out = append(out, DetectorState{
+			Detector: ep.detector, Key: ep.key, Node: ep.node, TypeURL: ep.typeURL, StreamID: ep.streamID,
+			Since: ep.since, Count: ep.count, Active: true,
+		})
+	}
+	slices.SortFunc(out, func(a, b DetectorState) int {
+		if c := strings.Compare(a.Detector, b.Detector); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	for _, name := range detectorOrder {
+		out = append(out, DetectorState{Detector: name, Since: t.det.lastStarted[name], Count: t.det.started[name]})
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package track_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/track"
+	"github.com/google/go-cmp/cmp"
+)
+
+// twoNodes is a tracker with a synced Envoy stream of node sidecar and a
+// fresh stream of another node.
+func twoNodes(t *testing.T) *track.Tracker {
+	tr := track.New(track.Config{})
+	run(t, tr, []step{
+		{do: open(1, adsSotW), want: []string{"open 1 sotw"}},
+		{do: frame(1, withNode(initial(cds), sidecar)), want: []string{"req 1 cds initial"}},
+		{at: 10 * ms, do: frame(1, push(cds, 1, cluster(reviews))), want: []string{
+			"push 1 cds v=1 res=1 +1 -0 ~0 =0 " + plus("+", reviews) + " full initial",
+		}},
+		{at: 20 * ms, do: frame(1, ack(cds, 1)), want: []string{"req 1 cds ack", "ended 1 cds v=1 ack 10ms"}},
+		{at: 40 * ms, do: open(2, adsDelta), want: []string{"open 2 delta"}},
+		{at: 40 * ms, do: frame(2, dinitialNode(lds, "router~10.1.9.9~ingress.istio-system~istio-system.svc.cluster.local")), want: []string{"req 2 lds initial"}},
+		{at: 2 * time.Second, do: frame(1, initial(eds, names("ep-", 25)...)), want: []string{"fullsync 1 20ms at=20ms [cds]", "req 1 eds initial"}},
+		{at: 2 * time.Second, do: frame(1, ack(eds, 7, names("ep-", 25)...)), want: []string{"req 1 eds stale"}},
+	})
+	return tr
+}
+
+func TestStreams(t *testing.T) {
+	tr := twoNodes(t)
+	secs := 0.02
+	want := []track.StreamState{{
+		ID: 1, ConnID: 101, NodeID: sidecar, NodeCluster: "productpage.default", UserAgent: "envoy/1.36.2",
+		Peer: "10.1.2.3:41000", Method: adsSotW, Protocol: track.SotW, OpenedAt: t0, FullSyncSeconds: &secs,
+		Types: map[string]*track.TypeState{
+			cds: {
+				State: "SYNCED", LastSentVersion: ver(1), LastSentNonce: nonce(1), LastAckedVersion: ver(1), LastAckedNonce: nonce(1),
+				Pushes: 1, ACKs: 1, FullSyncs: 1, Subscribed: []string{"*"}, Resources: 1,
+			},
+			eds: {State: "NOT_SENT", StaleNonces: 1, Subscribed: append(names("ep-", 19), "+6 more")},
+		},
+	}}
+	got := tr.Streams(sidecar)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Streams(%q) (-want +got):\n%s", sidecar, diff)
+	}
+
+	if got := tr.Streams("router~10.1.9.9~ingress.istio-system~istio-system.svc.cluster.local"); len(got) != 1 || got[0].ID != 2 {
+		t.Errorf("Streams(router) = %+v, want stream 2 only", got)
+	}
+	if got := tr.Streams(""); len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 {
+		t.Errorf("Streams(\"\") = %+v, want streams 1 and 2 in order", got)
+	}
+	if got := tr.Streams("sidecar~nobody"); got == nil || len(got) != 0 {
+		t.Errorf("Streams(unknown node) = %#v, want an empty, non-nil list", got)
+	}
+
+	// A copy: changing it changes nothing in the tracker.
+	got[0].Types[cds].Subscribed[0] = "changed"
+	got[0].Types[cds].Pushes = 99
+	if diff := cmp.Diff(want, tr.Streams(sidecar)); diff != "" {
+		t.Errorf("Streams changed by its caller (-want +got):\n%s", diff)
+	}
+}
+
+func TestStreamsJSON(t *testing.T) {
+	tr := twoNodes(t)
+	b, err := json.Marshal(tr.Streams(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []map[string]any
+	if err := json.Unmarshal(b, &streams); err != nil {
+		t.Fatal(err)
+	}
+	if len(streams) != 2 {
+		t.Fatalf("got %d streams in %s", len(streams), b)
+	}
+	keys := func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
+	wantStream := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	if diff := cmp.Diff(wantStream, keys(streams[0])); diff != "" {
+		t.Errorf("stream keys (-want +got):\n%s", diff)
+	}
+	// A stream without a full sync yet shows null rather than leaving it out.
+	wantDelta := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	if diff := cmp.Diff(wantDelta, keys(streams[1])); diff != "" {
+		t.Errorf("delta stream keys (-want +got):\n%s", diff)
+	}
+	if v := streams[1]["full_sync_seconds"]; v != nil {
+		t.Errorf("full_sync_seconds = %v, want null", v)
+	}
+	if v := streams[0]["full_sync_seconds"]; v != 0.02 {
+		t.Errorf("full_sync_seconds = %v, want 0.02", v)
+	}
+	if v := streams[1]["protocol"]; v != "delta" {
+		t.Errorf("protocol = %v, want delta", v)
+	}
+	types := streams[0]["types"].(map[string]any)
+	if got := keys(types); !slices.Equal(got, []string{cds, eds}) {
+		t.Errorf("types keys = %q, want the type URLs", got)
+	}
+	wantType := []string{"acks", "full_syncs", "last_acked_nonce", "last_acked_version", "last_sent_nonce", "last_sent_version",
+		"nacks", "pushes", "redundant_pushes", "resources", "stale_nonces", "state", "subscribed"}
+	if diff := cmp.Diff(wantType, keys(types[cds].(map[string]any))); diff != "" {
+		t.Errorf("type keys (-want +got):\n%s", diff)
+	}
+	lds := streams[1]["types"].(map[string]any)[lds].(map[string]any)
+	if got := fmt.Sprint(lds["subscribed"], " ", lds["state"]); got != "[*] NOT_SENT" {
+		t.Errorf("LDS subscribed and state = %s, want [*] NOT_SENT", got)
+	}
+}
+
+func TestDetectorsJSON(t *testing.T) {
+	tr := track.New(track.Config{HerdThreshold: 2})
+	tr.OpenStream(track.StreamMeta{ID: 1, Method: adsSotW, OpenedAt: t0})
+	tr.OpenStream(track.StreamMeta{ID: 2, Method: adsSotW, OpenedAt: t0})
+	rows := tr.Detectors()
+	want := []track.DetectorState{
+		{Detector: track.DetectorReconnectHerd, Key: "tap", Since: t0, Count: 2, Active: true},
+		{Detector: track.DetectorNACKStorm},
+		{Detector: track.DetectorNACKLoop},
+		{Detector: track.DetectorRepeatedFullSync},
+		{Detector: track.DetectorReconnectHerd, Since: t0, Count: 1},
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("Detectors (-want +got):\n%s", diff)
+	}
+	b, err := json.Marshal(rows[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []string{"active", "count", "detector", "key", "node", "since", "stream_id", "type_url"}
+	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(m))); diff != "" {
+		t.Errorf("detector keys (-want +got):\n%s", diff)
+	}
+}
+
+// Streams run concurrently; the race detector checks the locking.
+func TestConcurrentStreams(t *testing.T) {
+	tr := track.New(track.Config{})
+	var wg sync.WaitGroup
+	for id := uint64(1); id <= 8; id++ {
+		wg.Go(func() {
+			at := t0
+			next := func() time.Time { at = at.Add(ms); return at }
+			tr.OpenStream(track.StreamMeta{ID: id, Method: adsSotW, OpenedAt: at})
+			frame(id, withNode(initial(cds), fmt.Sprintf("sidecar~%d", id)))(t, tr, next())
+			for n := 1; n <= 50; n++ {
+				tr.Response(id, next(), decodedPush(t, push(cds, n, cluster(reviews), cluster(fmt.Sprintf("c-%d", n)))), 100)
+				frame(id, ack(cds, n))(t, tr, next())
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 50 {
+			tr.Tick(t0.Add(time.Second))
+			tr.Streams("")
+			tr.Detectors()
+		}
+	})
+	wg.Wait()
+	for _, s := range tr.Streams("") {
+		if ts := s.Types[cds]; ts.ACKs != 50 || ts.Resources != 2 || ts.State != "SYNCED" {
+			t.Errorf("stream %d: %+v, want 50 ACKs of 2 resources", s.ID, ts)
+		}
+	}
+}

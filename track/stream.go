@@ -1,0 +1,170 @@
+package track
+
+import (
+	"slices"
+	"time"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// maxTypesPerStream bounds what a client inventing type URLs can make the
+// tracker hold; real clients use a dozen at most.
+const maxTypesPerStream = 64
+
+// stream is the tracked state of one relayed stream.
+type stream struct {
+	meta    StreamMeta
+	node    Node
+	hasNode bool
+	// defaultType is the type of a per-type (non-ADS) stream, for frames
+	// that leave type_url empty.
+	defaultType string
+	types       map[string]*typeState
+	order       []*typeState // in the order the types appeared, for stable event order
+	sync        fullSyncClock
+	// lastRound is when every subscribed type was last seen resent whole.
+	lastRound time.Time
+}
+
+// fullRoundWindow is how close together the pushes of one resync are: a
+// control plane sends every type of a full push within its debounce, in
+// well under a second.
+const fullRoundWindow = 2 * time.Second
+
+// fullRound reports whether the push at at completes a resync of the whole
+// stream: every type the client subscribes to was sent whole within
+// fullRoundWindow. Each resync is reported once.
+func (s *stream) fullRound(at time.Time) bool {
+	if !s.lastRound.IsZero() && at.Sub(s.lastRound) < fullRoundWindow {
+		return false
+	}
+	n := 0
+	for _, ts := range s.order {
+		if !ts.requested || ts.url == codec.TypeSyncz || (!ts.wildcard && len(ts.sub) == 0) {
+			continue
+		}
+		if ts.lastFull.IsZero() || at.Sub(ts.lastFull) > fullRoundWindow {
+			return false
+		}
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	s.lastRound = at
+	return true
+}
+
+// fullSyncClock measures the time to full sync. Clients request types in a
+// chain (EDS once clusters arrive, RDS once listeners do), so the moment every
+// requested type is acknowledged is only a candidate until FullSyncSettle
+// passes without a new type being requested.
+type fullSyncClock struct {
+	done      bool
+	elapsed   time.Duration
+	candidate time.Time
+	pending   bool // candidate is set
+	types     []string
+}
+
+func newStream(m StreamMeta) *stream {
+	return &stream{meta: m, defaultType: defaultTypeOf(m.Method), types: make(map[string]*typeState)}
+}
+
+// typeFor returns the state of a type, creating it on first sight, or nil
+// once the stream has too many types.
+func (s *stream) typeFor(url string) *typeState {
+	if url == "" {
+		url = s.defaultType
+	}
+	if ts := s.types[url]; ts != nil {
+		return ts
+	}
+	if len(s.order) >= maxTypesPerStream {
+		return nil
+	}
+	ts := newTypeState(url)
+	s.types[url] = ts
+	s.order = append(s.order, ts)
+	return ts
+}
+
+// setNode keeps the identity of the first request that carries one: later
+// requests do not repeat it.
+func (s *stream) setNode(n *codec.Node) {
+	if n == nil || s.hasNode {
+		return
+	}
+	s.hasNode = true
+	s.node = Node{ID: n.ID, Cluster: n.Cluster, Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
+	switch {
+	case n.UserAgentVersion != "":
+		s.node.UserAgent = n.UserAgentName + "/" + n.UserAgentVersion
+	default:
+		s.node.UserAgent = n.UserAgentName
+	}
+}
+
+// requested advances the full-sync clock after a request: a new type cancels
+// the candidate, and an answer may make a new one.
+func (s *stream) requested(at time.Time, ts *typeState, newType bool) {
+	c := &s.sync
+	if c.done {
+		return
+	}
+	if newType && ts.url != codec.TypeSyncz {
+		c.pending = false
+		c.types = nil
+	}
+	if c.pending {
+		return
+	}
+	if types := s.syncedTypes(); types != nil {
+		c.candidate, c.pending, c.types = at, true, types
+	}
+}
+
+// syncedTypes returns the types the client wants, sorted, when each has an
+// acknowledged push and no push is waiting for an answer; nil otherwise.
+// istioctl's syncz is not configuration and does not count.
+func (s *stream) syncedTypes() []string {
+	n := 0
+	for _, ts := range s.order {
+		if ts.url == codec.TypeSyncz {
+			continue
+		}
+		if ts.pending() {
+			return nil
+		}
+		if !ts.requested || ts.empty() {
+			continue
+		}
+		if ts.ackedNonce == "" {
+			return nil
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	types := make([]string, 0, n)
+	for _, ts := range s.order {
+		if ts.url != codec.TypeSyncz && ts.requested && !ts.empty() {
+			types = append(types, ts.url)
+		}
+	}
+	slices.Sort(types)
+	return types
+}
+
+// settle finalizes a candidate that has stood for FullSyncSettle, or
+// unconditionally when the stream ends, since no new type can come then.
+func (s *stream) settle(now time.Time, settle time.Duration, closing bool, evs []Event) []Event {
+	c := &s.sync
+	if c.done || !c.pending || (!closing && now.Sub(c.candidate) < settle) {
+		return evs
+	}
+	c.done, c.pending = true, false
+	c.elapsed = c.candidate.Sub(s.meta.OpenedAt)
+	return append(evs, FullSyncComplete{StreamID: s.meta.ID, Node: s.node, At: c.candidate, Elapsed: c.elapsed, Types: c.types})
+}

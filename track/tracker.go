@@ -1,0 +1,159 @@
+package track
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// Tracker follows the protocol state of every stream of a tap. It is pure
+// logic: no goroutines, no I/O, no clock of its own (every call says what
+// time it is), so a sequence of calls always gives the same events.
+//
+// It is safe for concurrent use. Calls for one stream must come in the order
+// the frames crossed the tap; calls for different streams may run at once.
+//
+// The returned events are the caller's, but slices inside them (name lists)
+// may be shared between events and must not be modified.
+type Tracker struct {
+	mu      sync.Mutex
+	cfg     Config
+	streams map[uint64]*stream
+	det     detectors
+	ids     []uint64 // scratch for visiting streams in id order
+}
+
+// New returns a Tracker; zero fields of cfg take their defaults.
+func New(cfg Config) *Tracker {
+	t := &Tracker{cfg: cfg.withDefaults(), streams: make(map[uint64]*stream)}
+	t.det = newDetectors(&t.cfg)
+	return t
+}
+
+// OpenStream starts tracking a stream. A zero m.Protocol is derived from
+// m.Method.
+func (t *Tracker) OpenStream(m StreamMeta) []Event {
+	if m.Protocol == "" {
+		m.Protocol = ProtocolOf(m.Method)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var evs []Event
+	if old := t.streams[m.ID]; old != nil {
+		// An id is never reused by the tap; if it were, the old stream's
+		// episodes must not stay active forever.
+		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
+	}
+	t.streams[m.ID] = newStream(m)
+	evs = append(evs, StreamOpened{Stream: m})
+	return t.det.opened(m.OpenedAt, evs)
+}
+
+// Request tracks a request of a stream. size is the frame's size on the wire.
+func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, size int) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[streamID]
+	if s == nil || req == nil || s.meta.Protocol == Opaque {
+		return nil
+	}
+	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	s.setNode(req.Node)
+	ts := s.typeFor(req.TypeURL)
+	if ts == nil {
+		return evs
+	}
+	c := ts.classify(req)
+	evs = append(evs, RequestSeen{
+		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
+		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
+	})
+	if c.answers {
+		evs = ts.answer(at, req, t.cfg.MaxNames, evs)
+		evs = t.det.answered(s, ts, at, req.ErrorDetail != nil, evs)
+	} else {
+		evs = t.det.checkStorm(ts, at, evs)
+	}
+	s.requested(at, ts, c.newType)
+	return evs
+}
+
+// Response tracks a response (a push) of a stream. resp may be reused by the
+// caller once Response returns: nothing of it is kept without copying.
+func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, size int) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[streamID]
+	if s == nil || resp == nil || s.meta.Protocol == Opaque {
+		return nil
+	}
+	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	ts := s.typeFor(resp.TypeURL)
+	if ts == nil {
+		return evs
+	}
+	evs = ts.send(s, at, resp, size, &t.cfg, evs)
+	return t.det.pushed(s, ts, at, evs)
+}
+
+// CloseStream ends tracking of a stream: its open pushes end as closed, its
+// episodes end, and its state is dropped. code and message are the gRPC
+// status the client got.
+func (t *Tracker) CloseStream(streamID uint64, at time.Time, code uint32, message string) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[streamID]
+	if s == nil {
+		return nil
+	}
+	return t.closeStream(s, at, code, message, nil)
+}
+
+func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message string, evs []Event) []Event {
+	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
+	for _, ts := range s.order {
+		evs = ts.closePush(at, evs)
+	}
+	for _, ts := range s.order {
+		evs = t.det.closed(ts, at, evs)
+	}
+	delete(t.streams, s.meta.ID)
+	return append(evs, StreamClosed{Stream: s.meta, Node: s.node, At: at, Code: code, Message: message})
+}
+
+// DecodeFailed reports a frame that could not be decoded. The stream's state
+// is left as it was: the frame was relayed, but what it meant is unknown.
+func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction string, err error) []Event {
+	return []Event{DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}}
+}
+
+// Tick runs the rules that depend on time passing rather than on frames:
+// push timeouts, the settling of time to full sync, and the end of
+// episodes. Call it about once a second.
+func (t *Tracker) Tick(now time.Time) []Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var evs []Event
+	for _, id := range t.sortedIDs() {
+		s := t.streams[id]
+		evs = s.settle(now, t.cfg.FullSyncSettle, false, evs)
+		for _, ts := range s.order {
+			evs = ts.expire(now, t.cfg.PushTimeout, evs)
+			evs = t.det.checkStorm(ts, now, evs)
+		}
+	}
+	return t.det.tick(now, evs)
+}
+
+// sortedIDs returns the stream ids in order, in a slice reused by the next
+// call: ticks must not allocate per stream.
+func (t *Tracker) sortedIDs() []uint64 {
+	t.ids = t.ids[:0]
+	for id := range t.streams {
+		t.ids = append(t.ids, id)
+	}
+	slices.Sort(t.ids)
+	return t.ids
+}
