@@ -62,7 +62,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		return exitFailure
 	}
-	cp := demo.StartControlPlane(ctx, cpLis, log)
+	cp := demo.StartControlPlane(ctx, cpLis, log, f.interval/4)
 	defer cp.Stop()
 
 	// The tap itself is exactly what `adstap run` starts.

@@ -24,13 +24,11 @@ type ControlPlane struct {
 	lis   net.Listener
 }
 
-// nackPause slows go-control-plane's answer to a NACK. Its snapshot cache
-// re-sends a rejected snapshot at once, which on loopback makes thousands of
-// NACKs a second; at this pace the demo shows a storm a person can read.
-const nackPause = 700 * time.Millisecond
-
-// StartControlPlane serves ADS (SotW and Delta) on lis.
-func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger) *ControlPlane {
+// StartControlPlane serves ADS (SotW and Delta) on lis. nackPause slows its
+// answer to a NACK: go-control-plane's snapshot cache re-sends a rejected
+// snapshot at once, which on loopback makes thousands of NACKs a second; at a
+// slower pace the demo shows a storm a person can read.
+func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, nackPause time.Duration) *ControlPlane {
 	cp := &ControlPlane{
 		cache: cache.NewSnapshotCache(true, cache.IDHash{}, cacheLog{log}),
 		srv:   grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20)),

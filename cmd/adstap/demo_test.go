@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoShowsPushesNACKsAStormAndRecovery runs `adstap demo` fast and reads
+// its live log for what the README promises a newcomer.
+func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	var out lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runCLI(ctx, []string{"demo", "--interval=300ms", "--admin=127.0.0.1:0"}, &out, &out)
+	}()
+	want := []string{
+		"debug/streams",              // the banner's admin URL
+		"full sync complete",         // connect phases end
+		" ACK ",                      // pushes accepted
+		"NACK",                       // the bad cluster rejected...
+		`unexpected lbPolicy MAGLEV`, // ...with the client's own words
+		"NACK storm started",         // the detector fires
+		"NACK loop ended",            // and the fix ends the loop
+		"+1 -0 ~0",                   // a diff with an added resource
+		"full(repeated) redundant",   // SotW re-sending unchanged config
+		"node=proxyless~127.0.0.1~greeter-client", // both clients are seen
+		"node=sidecar~127.0.0.1~productpage",
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			<-exited
+			t.Fatalf("the demo's output lacks %q after 30s:\n%s", missing, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	select {
+	case code := <-exited:
+		if code != exitOK {
+			t.Errorf("demo exited %d, want 0", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the demo did not stop after Ctrl-C")
+	}
+}
