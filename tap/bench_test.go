@@ -8,10 +8,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
 )
 
 // BenchmarkPush20MB measures a 20 MB push (one request, one response) straight
-// to the upstream and through the tap, side by side in one run:
+// to the upstream, through the tap, and through the tap with the tracker
+// decoding every frame, side by side in one run:
 //
 //	go test -run '^$' -bench Push20MB -count 6 ./tap/ | benchstat -col /path -
 func BenchmarkPush20MB(b *testing.B) {
@@ -28,10 +30,12 @@ func BenchmarkPush20MB(b *testing.B) {
 		}
 	})
 	_, tapAddr := startTap(b, tap.Config{Upstream: up.addr}, nil)
+	observer := track.NewObserver(track.New(track.DefaultConfig()))
+	_, observedAddr := startTap(b, tap.Config{Upstream: up.addr, Observer: observer}, nil)
 	for _, path := range []struct {
 		name string
 		addr tap.Address
-	}{{"direct", up.addr}, {"tap", tapAddr}} {
+	}{{"direct", up.addr}, {"tap", tapAddr}, {"tap+tracker", observedAddr}} {
 		b.Run("path="+path.name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -1,0 +1,82 @@
+package tap_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/adstap/adstap/tap"
+)
+
+// Both peers write far more than the flow-control windows hold before either
+// reads (the shape of istio#39209). The tap must only ever wait on the peer it
+// writes to, so once both start reading, everything arrives.
+func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
+	const frames, size = 200, 64 << 10 // 12.5 MiB each way, far past 64 KiB windows
+	upstreamWrote := make(chan struct{})
+	startReading := make(chan struct{})
+	var upstreamGot int
+	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-startReading
+			for upstreamGot < frames {
+				if _, err := recvBytes(s); err != nil {
+					return
+				}
+				upstreamGot++
+			}
+		}()
+		for i := 0; i < frames; i++ {
+			if err := sendBytes(s, make([]byte, size)); err != nil {
+				return err
+			}
+			if i == 0 {
+				close(upstreamWrote)
+			}
+		}
+		wg.Wait()
+		return nil
+	})
+	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := openRaw(t, ctx, dial(t, addr), adsMethod)
+
+	clientWrote := make(chan error, 1)
+	go func() {
+		for i := 0; i < frames; i++ {
+			if err := sendBytes(s, make([]byte, size)); err != nil {
+				clientWrote <- err
+				return
+			}
+		}
+		clientWrote <- nil
+	}()
+	// Let both sides fill every buffer on the way, then read.
+	<-upstreamWrote
+	time.Sleep(300 * time.Millisecond)
+	close(startReading)
+	got := 0
+	for got < frames {
+		if _, err := recvBytes(s); err != nil {
+			t.Fatalf("client read %d of %d frames: %v", got, frames, err)
+		}
+		got++
+	}
+	if err := <-clientWrote; err != nil {
+		t.Fatalf("client write: %v", err)
+	}
+	s.CloseSend()
+	if _, err := recvBytes(s); err == nil {
+		t.Fatal("want the end of the stream")
+	}
+	if upstreamGot != frames {
+		t.Errorf("upstream read %d frames, want %d", upstreamGot, frames)
+	}
+}
