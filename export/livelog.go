@@ -92,6 +92,17 @@ func (l *LiveLog) OnEvent(e track.Event) {
 	case track.DetectorEnded:
 		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", detectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count, "duration_seconds", e.Duration.Seconds())
+	case track.UpstreamConnected:
+		c := e.UpstreamConnect
+		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", latency(c.DNS), latency(c.TCP), latency(c.TLS))
+		if c.Err != nil {
+			l.line(slog.LevelWarn, fmt.Sprintf("upstream %s unreachable for connection %d: %s failed (%s): %v", c.Upstream, c.ConnID, c.FailedPhase, phases, c.Err),
+				"conn", c.ConnID, "upstream", c.Upstream, "failed_phase", c.FailedPhase, "error", c.Err.Error(),
+				"dns_ms", ms(c.DNS), "tcp_ms", ms(c.TCP), "tls_ms", ms(c.TLS))
+			return
+		}
+		l.line(slog.LevelInfo, fmt.Sprintf("upstream %s connected for connection %d: %s", c.Upstream, c.ConnID, phases),
+			"conn", c.ConnID, "upstream", c.Upstream, "dns_ms", ms(c.DNS), "tcp_ms", ms(c.TCP), "tls_ms", ms(c.TLS))
 	case track.DecodeError:
 		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: undecodable %s relayed unchanged: %v", e.StreamID, e.Direction, e.Err),
 			"stream", e.StreamID, "direction", e.Direction, "error", e.Err.Error())

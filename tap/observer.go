@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/adstap/adstap/codec"
 )
 
 // Observer is told about every stream and every frame the tap relays, in the
@@ -15,17 +17,22 @@ import (
 //
 // The relay never waits for an observer: frames are queued for it, and when
 // the queue is over its bound they are skipped and counted (Frame.Skipped).
+//
+// OnUpstreamConnect is called from gRPC's dialing goroutine each time an
+// upstream connection comes up or fails to; it must return quickly.
 type Observer interface {
 	OnStreamOpen(StreamInfo)
 	OnFrame(StreamInfo, Frame)
 	OnStreamClose(StreamInfo, StreamEnd)
+	OnUpstreamConnect(UpstreamConnect)
 }
 
 // ObserverFuncs is an Observer built from optional functions; a nil field is a no-op.
 type ObserverFuncs struct {
-	StreamOpenFunc  func(StreamInfo)
-	FrameFunc       func(StreamInfo, Frame)
-	StreamCloseFunc func(StreamInfo, StreamEnd)
+	StreamOpenFunc      func(StreamInfo)
+	FrameFunc           func(StreamInfo, Frame)
+	StreamCloseFunc     func(StreamInfo, StreamEnd)
+	UpstreamConnectFunc func(UpstreamConnect)
 }
 
 var _ Observer = ObserverFuncs{}
@@ -48,6 +55,13 @@ func (f ObserverFuncs) OnFrame(s StreamInfo, fr Frame) {
 func (f ObserverFuncs) OnStreamClose(s StreamInfo, e StreamEnd) {
 	if f.StreamCloseFunc != nil {
 		f.StreamCloseFunc(s, e)
+	}
+}
+
+// OnUpstreamConnect calls UpstreamConnectFunc if set.
+func (f ObserverFuncs) OnUpstreamConnect(c UpstreamConnect) {
+	if f.UpstreamConnectFunc != nil {
+		f.UpstreamConnectFunc(c)
 	}
 }
 
@@ -76,8 +90,12 @@ type StreamInfo struct {
 	ID       uint64 // unique within this process, in opening order
 	ConnID   uint64 // the downstream connection the stream belongs to
 	Method   string // full gRPC method, e.g. /envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources
+	Protocol codec.Protocol
 	Peer     net.Addr
 	OpenedAt time.Time
+	// Connect is how the stream's upstream connection last came up, when it
+	// had by the time the stream opened.
+	Connect *UpstreamConnect
 	// Header is the downstream request metadata. It includes credentials such
 	// as authorization: an observer that writes it anywhere must redact it.
 	Header metadata.MD

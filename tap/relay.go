@@ -37,6 +37,7 @@ type relay struct {
 	call   *callState
 	cancel context.CancelCauseFunc
 	obs    *observation // nil without an observer
+	count  *relayCounters
 }
 
 // handle is the gRPC handler for every method the tap receives.
@@ -69,14 +70,20 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 		return err
 	}
 
-	r := &relay{srv: s, down: down, up: up, call: call, cancel: cancel}
+	proto := codec.ProtocolOf(method)
+	r := &relay{srv: s, down: down, up: up, call: call, cancel: cancel, count: &s.counters[protocolIndex(proto)]}
 	r.info = StreamInfo{
 		ID:       s.nextStream.Add(1),
 		ConnID:   conn.id,
 		Method:   method,
+		Protocol: proto,
 		OpenedAt: time.Now(),
+		Connect:  conn.connect(),
 		Header:   header,
 	}
+	r.count.streamsOpened.Add(1)
+	r.count.streamsActive.Add(1)
+	defer r.count.streamsActive.Add(-1)
 	if p, ok := peer.FromContext(ctx); ok {
 		r.info.Peer = p.Addr
 	}
@@ -161,10 +168,12 @@ func (r *relay) pumpResponses(ctx context.Context) error {
 }
 
 func (r *relay) observe(d Direction, f *codec.Frame) {
+	size := f.Data.Len()
+	r.count.frame(d, size)
 	if r.obs == nil {
 		return
 	}
-	r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: f.Data.Len(), Data: f.Data})
+	r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: size, Data: f.Data})
 }
 
 // finish decides the status the client receives and reports the end.

@@ -61,6 +61,7 @@ type Server struct {
 
 	nextStream atomic.Uint64
 	nextConn   atomic.Uint64
+	counters   [len(protocols)]relayCounters
 
 	mu       sync.Mutex
 	conns    map[*downstreamConn]struct{}

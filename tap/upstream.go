@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +27,17 @@ type downstreamConn struct {
 	id  uint64
 	srv *Server
 
-	mu     sync.Mutex
-	cc     *grpc.ClientConn
-	closed bool
+	mu          sync.Mutex
+	cc          *grpc.ClientConn
+	closed      bool
+	lastConnect *UpstreamConnect
+}
+
+// connect returns how the connection's upstream last came up, or nil.
+func (d *downstreamConn) connect() *UpstreamConnect {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastConnect
 }
 
 // upstream returns the connection's upstream, creating it on first use; the
@@ -44,7 +51,7 @@ func (d *downstreamConn) upstream(userAgent string) (*grpc.ClientConn, error) {
 	if d.cc != nil {
 		return d.cc, nil
 	}
-	cc, err := d.srv.newUpstreamConn(userAgent)
+	cc, err := d.srv.newUpstreamConn(d, userAgent)
 	if err != nil {
 		return nil, err
 	}
@@ -63,15 +70,15 @@ func (d *downstreamConn) close() {
 	}
 }
 
-func (s *Server) newUpstreamConn(userAgent string) (*grpc.ClientConn, error) {
+func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if s.cfg.UpstreamTLS != nil {
 		creds = credentials.NewTLS(s.cfg.UpstreamTLS)
 	}
 	target := "passthrough:///" + s.upstream.Addr
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(s.dialUpstream),
+		grpc.WithTransportCredentials(timedCreds{TransportCredentials: creds, conn: d}),
+		grpc.WithContextDialer(d.dialer()),
 		grpc.WithStatsHandler(upstreamStats{}),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(s.cfg.MaxMessageSize),
@@ -104,11 +111,6 @@ func (s *Server) newUpstreamConn(userAgent string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("creating upstream connection to %s: %w", s.upstream, err)
 	}
 	return cc, nil
-}
-
-func (s *Server) dialUpstream(ctx context.Context, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, s.upstream.Network, s.upstream.Addr)
 }
 
 // callState records what the upstream sent on one stream, as seen by gRPC's

@@ -1,20 +1,27 @@
 package track
 
-import "time"
+import (
+	"time"
+
+	"github.com/adstap/adstap/codec"
+)
 
 // Event is something the tracker learned from the wire. Every exporter
 // (live log, metrics, spans, debug pages, capture) consumes the same events.
 type Event interface{ event() }
 
-// Protocol is how a stream speaks: SotW and Delta are xDS; opaque is any other
-// method, relayed but not decoded.
-type Protocol string
+// Protocol is how a stream speaks (codec.ProtocolOf).
+type Protocol = codec.Protocol
 
+// The protocols, as codec names them.
 const (
-	SotW   Protocol = "sotw"
-	Delta  Protocol = "delta"
-	Opaque Protocol = "opaque"
+	SotW   = codec.SotW
+	Delta  = codec.Delta
+	Opaque = codec.Opaque
 )
+
+// ProtocolOf tells how a gRPC method speaks.
+func ProtocolOf(method string) Protocol { return codec.ProtocolOf(method) }
 
 // StreamMeta describes a stream when it opens.
 type StreamMeta struct {

@@ -1,6 +1,10 @@
 package track
 
-import "time"
+import (
+	"time"
+
+	"github.com/adstap/adstap/tap"
+)
 
 // ObservationGap: frames of a stream were relayed but never observed, because
 // the observation queue was full. The stream's tracked state may be off
@@ -12,3 +16,9 @@ type ObservationGap struct {
 }
 
 func (ObservationGap) event() {}
+
+// UpstreamConnected: an upstream connection came up, or failed to, with the
+// time each connect phase took.
+type UpstreamConnected struct{ tap.UpstreamConnect }
+
+func (UpstreamConnected) event() {}

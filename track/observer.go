@@ -56,7 +56,7 @@ func (o *Observer) OnStreamOpen(s tap.StreamInfo) {
 // OnFrame decodes one frame's envelope and tracks it. Undecodable frames
 // were relayed all the same; they are reported as DecodeError events.
 func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
-	proto := ProtocolOf(s.Method)
+	proto := s.Protocol
 	if proto == Opaque {
 		return
 	}
@@ -93,6 +93,11 @@ func (o *Observer) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 	o.emit(o.tracker.CloseStream(s.ID, e.Time, uint32(e.Code), e.Message))
 }
 
+// OnUpstreamConnect passes the phases of an upstream connection on to the sinks.
+func (o *Observer) OnUpstreamConnect(c tap.UpstreamConnect) {
+	o.emit([]Event{UpstreamConnected{c}})
+}
+
 // Tick lets time-based rules run (push timeouts, the end of storms); call it
 // about once a second.
 func (o *Observer) Tick(now time.Time) {
@@ -108,7 +113,7 @@ func (o *Observer) emit(events []Event) {
 }
 
 func metaOf(s tap.StreamInfo) StreamMeta {
-	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: ProtocolOf(s.Method), OpenedAt: s.OpenedAt}
+	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: s.Protocol, OpenedAt: s.OpenedAt}
 	if s.Peer != nil {
 		m.Peer = s.Peer.String()
 	}

@@ -68,7 +68,7 @@ type fullSyncClock struct {
 }
 
 func newStream(m StreamMeta) *stream {
-	return &stream{meta: m, defaultType: defaultTypeOf(m.Method), types: make(map[string]*typeState)}
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState)}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil

@@ -1,9 +1,16 @@
-package track
+package codec
 
-import (
-	"strings"
+import "strings"
 
-	"github.com/adstap/adstap/codec"
+// Protocol is how a stream speaks: SotW and Delta are xDS; opaque is any other
+// method, relayed but not decoded.
+type Protocol string
+
+// The protocols.
+const (
+	SotW   Protocol = "sotw"
+	Delta  Protocol = "delta"
+	Opaque Protocol = "opaque"
 )
 
 // ProtocolOf tells how a gRPC method speaks. Only the streaming methods of the
@@ -58,21 +65,21 @@ func isDiscoveryService(service string) bool {
 // clients that leave type_url empty on a non-aggregated stream, which the
 // protocol allows there.
 var serviceTypes = map[string]string{
-	"ListenerDiscoveryService":         codec.TypeListener,
-	"RouteDiscoveryService":            codec.TypeRoute,
-	"ScopedRoutesDiscoveryService":     codec.TypeScopedRoute,
-	"VirtualHostDiscoveryService":      codec.TypeVirtualHost,
-	"ClusterDiscoveryService":          codec.TypeCluster,
-	"EndpointDiscoveryService":         codec.TypeEndpoint,
-	"SecretDiscoveryService":           codec.TypeSecret,
-	"RuntimeDiscoveryService":          codec.TypeRuntime,
-	"ExtensionConfigDiscoveryService":  codec.TypeExtensionConfig,
+	"ListenerDiscoveryService":         TypeListener,
+	"RouteDiscoveryService":            TypeRoute,
+	"ScopedRoutesDiscoveryService":     TypeScopedRoute,
+	"VirtualHostDiscoveryService":      TypeVirtualHost,
+	"ClusterDiscoveryService":          TypeCluster,
+	"EndpointDiscoveryService":         TypeEndpoint,
+	"SecretDiscoveryService":           TypeSecret,
+	"RuntimeDiscoveryService":          TypeRuntime,
+	"ExtensionConfigDiscoveryService":  TypeExtensionConfig,
 	"LocalityEndpointDiscoveryService": "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
 }
 
-// defaultTypeOf is the type URL a stream of this method carries when its
+// DefaultTypeOf is the type URL a stream of this method carries when its
 // frames do not say; "" for aggregated and opaque streams.
-func defaultTypeOf(method string) string {
+func DefaultTypeOf(method string) string {
 	service, _, ok := splitMethod(method)
 	if !ok || !isDiscoveryService(service) {
 		return ""

@@ -1,10 +1,10 @@
-package track_test
+package codec_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/adstap/adstap/track"
+	"github.com/adstap/adstap/codec"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v2"
@@ -25,23 +25,23 @@ import (
 )
 
 func TestProtocolOf(t *testing.T) {
-	for method, want := range map[string]track.Protocol{
-		adsSotW:  track.SotW,
-		adsDelta: track.Delta,
-		"/envoy.service.cluster.v3.ClusterDiscoveryService/StreamClusters":                 track.SotW,
-		"/envoy.service.route.v3.VirtualHostDiscoveryService/DeltaVirtualHosts":            track.Delta,
-		"/envoy.service.listener.v3.ListenerDiscoveryService/FetchListeners":               track.Opaque,
-		"/istio.v1.auth.IstioCertificateService/CreateCertificate":                         track.Opaque,
-		"/envoy.service.status.v3.ClientStatusDiscoveryService/StreamClientStatus":         track.Opaque,
-		"/envoy.service.health.v3.HealthDiscoveryService/StreamHealthCheck":                track.Opaque,
-		"/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs":                    track.Opaque,
-		"/envoy.service.discovery.v2.AggregatedDiscoveryService/StreamAggregatedResources": track.Opaque,
-		"/grpc.health.v1.Health/Watch":                                                     track.Opaque,
-		"":                                                                                 track.Opaque,
-		"/":                                                                                track.Opaque,
-		"StreamAggregatedResources":                                                        track.Opaque,
+	for method, want := range map[string]codec.Protocol{
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources": codec.SotW,
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources":  codec.Delta,
+		"/envoy.service.cluster.v3.ClusterDiscoveryService/StreamClusters":                 codec.SotW,
+		"/envoy.service.route.v3.VirtualHostDiscoveryService/DeltaVirtualHosts":            codec.Delta,
+		"/envoy.service.listener.v3.ListenerDiscoveryService/FetchListeners":               codec.Opaque,
+		"/istio.v1.auth.IstioCertificateService/CreateCertificate":                         codec.Opaque,
+		"/envoy.service.status.v3.ClientStatusDiscoveryService/StreamClientStatus":         codec.Opaque,
+		"/envoy.service.health.v3.HealthDiscoveryService/StreamHealthCheck":                codec.Opaque,
+		"/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs":                    codec.Opaque,
+		"/envoy.service.discovery.v2.AggregatedDiscoveryService/StreamAggregatedResources": codec.Opaque,
+		"/grpc.health.v1.Health/Watch":                                                     codec.Opaque,
+		"":                                                                                 codec.Opaque,
+		"/":                                                                                codec.Opaque,
+		"StreamAggregatedResources":                                                        codec.Opaque,
 	} {
-		if got := track.ProtocolOf(method); got != want {
+		if got := codec.ProtocolOf(method); got != want {
 			t.Errorf("ProtocolOf(%q) = %q, want %q", method, got, want)
 		}
 	}
@@ -51,7 +51,7 @@ func TestProtocolOf(t *testing.T) {
 // carries DiscoveryRequest, Delta when DeltaDiscoveryRequest: checked
 // against the service descriptors go-control-plane registers.
 func TestProtocolOfMatchesServiceDescriptors(t *testing.T) {
-	checked := map[track.Protocol]int{}
+	checked := map[codec.Protocol]int{}
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		for i := range fd.Services().Len() {
 			sd := fd.Services().Get(i)
@@ -61,16 +61,16 @@ func TestProtocolOfMatchesServiceDescriptors(t *testing.T) {
 			for j := range sd.Methods().Len() {
 				md := sd.Methods().Get(j)
 				method := "/" + string(sd.FullName()) + "/" + string(md.Name())
-				want := track.Opaque
+				want := codec.Opaque
 				if md.IsStreamingClient() && md.IsStreamingServer() {
 					switch md.Input().FullName() {
 					case "envoy.service.discovery.v3.DiscoveryRequest":
-						want = track.SotW
+						want = codec.SotW
 					case "envoy.service.discovery.v3.DeltaDiscoveryRequest":
-						want = track.Delta
+						want = codec.Delta
 					}
 				}
-				if got := track.ProtocolOf(method); got != want {
+				if got := codec.ProtocolOf(method); got != want {
 					t.Errorf("ProtocolOf(%q) = %q, want %q", method, got, want)
 				}
 				checked[want]++
@@ -80,7 +80,7 @@ func TestProtocolOfMatchesServiceDescriptors(t *testing.T) {
 	})
 	t.Logf("checked %v", checked)
 	// ADS plus eight per-type services in SotW, ten with VHDS and LEDS in Delta.
-	if checked[track.SotW] < 9 || checked[track.Delta] < 11 || checked[track.Opaque] < 10 {
+	if checked[codec.SotW] < 9 || checked[codec.Delta] < 11 || checked[codec.Opaque] < 10 {
 		t.Errorf("checked %v methods: the service packages did not register", checked)
 	}
 }

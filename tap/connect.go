@@ -1,0 +1,139 @@
+package tap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// UpstreamConnect is how one upstream connection came up, phase by phase: the
+// seed's DNS, TCP and TLS. A phase that did not happen (an IP address, a Unix
+// socket, plaintext) has a zero duration.
+type UpstreamConnect struct {
+	ConnID   uint64 // the downstream connection the upstream serves
+	Upstream string
+	Start    time.Time
+	DNS      time.Duration
+	TCP      time.Duration
+	TLS      time.Duration
+	// FailedPhase is "dns", "tcp" or "tls" when that phase failed, with Err.
+	FailedPhase string
+	Err         error
+}
+
+// connectTiming follows one dial through its phases.
+type connectTiming struct {
+	mu sync.Mutex
+	c  UpstreamConnect
+}
+
+// timedConn carries a dial's timing to the TLS handshake that follows it.
+type timedConn struct {
+	net.Conn
+	timing *connectTiming
+}
+
+// dialer returns the context dialer of one downstream connection's upstream.
+// It resolves and connects in steps of its own, so each phase is timed.
+func (d *downstreamConn) dialer() func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, _ string) (net.Conn, error) {
+		up := d.srv.upstream
+		t := &connectTiming{c: UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
+		conn, err := dialTimed(ctx, up, t)
+		if err != nil {
+			d.srv.reportConnect(d, t.c)
+			return nil, err
+		}
+		return &timedConn{Conn: conn, timing: t}, nil
+	}
+}
+
+func dialTimed(ctx context.Context, up Address, t *connectTiming) (net.Conn, error) {
+	var dialer net.Dialer
+	if up.Network == "unix" {
+		start := time.Now()
+		conn, err := dialer.DialContext(ctx, "unix", up.Addr)
+		t.c.TCP = time.Since(start)
+		if err != nil {
+			t.c.FailedPhase, t.c.Err = "tcp", err
+		}
+		return conn, err
+	}
+	host, port, err := net.SplitHostPort(up.Addr)
+	if err != nil {
+		t.c.FailedPhase, t.c.Err = "tcp", err
+		return nil, err
+	}
+	ips := []string{host}
+	if net.ParseIP(host) == nil {
+		start := time.Now()
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		t.c.DNS = time.Since(start)
+		if err != nil {
+			t.c.FailedPhase, t.c.Err = "dns", err
+			return nil, fmt.Errorf("resolving %s: %w", host, err)
+		}
+		ips = addrs
+	}
+	start := time.Now()
+	var errs []error
+	for _, ip := range ips {
+		conn, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip, port))
+		if err == nil {
+			t.c.TCP = time.Since(start)
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	t.c.TCP = time.Since(start)
+	t.c.FailedPhase, t.c.Err = "tcp", errors.Join(errs...)
+	return nil, t.c.Err
+}
+
+// timedCreds times the TLS handshake (or the no-op of plaintext) that follows
+// a dial, and reports the connection's phases once it is done.
+type timedCreds struct {
+	credentials.TransportCredentials
+	conn *downstreamConn
+}
+
+func (c timedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, ok := raw.(*timedConn)
+	if !ok {
+		return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	}
+	start := time.Now()
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, tc.Conn)
+	rec := tc.timing.c
+	if c.TransportCredentials.Info().SecurityProtocol != "insecure" {
+		rec.TLS = time.Since(start)
+	}
+	if err != nil {
+		rec.FailedPhase, rec.Err = "tls", err
+	}
+	c.conn.srv.reportConnect(c.conn, rec)
+	return conn, info, err
+}
+
+func (c timedCreds) Clone() credentials.TransportCredentials {
+	return timedCreds{TransportCredentials: c.TransportCredentials.Clone(), conn: c.conn}
+}
+
+func (s *Server) reportConnect(d *downstreamConn, c UpstreamConnect) {
+	d.mu.Lock()
+	d.lastConnect = &c
+	d.mu.Unlock()
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.OnUpstreamConnect(c)
+	} else if c.Err != nil {
+		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
+	}
+}
