@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/tap"
@@ -29,6 +30,8 @@ type runFlags struct {
 	drainTimeout                                                        time.Duration
 	logLevel, logFormat                                                 string
 	detect                                                              track.Config
+	metricsNodeLabel                                                    bool
+	metricsMaxNodes                                                     int
 }
 
 func runCommand(f *runFlags) *command {
@@ -60,8 +63,11 @@ func runCommand(f *runFlags) *command {
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
-	c.group("Admin (health, readiness, debug pages)")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz and /debug/streams; \"off\" disables it")
+	c.group("Admin (health, readiness, metrics, debug pages)")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics and /debug/streams; \"off\" disables it")
+	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
+	f.metricsMaxNodes = export.DefaultMaxNodes
+	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
 
 	addDetectorFlags(c, &f.detect)
 
@@ -210,15 +216,25 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
-	observer := track.NewObserver(track.New(f.detect), export.NewLiveLog(log))
+	var srv *tap.Server
+	metrics := export.NewMetrics(export.MetricsConfig{
+		NodeLabel: f.metricsNodeLabel,
+		MaxNodes:  f.metricsMaxNodes,
+		Version:   currentBuild().Version,
+		Logger:    log,
+	}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
+	observer := track.NewObserver(track.New(f.detect), export.NewLiveLog(log), metrics)
 	cfg.Observer = observer
-	srv, err := tap.New(cfg)
+	srv, err = tap.New(cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
 	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer}
 	if f.admin != "off" && f.admin != "" {
-		pages := map[string]http.Handler{"GET /debug/streams": export.DebugStreams(observer.Tracker())}
+		pages := map[string]http.Handler{
+			"GET /debug/streams": export.DebugStreams(observer.Tracker()),
+			"GET /metrics":       metrics.Handler(),
+		}
 		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
 			return nil, usagef("--admin: %v", err)
 		}

@@ -1,0 +1,369 @@
+package export
+
+import (
+	"log/slog"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// MetricsConfig shapes the Prometheus metrics.
+type MetricsConfig struct {
+	// NodeLabel adds a node label (the node id) to the per-type metrics. Off
+	// by default: an unbounded label once took a Prometheus down (istio#14642).
+	// It is for a debugging tap in front of a handful of proxies.
+	NodeLabel bool
+	// MaxNodes caps the distinct node label values; later nodes are "other".
+	MaxNodes int
+	// Version is reported in adstap_build_info.
+	Version string
+	// TraceID, when set, names the trace of a push, for the exemplars that
+	// lead from a latency bucket to the push's trace.
+	TraceID func(track.Push) string
+	Logger  *slog.Logger
+}
+
+// DefaultMaxNodes is MetricsConfig.MaxNodes when left zero.
+const DefaultMaxNodes = 100
+
+// overflowNode is the node label of every node past MaxNodes.
+const overflowNode = "other"
+
+// RelayStats is what the relay counts itself (tap.Server.Stats).
+type RelayStats interface {
+	Stats() map[codec.Protocol]tap.ProtocolStats
+}
+
+// RelayStatsFunc is a RelayStats made of a function.
+type RelayStatsFunc func() map[codec.Protocol]tap.ProtocolStats
+
+// Stats calls f.
+func (f RelayStatsFunc) Stats() map[codec.Protocol]tap.ProtocolStats { return f() }
+
+// Buckets that fit real xDS: istiod's push size histogram goes to 40 MB,
+// Envoy's init_fetch_timeout is 15 s, a full sync over 5 s is worth a look.
+var (
+	latencyBuckets   = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	sizeBuckets      = []float64{1e3, 1e4, 1e5, 1e6, 4e6, 1e7, 2e7, 4e7, 1e8}
+	resourceBuckets  = []float64{1, 10, 100, 1000, 5000, 10000, 50000, 100000}
+	fullSyncBuckets  = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	connectBuckets   = []float64{.0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	protocolsInOrder = []codec.Protocol{codec.SotW, codec.Delta, codec.Opaque}
+)
+
+// Metrics turns tracker events and relay counters into Prometheus metrics.
+// Metric names are a public interface: see docs/metrics.md.
+type Metrics struct {
+	cfg MetricsConfig
+	reg *prometheus.Registry
+
+	pushes, acks, nacks, stale, redundant, timeouts *prometheus.CounterVec
+	pending                                         *prometheus.GaugeVec
+	ackSeconds, pushBytes, pushResources            *prometheus.HistogramVec
+	fullSyncs                                       *prometheus.CounterVec
+	fullSyncSeconds                                 prometheus.Histogram
+	stormActive, loopActive                         *prometheus.GaugeVec
+	storms, loops                                   *prometheus.CounterVec
+	resyncActive                                    prometheus.Gauge
+	resyncAlarms                                    prometheus.Counter
+	decodeErrors                                    *prometheus.CounterVec
+	connectSeconds                                  *prometheus.HistogramVec
+	connectFailures                                 *prometheus.CounterVec
+	nodeOverflow                                    prometheus.Counter
+
+	mu       sync.Mutex
+	nodes    map[string]bool
+	warned   bool
+	opened   map[uint64]time.Time // streams still waiting for their first response
+	streamTy map[uint64]string    // stream -> last decoded type, for decode errors
+}
+
+var _ track.Sink = (*Metrics)(nil)
+
+// NewMetrics registers adstap's metrics, reading relay counters from relay.
+func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
+	if cfg.MaxNodes <= 0 {
+		cfg.MaxNodes = DefaultMaxNodes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, streamTy: map[uint64]string{}}
+	typeLabels := []string{"type"}
+	if cfg.NodeLabel {
+		typeLabels = append(typeLabels, "node")
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+		m.reg.MustRegister(h)
+		return h
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+		m.reg.MustRegister(g)
+		return g
+	}
+	with := func(extra ...string) []string { return append(append([]string(nil), typeLabels...), extra...) }
+
+	m.pushes = counter("adstap_pushes_total", "Responses (pushes) sent to clients, by resource type.", typeLabels...)
+	m.acks = counter("adstap_acks_total", "Pushes the client accepted (ACK).", typeLabels...)
+	m.nacks = counter("adstap_nacks_total", "Pushes the client rejected (NACK: a request with error_detail).", typeLabels...)
+	m.stale = counter("adstap_stale_nonces_total", "Requests answering a push other than the latest one of their type (stale nonce).", typeLabels...)
+	m.redundant = counter("adstap_redundant_pushes_total", "Pushes that changed nothing the client had accepted.", typeLabels...)
+	m.timeouts = counter("adstap_push_timeouts_total", "Pushes left unanswered for --push-timeout (the stream is STALE).", typeLabels...)
+	m.pending = gauge("adstap_pushes_pending", "Pushes waiting for the client's answer now.", typeLabels...)
+	m.ackSeconds = histogram("adstap_push_ack_seconds", "Time from a push crossing the tap to the client's ACK or NACK.", latencyBuckets, with("result")...)
+	m.pushBytes = histogram("adstap_push_bytes", "Size of each push in bytes.", sizeBuckets, typeLabels...)
+	m.pushResources = histogram("adstap_push_resources", "Resources in each push.", resourceBuckets, typeLabels...)
+	m.fullSyncs = counter("adstap_full_syncs_total", "Pushes carrying the whole subscribed set of their type; reason initial for the first on a stream, repeated after.", with("reason")...)
+	m.fullSyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adstap_full_sync_seconds",
+		Help: "Time from a stream opening until every type it asked for had an acknowledged push.", Buckets: fullSyncBuckets})
+	m.reg.MustRegister(m.fullSyncSeconds)
+	m.stormActive = gauge("adstap_nack_storm_active", "Streams and types in a NACK storm now.", typeLabels...)
+	m.storms = counter("adstap_nack_storms_total", "NACK storms started.", typeLabels...)
+	m.loopActive = gauge("adstap_nack_loop_active", "Streams and types in a NACK loop (the same rejected content pushed again and again) now.", typeLabels...)
+	m.loops = counter("adstap_nack_loops_total", "NACK loops started.", typeLabels...)
+	m.resyncActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_repeated_full_sync_active", Help: "Nodes resent their whole configuration more than --full-sync-limit times within --full-sync-window, now."})
+	m.resyncAlarms = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_repeated_full_sync_alarms_total", Help: "Repeated full sync alarms raised."})
+	m.nodeOverflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_metrics_node_overflow_total", Help: "Events of nodes past --metrics-max-nodes, counted under node=\"other\"."})
+	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow)
+	m.decodeErrors = counter("adstap_decode_errors_total", "Frames whose envelope could not be decoded; they were relayed unchanged.", "type")
+	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
+	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
+
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
+	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the metrics live, for other exporters to add theirs.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves /metrics: Prometheus text by default, OpenMetrics (with
+// exemplars) to scrapers that ask for it.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: m.reg})
+}
+
+// OnEvent updates the metrics an event bears on.
+func (m *Metrics) OnEvent(e track.Event) {
+	switch e := e.(type) {
+	case track.StreamOpened:
+		m.mu.Lock()
+		m.opened[e.Stream.ID] = e.Stream.OpenedAt
+		m.mu.Unlock()
+	case track.StreamClosed:
+		m.mu.Lock()
+		delete(m.opened, e.Stream.ID)
+		delete(m.streamTy, e.Stream.ID)
+		m.mu.Unlock()
+	case track.PushSent:
+		p := e.Push
+		l := m.labels(p.TypeURL, p.Node.ID)
+		m.pushes.WithLabelValues(l...).Inc()
+		m.pending.WithLabelValues(l...).Inc()
+		m.pushBytes.WithLabelValues(l...).Observe(float64(p.Bytes))
+		m.pushResources.WithLabelValues(l...).Observe(float64(p.Resources))
+		if p.Redundant {
+			m.redundant.WithLabelValues(l...).Inc()
+		}
+		if p.FullSync {
+			reason := "repeated"
+			if p.Initial {
+				reason = "initial"
+			}
+			m.fullSyncs.WithLabelValues(append(l, reason)...).Inc()
+		}
+		m.mu.Lock()
+		opened, first := m.opened[p.StreamID]
+		delete(m.opened, p.StreamID)
+		m.streamTy[p.StreamID] = codec.ShortType(p.TypeURL)
+		m.mu.Unlock()
+		if first {
+			m.connectSeconds.WithLabelValues("first_response").Observe(p.SentAt.Sub(opened).Seconds())
+		}
+	case track.PushEnded:
+		l := m.labels(e.Push.TypeURL, e.Push.Node.ID)
+		m.pending.WithLabelValues(l...).Dec()
+		switch e.Result {
+		case track.ResultACK:
+			m.acks.WithLabelValues(l...).Inc()
+			m.observeLatency(l, "ack", e.Latency, e.Push)
+		case track.ResultNACK:
+			m.nacks.WithLabelValues(l...).Inc()
+			m.observeLatency(l, "nack", e.Latency, e.Push)
+		case track.ResultTimeout:
+			m.timeouts.WithLabelValues(l...).Inc()
+		}
+	case track.LateAnswer:
+		l := m.labels(e.Push.TypeURL, e.Push.Node.ID)
+		if e.Result == track.ResultNACK {
+			m.nacks.WithLabelValues(l...).Inc()
+		} else {
+			m.acks.WithLabelValues(l...).Inc()
+		}
+		m.observeLatency(l, string(e.Result), e.Latency, e.Push)
+	case track.RequestSeen:
+		if e.Kind == track.KindStale {
+			m.stale.WithLabelValues(m.labels(e.TypeURL, e.Node.ID)...).Inc()
+		}
+	case track.FullSyncComplete:
+		observeWithExemplar(m.fullSyncSeconds, e.Elapsed.Seconds(), prometheus.Labels{"node_id": e.Node.ID})
+	case track.DetectorStarted:
+		m.detector(e.Detector, e.TypeURL, e.Node, 1)
+	case track.DetectorEnded:
+		m.detector(e.Detector, e.TypeURL, e.Node, -1)
+	case track.DecodeError:
+		m.mu.Lock()
+		t, ok := m.streamTy[e.StreamID]
+		m.mu.Unlock()
+		if !ok {
+			t = "other"
+		}
+		m.decodeErrors.WithLabelValues(t).Inc()
+	case track.UpstreamConnected:
+		c := e.UpstreamConnect
+		for _, ph := range []struct {
+			name string
+			d    time.Duration
+		}{{"dns", c.DNS}, {"tcp", c.TCP}, {"tls", c.TLS}} {
+			if ph.d > 0 && (c.Err == nil || ph.name != c.FailedPhase) {
+				m.connectSeconds.WithLabelValues(ph.name).Observe(ph.d.Seconds())
+			}
+		}
+		if c.Err != nil {
+			m.connectFailures.WithLabelValues(c.FailedPhase).Inc()
+		}
+	}
+}
+
+func (m *Metrics) detector(name, typeURL, node string, delta float64) {
+	switch name {
+	case track.DetectorNACKStorm:
+		l := m.labels(typeURL, node)
+		m.stormActive.WithLabelValues(l...).Add(delta)
+		if delta > 0 {
+			m.storms.WithLabelValues(l...).Inc()
+		}
+	case track.DetectorNACKLoop:
+		l := m.labels(typeURL, node)
+		m.loopActive.WithLabelValues(l...).Add(delta)
+		if delta > 0 {
+			m.loops.WithLabelValues(l...).Inc()
+		}
+	case track.DetectorRepeatedFullSync:
+		m.resyncActive.Add(delta)
+		if delta > 0 {
+			m.resyncAlarms.Inc()
+		}
+	}
+}
+
+func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p track.Push) {
+	ex := prometheus.Labels{"node_id": p.Node.ID}
+	if m.cfg.TraceID != nil {
+		if id := m.cfg.TraceID(p); id != "" {
+			ex["trace_id"] = id
+		}
+	}
+	observeWithExemplar(m.ackSeconds.WithLabelValues(append(l, result)...), d.Seconds(), ex)
+}
+
+// maxExemplarRunes is OpenMetrics' limit on an exemplar's label names and
+// values together.
+const maxExemplarRunes = 128
+
+// observeWithExemplar records v with an exemplar, shortening the node id to
+// fit the exemplar limit: a trace id must survive whole, a node id can lose
+// its tail.
+func observeWithExemplar(o prometheus.Observer, v float64, ex prometheus.Labels) {
+	total := 0
+	for k, val := range ex {
+		total += utf8.RuneCountInString(k) + utf8.RuneCountInString(val)
+	}
+	if over := total - maxExemplarRunes; over > 0 {
+		node := []rune(ex["node_id"])
+		ex["node_id"] = string(node[:max(0, len(node)-over)])
+	}
+	if ex["node_id"] == "" {
+		delete(ex, "node_id")
+	}
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(ex) > 0 {
+		eo.ObserveWithExemplar(v, ex)
+		return
+	}
+	o.Observe(v)
+}
+
+// labels are the label values of a per-type metric: the short type, and the
+// node when asked for, capped at MaxNodes distinct values.
+func (m *Metrics) labels(typeURL, node string) []string {
+	t := codec.ShortType(typeURL)
+	if !m.cfg.NodeLabel {
+		return []string{t}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.nodes[node] {
+		if len(m.nodes) >= m.cfg.MaxNodes {
+			m.nodeOverflow.Inc()
+			if !m.warned {
+				m.warned = true
+				m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
+			}
+			return []string{t, overflowNode}
+		}
+		m.nodes[node] = true
+	}
+	return []string{t, node}
+}
+
+// relayCollector reads the relay's own counters at scrape time: they count
+// every frame, observed or not.
+type relayCollector struct{ relay RelayStats }
+
+var (
+	streamsActiveDesc = prometheus.NewDesc("adstap_streams_active", "Streams being relayed now.", []string{"protocol"}, nil)
+	streamsOpenedDesc = prometheus.NewDesc("adstap_streams_opened_total", "Streams the tap has relayed.", []string{"protocol"}, nil)
+	messagesDesc      = prometheus.NewDesc("adstap_messages_total", "Messages relayed, observed or not.", []string{"direction", "protocol"}, nil)
+	bytesDesc         = prometheus.NewDesc("adstap_bytes_total", "Message bytes relayed.", []string{"direction", "protocol"}, nil)
+)
+
+func (relayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- streamsActiveDesc
+	ch <- streamsOpenedDesc
+	ch <- messagesDesc
+	ch <- bytesDesc
+}
+
+func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.relay == nil {
+		return
+	}
+	stats := c.relay.Stats()
+	for _, p := range protocolsInOrder {
+		s := stats[p]
+		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(s.StreamsActive), string(p))
+		ch <- prometheus.MustNewConstMetric(streamsOpenedDesc, prometheus.CounterValue, float64(s.StreamsOpened), string(p))
+		for i, dir := range []string{"request", "response"} {
+			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir, string(p))
+			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir, string(p))
+		}
+	}
+}
