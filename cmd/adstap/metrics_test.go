@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
+)
+
+func scrape(t *testing.T, admin string) []byte {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// value reads one sample from a scrape: name{labels} in Prometheus syntax,
+// e.g. `adstap_acks_total{type="cds"}`; histograms by their _count.
+func value(t *testing.T, text []byte, series string) float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		t.Fatalf("parsing the scrape: %v", err)
+	}
+	name, labels, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+	want := map[string]string{}
+	for _, kv := range strings.Split(labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			want[k] = strings.Trim(v, `"`)
+		}
+	}
+	base := strings.TrimSuffix(name, "_count")
+	for _, f := range []*dto.MetricFamily{families[name], families[base]} {
+		if f == nil {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for k, v := range want {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == k && l.GetValue() == v)
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// TestScrapedMetricsMatchAScriptedScenario drives a known sequence through the
+// tap with real peers — 8 pushes, 5 NACKs in a row (a storm and a loop), two
+// full resyncs within a minute — and checks the scrape says exactly that.
+func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	var log lockedBuffer
+	tapAddr, admin := startObservedTap(t, cp.Addr(), &log)
+	const node = "sidecar~10.0.0.5~reviews-v1.default~default.svc.cluster.local"
+	clusters := func(n int) map[resource.Type][]types.Resource {
+		return map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(n, 0)}
+	}
+	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", clusters(3))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, tapAddr))
+	send := func(r *discovery.DiscoveryRequest) {
+		t.Helper()
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() *discovery.DiscoveryResponse { return xdstest.RecvWithin(t, 10*time.Second, s.Recv) }
+	ack := func(r *discovery.DiscoveryResponse) {
+		send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	}
+
+	send(&discovery.DiscoveryRequest{Node: &core.Node{Id: node}, TypeUrl: resource.ClusterType})
+	ack(recv()) // push 1: the initial full sync
+	cp.SetSnapshot(t, node, "2026-11-30T09:00:05Z/2", clusters(4))
+	for i := 0; i < 5; i++ { // pushes 2-6, each NACKed; go-control-plane re-sends at once
+		r := recv()
+		send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "2026-11-30T09:00:00Z/1", ResponseNonce: r.Nonce,
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "cluster outbound|8080||svc-00003.ns-3.svc.cluster.local: rejected"}})
+	}
+	ack(recv())                         // push 7: accepted at last
+	time.Sleep(2100 * time.Millisecond) // a resync apart from the last one
+	cp.SetSnapshot(t, node, "2026-11-30T09:00:10Z/3", clusters(5))
+	ack(recv()) // push 8: the second full resync within a minute
+
+	var text []byte
+	waitUntil(t, func() bool {
+		text = scrape(t, admin)
+		return value(t, text, `adstap_acks_total{type="cds"}`) == 3
+	})
+	want := map[string]float64{
+		`adstap_pushes_total{type="cds"}`:                               8,
+		`adstap_acks_total{type="cds"}`:                                 3,
+		`adstap_nacks_total{type="cds"}`:                                5,
+		`adstap_pushes_pending{type="cds"}`:                             0,
+		`adstap_push_ack_seconds_count{type="cds",result="ack"}`:        3,
+		`adstap_push_ack_seconds_count{type="cds",result="nack"}`:       5,
+		`adstap_nack_storms_total{type="cds"}`:                          1,
+		`adstap_nack_storm_active{type="cds"}`:                          1,
+		`adstap_nack_loops_total{type="cds"}`:                           1,
+		`adstap_nack_loop_active{type="cds"}`:                           0,
+		`adstap_full_syncs_total{type="cds",reason="initial"}`:          1,
+		`adstap_full_syncs_total{type="cds",reason="repeated"}`:         7,
+		`adstap_repeated_full_sync_alarms_total`:                        1,
+		`adstap_streams_opened_total{protocol="sotw"}`:                  1,
+		`adstap_streams_active{protocol="sotw"}`:                        1,
+		`adstap_messages_total{direction="request",protocol="sotw"}`:    9,
+		`adstap_messages_total{direction="response",protocol="sotw"}`:   8,
+		`adstap_upstream_connect_seconds_count{phase="tcp"}`:            1,
+		`adstap_upstream_connect_seconds_count{phase="first_response"}`: 1,
+		`adstap_decode_errors_total{type="cds"}`:                        0,
+	}
+	got := map[string]float64{}
+	for series := range want {
+		got[series] = value(t, text, series)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("scraped metrics (-truth +scrape):\n%s", diff)
+	}
+	promtoolCheckMetrics(t, text)
+}
+
+// promtoolCheckMetrics lints a scrape with the real promtool. CI installs it;
+// elsewhere the check is skipped when it is missing.
+func promtoolCheckMetrics(t *testing.T, text []byte) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool is not installed; .ci/run installs it (apt-get install prometheus)")
+		}
+		t.Log("promtool not installed: skipping promtool check metrics (apt-get install prometheus)")
+		return
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
