@@ -30,6 +30,8 @@ type MetricsConfig struct {
 	// TraceID, when set, names the trace of a push, for the exemplars that
 	// lead from a latency bucket to the push's trace.
 	TraceID func(track.Push) string
+	// Dropped, when set, counts the spans that never reached the collector.
+	Dropped func() uint64
 	Logger  *slog.Logger
 }
 
@@ -146,6 +148,13 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
 	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
 
+	dropped := cfg.Dropped
+	if dropped == nil {
+		dropped = func() uint64 { return 0 }
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_spans_dropped_total",
+		Help: "Spans that never reached the OTLP collector: its queue was full, or the export failed."},
+		func() float64 { return float64(dropped()) }))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -93,8 +93,8 @@ type StreamInfo struct {
 	Protocol codec.Protocol
 	Peer     net.Addr
 	OpenedAt time.Time
-	// Connect is how the stream's upstream connection last came up, when it
-	// had by the time the stream opened.
+	// Connect is how the stream's upstream connection came up, for the
+	// stream that waited for it to; nil for a stream that found it up.
 	Connect *UpstreamConnect
 	// Header is the downstream request metadata. It includes credentials such
 	// as authorization: an observer that writes it anywhere must redact it.

@@ -42,6 +42,7 @@ type relay struct {
 
 // handle is the gRPC handler for every method the tap receives.
 func (s *Server) handle(_ any, down grpc.ServerStream) error {
+	arrived := time.Now()
 	ctx := down.Context()
 	method, _ := grpc.MethodFromServerStream(down)
 	conn, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
@@ -64,6 +65,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 	}
 	call := &callState{}
 	upCtx = withCallState(metadata.NewOutgoingContext(upCtx, forwardedHeader(header)), call)
+	connectedBefore := conn.connect()
 	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
 	if err != nil {
 		err, _ = s.upstreamFailure(upCtx, call, err)
@@ -77,8 +79,8 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 		ConnID:   conn.id,
 		Method:   method,
 		Protocol: proto,
-		OpenedAt: time.Now(),
-		Connect:  conn.connect(),
+		OpenedAt: arrived,
+		Connect:  freshConnect(connectedBefore, conn.connect()),
 		Header:   header,
 	}
 	r.count.streamsOpened.Add(1)
@@ -230,6 +232,15 @@ func forwardedHeader(in metadata.MD) metadata.MD {
 		out[k] = v
 	}
 	return out
+}
+
+// freshConnect is the connect a stream waited for: the one that happened
+// while its upstream stream was being opened, if any.
+func freshConnect(before, after *UpstreamConnect) *UpstreamConnect {
+	if after == before {
+		return nil
+	}
+	return after
 }
 
 func first(v []string) string {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/tap"
 )
 
 // Event is something the tracker learned from the wire. Every exporter
@@ -31,6 +32,9 @@ type StreamMeta struct {
 	Protocol Protocol
 	Peer     string
 	OpenedAt time.Time
+	// Connect is how the stream's upstream connection came up, for the
+	// stream that waited for it (tap.StreamInfo.Connect); nil otherwise.
+	Connect *tap.UpstreamConnect
 }
 
 // Node is the client identity of a stream, from its first request.

@@ -113,7 +113,7 @@ func (o *Observer) emit(events []Event) {
 }
 
 func metaOf(s tap.StreamInfo) StreamMeta {
-	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: s.Protocol, OpenedAt: s.OpenedAt}
+	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: s.Protocol, OpenedAt: s.OpenedAt, Connect: s.Connect}
 	if s.Peer != nil {
 		m.Peer = s.Peer.String()
 	}

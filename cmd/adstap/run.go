@@ -32,6 +32,7 @@ type runFlags struct {
 	detect                                                              track.Config
 	metricsNodeLabel                                                    bool
 	metricsMaxNodes                                                     int
+	otlpEndpoint, traceScope, traceGrouping                             string
 }
 
 func runCommand(f *runFlags) *command {
@@ -68,6 +69,11 @@ func runCommand(f *runFlags) *command {
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
+
+	c.group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_* , OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
+	c.String(&f.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
+	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push of one control-plane version, across streams and taps, in one trace (istiod); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
+	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
 	addDetectorFlags(c, &f.detect)
 
@@ -153,6 +159,7 @@ type runningTap struct {
 	lis         net.Listener
 	admin       *adminServer
 	observer    *track.Observer
+	tracing     *export.Tracing
 	served      chan error
 	stopTicking func()
 }
@@ -216,20 +223,39 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
+	tcfg := export.TracingConfig{
+		Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping,
+		ServiceVersion: currentBuild().Version, Logger: log, Getenv: osEnv,
+	}
+	if f.traceGrouping != export.GroupByVersion && f.traceGrouping != export.GroupByStream {
+		return nil, usagef("--trace-grouping %q: want version or stream", f.traceGrouping)
+	}
+	var tracing *export.Tracing
+	if export.TracingEnabled(tcfg) {
+		if tracing, err = export.NewTracing(context.Background(), tcfg); err != nil {
+			return nil, usagef("%v", err)
+		}
+	}
 	var srv *tap.Server
 	metrics := export.NewMetrics(export.MetricsConfig{
 		NodeLabel: f.metricsNodeLabel,
 		MaxNodes:  f.metricsMaxNodes,
 		Version:   currentBuild().Version,
 		Logger:    log,
+		TraceID:   tracing.TraceIDFor,
+		Dropped:   tracing.Dropped,
 	}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
-	observer := track.NewObserver(track.New(f.detect), export.NewLiveLog(log), metrics)
+	sinks := []track.Sink{export.NewLiveLog(log), metrics}
+	if tracing != nil {
+		sinks = append(sinks, tracing)
+	}
+	observer := track.NewObserver(track.New(f.detect), sinks...)
 	cfg.Observer = observer
 	srv, err = tap.New(cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer}
+	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer, tracing: tracing}
 	if f.admin != "off" && f.admin != "" {
 		pages := map[string]http.Handler{
 			"GET /debug/streams": export.DebugStreams(observer.Tracker()),
@@ -252,7 +278,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 	}
 	go func() { t.served <- srv.Serve(lis) }()
 	t.stopTicking = tick(observer)
-	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil}
+	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
 	}
@@ -277,6 +303,9 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	defer cancel()
 	t.srv.Shutdown(drainCtx)
 	t.stopTicking()
+	if err := t.tracing.Shutdown(drainCtx); err != nil {
+		t.log.Warn("tracing: spans not exported at shutdown", "err", err)
+	}
 	if t.admin != nil {
 		t.admin.close()
 	}

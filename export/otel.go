@@ -1,0 +1,469 @@
+package export
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	ccodec "github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/track"
+)
+
+// Trace groupings.
+const (
+	// GroupByVersion puts every push of one control-plane version, from every
+	// stream of every tap with the same scope, in one trace: the fleet view.
+	// Right for istiod, whose versions are unique per push.
+	GroupByVersion = "version"
+	// GroupByStream puts a stream's pushes in the trace of its connect span.
+	// Right for control planes whose versions repeat (go-control-plane's "1").
+	GroupByStream = "stream"
+)
+
+// TracingConfig says where spans go and how they are grouped.
+type TracingConfig struct {
+	// Endpoint is the OTLP endpoint URL (--otlp-endpoint); empty leaves it to
+	// the standard OTEL_EXPORTER_OTLP_* variables.
+	Endpoint string
+	// Scope separates meshes that share a collector: it enters every
+	// version-derived trace id (--trace-scope, e.g. the mesh id).
+	Scope string
+	// Grouping is GroupByVersion or GroupByStream.
+	Grouping string
+	// QueueSize bounds the spans waiting for export.
+	QueueSize      int
+	ServiceVersion string
+	Logger         *slog.Logger
+	// Getenv reads the environment (os.Getenv; tests pass their own).
+	Getenv func(string) string
+}
+
+// TracingEnabled says whether the configuration asks for spans: an endpoint
+// by flag or by OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, and the SDK not disabled.
+func TracingEnabled(cfg TracingConfig) bool {
+	env := cfg.Getenv
+	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") || env("OTEL_TRACES_EXPORTER") == "none" {
+		return false
+	}
+	return cfg.Endpoint != "" || env("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Tracing writes OpenTelemetry spans for what the tracker sees: a span per
+// push, ending with its outcome; a connect span per stream with its phases;
+// a span per detector episode.
+type Tracing struct {
+	cfg      TracingConfig
+	provider *sdktrace.TracerProvider
+	queue    *spanQueue
+	tracer   trace.Tracer
+
+	mu      sync.Mutex
+	streams map[uint64]*streamSpans
+}
+
+var _ track.Sink = (*Tracing)(nil)
+
+// streamSpans is what a stream's spans need from its earlier events.
+type streamSpans struct {
+	meta      track.StreamMeta
+	node      track.Node
+	connect   trace.Span // open from the stream's start until its full sync
+	firstPush time.Time
+	fullSync  bool
+}
+
+// NewTracing starts exporting spans over OTLP (gRPC unless
+// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says http/protobuf).
+func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
+	if cfg.Grouping == "" {
+		cfg.Grouping = GroupByVersion
+	}
+	if cfg.Grouping != GroupByVersion && cfg.Grouping != GroupByStream {
+		return nil, fmt.Errorf("trace grouping %q: want %s or %s", cfg.Grouping, GroupByVersion, GroupByStream)
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	exp, err := newExporter(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("adstap"), semconv.ServiceVersion(cfg.ServiceVersion)),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+		resource.WithHost(),
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("tracing: building the resource: %w", err)
+	}
+	t := &Tracing{cfg: cfg, queue: newSpanQueue(exp, cfg.QueueSize, cfg.Logger), streams: map[uint64]*streamSpans{}}
+	// The sampler is the SDK's default, which follows OTEL_TRACES_SAMPLER.
+	t.provider = sdktrace.NewTracerProvider(
+		sdktrace.WithResource(res),
+		sdktrace.WithSpanProcessor(t.queue),
+		sdktrace.WithIDGenerator(&idGenerator{}),
+	)
+	t.tracer = t.provider.Tracer("github.com/adstap/adstap")
+	return t, nil
+}
+
+func newExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporter, error) {
+	protocol := cfg.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = cfg.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch protocol {
+	case "", "grpc":
+		var opts []otlptracegrpc.Option
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
+		}
+		exp, err := otlptracegrpc.New(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: OTLP/gRPC exporter: %w", err)
+		}
+		return exp, nil
+	case "http/protobuf":
+		var opts []otlptracehttp.Option
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		}
+		exp, err := otlptracehttp.New(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: OTLP/HTTP exporter: %w", err)
+		}
+		return exp, nil
+	}
+	return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", protocol)
+}
+
+// Dropped is the number of spans that never reached the collector.
+func (t *Tracing) Dropped() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.queue.Dropped()
+}
+
+// Shutdown ends open connect spans and exports what is queued, within ctx.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	for id, s := range t.streams {
+		s.connect.End()
+		delete(t.streams, id)
+	}
+	t.mu.Unlock()
+	return t.provider.Shutdown(ctx)
+}
+
+// VersionTraceID is the trace every push of version shares, in every tap
+// configured with the same scope: a hash, so independent taps agree without
+// talking, and a ratio sampler keeps or drops the whole version together.
+func VersionTraceID(scope, version string) trace.TraceID {
+	sum := sha256.Sum256([]byte("adstap/push-version\x00" + scope + "\x00" + version))
+	var id trace.TraceID
+	copy(id[:], sum[:16])
+	return id
+}
+
+// TraceIDFor is the trace id of a push's span, for metric exemplars; "" when
+// the push's trace is not known.
+func (t *Tracing) TraceIDFor(p track.Push) string {
+	if t == nil {
+		return ""
+	}
+	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
+		return VersionTraceID(t.cfg.Scope, p.Version).String()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.streams[p.StreamID]; s != nil {
+		return s.connect.SpanContext().TraceID().String()
+	}
+	return ""
+}
+
+// OnEvent turns tracker events into spans.
+func (t *Tracing) OnEvent(e track.Event) {
+	switch e := e.(type) {
+	case track.StreamOpened:
+		t.streamOpened(e.Stream)
+	case track.PushSent:
+		t.mu.Lock()
+		if s := t.streams[e.Push.StreamID]; s != nil {
+			s.node = e.Push.Node
+			if s.firstPush.IsZero() {
+				s.firstPush = e.Push.SentAt
+			}
+		}
+		t.mu.Unlock()
+	case track.PushEnded:
+		t.pushEnded(e)
+	case track.FullSyncComplete:
+		t.fullSync(e)
+	case track.StreamClosed:
+		t.streamClosed(e)
+	case track.DetectorStarted:
+		t.detector(e.Detector, e.Key, e.StreamID, e.Node, e.TypeURL, e.At, e.At, e.Count, e.Detail, true)
+	case track.DetectorEnded:
+		t.detector(e.Detector, e.Key, e.StreamID, e.Node, e.TypeURL, e.At.Add(-e.Duration), e.At, e.Count, "", false)
+	}
+}
+
+// rpcMethod is rpc.method as the semantic conventions spell it: no leading slash.
+func rpcMethod(m string) string { return strings.TrimPrefix(m, "/") }
+
+func (t *Tracing) streamOpened(m track.StreamMeta) {
+	if m.Protocol == track.Opaque {
+		return
+	}
+	start := m.OpenedAt
+	if m.Connect != nil && !m.Connect.Start.IsZero() && m.Connect.Start.Before(start) {
+		start = m.Connect.Start
+	}
+	ctx, connect := t.tracer.Start(context.Background(), "connect",
+		trace.WithNewRoot(), trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			semconv.RPCSystemNameGRPC,
+			semconv.RPCMethodKey.String(rpcMethod(m.Method)),
+			attribute.Int64("xds.stream.id", int64(m.ID)),
+			attribute.Int64("xds.connection.id", int64(m.ConnID)),
+			attribute.String("xds.protocol", string(m.Protocol)),
+			attribute.String("client.address", m.Peer),
+		))
+	// The upstream connection's phases, when this stream is the one that
+	// brought it up; later streams on the connection reuse it.
+	if c := m.Connect; c != nil {
+		at := c.Start
+		for _, ph := range []struct {
+			name string
+			d    time.Duration
+		}{{"dns", c.DNS}, {"tcp", c.TCP}, {"tls", c.TLS}} {
+			if ph.d <= 0 {
+				continue
+			}
+			_, s := t.tracer.Start(ctx, ph.name, trace.WithTimestamp(at), trace.WithAttributes(attribute.String("server.address", c.Upstream)))
+			if c.FailedPhase == ph.name {
+				s.SetStatus(codes.Error, c.Err.Error())
+			}
+			s.End(trace.WithTimestamp(at.Add(ph.d)))
+			at = at.Add(ph.d)
+		}
+	} else {
+		connect.SetAttributes(attribute.Bool("xds.connection.reused", true))
+	}
+	t.mu.Lock()
+	t.streams[m.ID] = &streamSpans{meta: m, connect: connect}
+	t.mu.Unlock()
+}
+
+// fullSync ends the connect span with its last two phases: HTTP/2 and the
+// first response, then the full sync.
+func (t *Tracing) fullSync(e track.FullSyncComplete) {
+	t.mu.Lock()
+	s := t.streams[e.StreamID]
+	if s == nil || s.fullSync {
+		t.mu.Unlock()
+		return
+	}
+	s.fullSync = true
+	t.mu.Unlock()
+	ctx := trace.ContextWithSpan(context.Background(), s.connect)
+	opened := s.meta.OpenedAt
+	if !s.firstPush.IsZero() {
+		_, fr := t.tracer.Start(ctx, "first response", trace.WithTimestamp(opened))
+		fr.End(trace.WithTimestamp(s.firstPush))
+	}
+	_, fs := t.tracer.Start(ctx, "full sync", trace.WithTimestamp(opened),
+		trace.WithAttributes(attribute.StringSlice("xds.types", shortTypes(e.Types))))
+	end := opened.Add(e.Elapsed)
+	fs.End(trace.WithTimestamp(end))
+	s.connect.SetAttributes(nodeAttrs(e.Node)...)
+	s.connect.SetAttributes(attribute.Float64("xds.full_sync.seconds", e.Elapsed.Seconds()))
+	s.connect.End(trace.WithTimestamp(end))
+}
+
+func (t *Tracing) streamClosed(e track.StreamClosed) {
+	t.mu.Lock()
+	s := t.streams[e.Stream.ID]
+	delete(t.streams, e.Stream.ID)
+	t.mu.Unlock()
+	if s == nil || s.fullSync {
+		return
+	}
+	// The stream ended before its full sync: its connect span says so.
+	s.connect.SetAttributes(nodeAttrs(e.Node)...)
+	s.connect.SetAttributes(attribute.Bool("xds.full_sync.complete", false))
+	s.connect.SetStatus(codes.Error, "stream closed before its full sync: "+e.Message)
+	s.connect.End(trace.WithTimestamp(e.At))
+}
+
+func (t *Tracing) pushEnded(e track.PushEnded) {
+	p := e.Push
+	t.mu.Lock()
+	s := t.streams[p.StreamID]
+	t.mu.Unlock()
+	ctx := context.Background()
+	opts := []trace.SpanStartOption{trace.WithTimestamp(p.SentAt), trace.WithSpanKind(trace.SpanKindServer)}
+	var method string
+	if s != nil {
+		method = s.meta.Method
+		link := trace.Link{SpanContext: s.connect.SpanContext(), Attributes: []attribute.KeyValue{attribute.String("xds.link", "stream")}}
+		if t.cfg.Grouping == GroupByStream || p.Version == "" {
+			ctx = trace.ContextWithSpan(ctx, s.connect)
+		} else {
+			opts = append(opts, trace.WithLinks(link))
+		}
+	}
+	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
+		ctx = withTraceID(ctx, VersionTraceID(t.cfg.Scope, p.Version))
+		opts = append(opts, trace.WithNewRoot())
+	}
+	attrs := append(nodeAttrs(p.Node),
+		semconv.RPCSystemNameGRPC,
+		semconv.RPCMethodKey.String(rpcMethod(method)),
+		attribute.String("xds.type_url", p.TypeURL),
+		attribute.String("xds.type", p.Type),
+		attribute.String("xds.version", p.Version),
+		attribute.String("xds.nonce", p.Nonce),
+		attribute.Int64("xds.stream.id", int64(p.StreamID)),
+		attribute.Int("xds.resources.count", p.Resources),
+		attribute.Int("xds.resources.added", p.Diff.Added),
+		attribute.Int("xds.resources.removed", p.Diff.Removed),
+		attribute.Int("xds.resources.changed", p.Diff.Changed),
+		attribute.Int("xds.resources.unchanged", p.Diff.Unchanged),
+		attribute.Int("xds.response.bytes", p.Bytes),
+		attribute.Bool("xds.full_sync", p.FullSync),
+		attribute.Bool("xds.redundant", p.Redundant),
+		attribute.String("xds.result", string(e.Result)),
+		attribute.Float64("xds.latency_ms", float64(e.Latency.Microseconds())/1000),
+	)
+	for _, n := range []struct {
+		key   string
+		names []string
+	}{{"xds.resources.added_names", p.Diff.AddedNames}, {"xds.resources.removed_names", p.Diff.RemovedNames}, {"xds.resources.changed_names", p.Diff.ChangedNames}} {
+		if len(n.names) > 0 {
+			attrs = append(attrs, attribute.StringSlice(n.key, n.names))
+		}
+	}
+	opts = append(opts, trace.WithAttributes(attrs...))
+	_, span := t.tracer.Start(ctx, strings.ToUpper(p.Type)+" push", opts...)
+	switch e.Result {
+	case track.ResultNACK:
+		span.SetAttributes(attribute.Int("xds.error.code", int(e.ErrorCode)), attribute.String("xds.error.message", e.Error))
+		if len(e.ErrorNames) > 0 {
+			span.SetAttributes(attribute.StringSlice("xds.error.resources", e.ErrorNames))
+		}
+		span.SetStatus(codes.Error, e.Error)
+	case track.ResultTimeout:
+		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is STALE")
+	}
+	span.End(trace.WithTimestamp(e.At))
+}
+
+func (t *Tracing) detector(name, key string, stream uint64, node, typeURL string, start, end time.Time, count int, detail string, started bool) {
+	opName := name
+	if started {
+		opName += " started"
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("xds.detector", name),
+		attribute.String("xds.detector.key", key),
+		attribute.Int("xds.detector.count", count),
+		attribute.Bool("xds.detector.active", started),
+	}
+	if node != "" {
+		attrs = append(attrs, attribute.String("xds.node.id", node))
+	}
+	if typeURL != "" {
+		attrs = append(attrs, attribute.String("xds.type_url", typeURL), attribute.String("xds.type", ccodec.ShortType(typeURL)))
+	}
+	if stream != 0 {
+		attrs = append(attrs, attribute.Int64("xds.stream.id", int64(stream)))
+	}
+	if detail != "" {
+		attrs = append(attrs, attribute.String("xds.detector.detail", detail))
+	}
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithTimestamp(start), trace.WithAttributes(attrs...)}
+	t.mu.Lock()
+	if s := t.streams[stream]; s != nil {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: s.connect.SpanContext()}))
+	}
+	t.mu.Unlock()
+	_, span := t.tracer.Start(context.Background(), opName, opts...)
+	if started {
+		span.SetStatus(codes.Error, detail)
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+func nodeAttrs(n track.Node) []attribute.KeyValue {
+	if n.ID == "" {
+		return nil
+	}
+	attrs := []attribute.KeyValue{attribute.String("xds.node.id", n.ID)}
+	if n.Cluster != "" {
+		attrs = append(attrs, attribute.String("xds.node.cluster", n.Cluster))
+	}
+	if n.UserAgent != "" {
+		attrs = append(attrs, attribute.String("user_agent.original", n.UserAgent))
+	}
+	return attrs
+}
+
+func shortTypes(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = ccodec.ShortType(u)
+	}
+	return out
+}
+
+// idGenerator makes random ids, except the trace id a context asks for: a
+// push's trace id comes from its version.
+type idGenerator struct{}
+
+type traceIDKey struct{}
+
+func withTraceID(ctx context.Context, id trace.TraceID) context.Context {
+	return context.WithValue(ctx, traceIDKey{}, id)
+}
+
+func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	tid, ok := ctx.Value(traceIDKey{}).(trace.TraceID)
+	if !ok || !tid.IsValid() {
+		rand.Read(tid[:])
+	}
+	return tid, newSpanID()
+}
+
+func (idGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return newSpanID() }
+
+func newSpanID() trace.SpanID {
+	var id trace.SpanID
+	for !id.IsValid() {
+		rand.Read(id[:])
+	}
+	return id
+}
