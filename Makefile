@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKGS     := ./...
 
-.PHONY: build test lint fmt vet fuzz-short demo clean
+.PHONY: build test lint fmt vet fuzz-short demo clean jaeger-bin jaeger rules
 
 # A control plane and two xDS clients talking through a real tap on loopback;
 # the live log shows pushes, ACKs, NACKs, a NACK storm and recovery. Ctrl-C stops.
@@ -16,14 +16,42 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/adstap ./cmd/adstap
 
 # The test command of the README and of CI: every package with the race
-# detector and goroutine-leak checks, plus lint.
-test: lint
+# detector and goroutine-leak checks, plus lint and the alert rules.
+test: lint rules jaeger-bin
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(MAKE) fuzz-short
+
+# Jaeger v2 (all-in-one, memory storage) for the tests that check spans in a
+# real Jaeger (internal/jaegertest) and for looking at spans by hand: built
+# once from the Go module proxy into .cache/bin/jaeger (git-ignored), a few
+# minutes the first time, then cached. Go's build says nothing for minutes,
+# so a line every 30s shows it is still going.
+jaeger-bin:
+	@( n=0; while sleep 30 </dev/null >/dev/null 2>&1; do n=$$((n+30)); echo "jaeger-bin: still building Jaeger ($${n}s)..."; done ) & beat=$$!; \
+	bash scripts/build-jaeger.sh; rc=$$?; kill $$beat 2>/dev/null; \
+	if [ $$rc -ne 0 ]; then echo "jaeger-bin: building Jaeger failed (exit $$rc, output above); the span tests need .cache/bin/jaeger" >&2; exit $$rc; fi
+
+# Jaeger on its standard ports, loopback only, in the foreground; Ctrl-C stops it.
+jaeger: jaeger-bin
+	@echo "Jaeger UI:  http://127.0.0.1:16686"
+	@echo "OTLP:       127.0.0.1:4317 (gRPC), 127.0.0.1:4318 (HTTP)"
+	@echo "Send the demo's spans to it, from another terminal:"
+	@echo "  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 make demo"
+	JAEGER_LISTEN_HOST=127.0.0.1 .cache/bin/jaeger \
+		--set=extensions.jaeger_query.http.endpoint=127.0.0.1:16686 \
+		--set=extensions.jaeger_query.grpc.endpoint=127.0.0.1:16685
 
 # A short run of the envelope decoder's fuzz target on top of its checked-in corpus.
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s -fuzzminimizetime 2s ./codec/
+
+# The alert rules in deploy/: promtool checks the rule file and runs its unit
+# tests. promtool is required (Debian/Ubuntu: apt-get install prometheus).
+PROMTOOL ?= promtool
+rules:
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "make rules: $(PROMTOOL) not found; install it with: apt-get install prometheus (Debian/Ubuntu; gives /usr/bin/promtool)" >&2; exit 1; }
+	$(PROMTOOL) check rules deploy/alerts.yaml
+	$(PROMTOOL) test rules deploy/alerts_test.yaml
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -147,6 +147,9 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.decodeErrors = counter("adstap_decode_errors_total", "Frames whose envelope could not be decoded; they were relayed unchanged.", "type")
 	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
 	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
+	for _, reason := range []string{"dns", "tcp", "tls"} {
+		m.connectFailures.WithLabelValues(reason) // from 0, for increase()
+	}
 
 	dropped := cfg.Dropped
 	if dropped == nil {
@@ -187,6 +190,11 @@ func (m *Metrics) OnEvent(e track.Event) {
 		l := m.labels(p.TypeURL, p.Node.ID)
 		m.pushes.WithLabelValues(l...).Inc()
 		m.pending.WithLabelValues(l...).Inc()
+		// Outcome counters start at 0 with the type's first push, so that
+		// increase() in alert rules sees the first ACK, NACK or timeout.
+		m.acks.WithLabelValues(l...)
+		m.nacks.WithLabelValues(l...)
+		m.timeouts.WithLabelValues(l...)
 		m.pushBytes.WithLabelValues(l...).Observe(float64(p.Bytes))
 		m.pushResources.WithLabelValues(l...).Observe(float64(p.Resources))
 		if p.Redundant {

@@ -94,7 +94,9 @@ adstap_repeated_full_sync_alarms_total 1
 adstap_decode_errors_total{type="cds"} 1
 # HELP adstap_upstream_connect_failures_total Upstream connections that failed, by the phase that failed.
 # TYPE adstap_upstream_connect_failures_total counter
+adstap_upstream_connect_failures_total{reason="dns"} 0
 adstap_upstream_connect_failures_total{reason="tcp"} 1
+adstap_upstream_connect_failures_total{reason="tls"} 0
 # HELP adstap_streams_opened_total Streams the tap has relayed.
 # TYPE adstap_streams_opened_total counter
 adstap_streams_opened_total{protocol="delta"} 3
