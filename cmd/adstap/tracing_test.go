@@ -296,3 +296,41 @@ func waitUntilWithin(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSpansOverOTLPHTTPFromTheStandardVariables: no flag, only the standard
+// OpenTelemetry variables, with the http/protobuf protocol and stream grouping.
+func TestSpansOverOTLPHTTPFromTheStandardVariables(t *testing.T) {
+	j := jaegertest.Start(t)
+	service := fmt.Sprintf("adstap-http-%d", time.Now().UnixNano())
+	t.Setenv("OTEL_SERVICE_NAME", service)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+j.OTLPHTTP)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	var log lockedBuffer
+	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--trace-grouping=stream")
+	const node = "sidecar~10.0.0.3~details-v1.default~default.svc.cluster.local"
+	cp.SetSnapshot(t, node, "1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sotwClient(t, ctx, tapAddr, node, 1, func(*discovery.DiscoveryResponse) string { return "" })
+
+	// Stream grouping: the push is a child of its stream's connect span.
+	traces := j.WaitTraces(t, service, map[string]string{"xds.node.id": node}, func(ts []jaegertest.Trace) bool {
+		return len(ts) == 1 && len(ts[0].Spans) >= 5 // connect, tcp, first response, full sync, CDS push
+	})
+	var push, connect jaegertest.Span
+	for _, s := range traces[0].Spans {
+		switch s.OperationName {
+		case "CDS push":
+			push = s
+		case "connect":
+			connect = s
+		}
+	}
+	if push.SpanID == "" || connect.SpanID == "" || push.ParentSpanID() != connect.SpanID {
+		t.Errorf("want the CDS push under its stream's connect span:\n%s", traces[0])
+	}
+	if len(traces[0].Warnings) > 0 {
+		t.Errorf("Jaeger warns: %v", traces[0].Warnings)
+	}
+}
