@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -21,22 +18,7 @@ import (
 // with its admin server on loopback, and returns the tap's and admin's addresses.
 func startObservedTap(t *testing.T, upstream string, log *lockedBuffer) (tapAddr, admin string) {
 	t.Helper()
-	var f runFlags
-	if err := runCommand(&f).parse([]string{"--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--upstream=" + upstream}, func(string) string { return "" }); err != nil {
-		t.Fatal(err)
-	}
-	rt, err := startTap(f, slog.New(slog.NewJSONHandler(log, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- rt.wait(ctx, 5*time.Second) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
-	return rt.lis.Addr().String(), rt.admin.addr()
+	return startTracedTap(t, upstream, log)
 }
 
 func getStreams(t *testing.T, admin, query string) export.StreamsPage {

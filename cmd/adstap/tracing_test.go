@@ -25,7 +25,8 @@ import (
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
-// startTracedTap is startObservedTap with extra flags, for tracing.
+// startTracedTap starts the tap as adstap run does, with flags added to the
+// listen, admin and upstream ones, and stops it at cleanup.
 func startTracedTap(t *testing.T, upstream string, log *lockedBuffer, flags ...string) (tapAddr, admin string) {
 	t.Helper()
 	var f runFlags
