@@ -335,3 +335,31 @@ func TestSpansOverOTLPHTTPFromTheStandardVariables(t *testing.T) {
 		t.Errorf("Jaeger warns: %v", traces[0].Warnings)
 	}
 }
+
+// TestDetectorEpisodesAreSearchableSpans: a NACK storm shows in Jaeger as a
+// span a user can find by its tag.
+func TestDetectorEpisodesAreSearchableSpans(t *testing.T) {
+	j := jaegertest.Start(t)
+	service := fmt.Sprintf("adstap-detect-%d", time.Now().UnixNano())
+	t.Setenv("OTEL_SERVICE_NAME", service)
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	var log lockedBuffer
+	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--otlp-endpoint=http://"+j.OTLPGRPC)
+	const node = "sidecar~10.0.0.4~ratings-v1.default~default.svc.cluster.local"
+	cp.SetSnapshot(t, node, "2026-11-30T09:01:00Z/7", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Five NACKs of the same push, re-sent by the snapshot cache each time.
+	sotwClient(t, ctx, tapAddr, node, 5, func(*discovery.DiscoveryResponse) string { return "rejected: bad cluster" })
+
+	traces := j.WaitTraces(t, service, map[string]string{"xds.detector": "nack_storm"}, func(ts []jaegertest.Trace) bool { return len(ts) > 0 })
+	s := traces[0].Spans[0]
+	if s.OperationName != "nack_storm started" {
+		t.Errorf("detector span named %q, want \"nack_storm started\"", s.OperationName)
+	}
+	for k, want := range map[string]any{"xds.type": "cds", "xds.node.id": node, "xds.detector.count": int64(5)} {
+		if got, _ := s.Tag(k); got != want {
+			t.Errorf("detector span %s = %v, want %v", k, got, want)
+		}
+	}
+}
