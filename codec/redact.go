@@ -1,0 +1,199 @@
+package codec
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3" // so Any values of these types can be opened
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3" // (listeners carry TLS contexts too)
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Redaction is the one step every output of adstap that shows resource
+// contents or request headers goes through (capture files, /debug/config,
+// inspect): secret material is replaced by its hash and length, so two
+// captures can still be compared without either holding the secret.
+
+// secretFields are the DataSource fields that hold key material: TLS private
+// keys and their passwords, generic secrets (HMAC keys, OAuth secrets), and
+// session ticket keys.
+var secretFields = map[protoreflect.Name]bool{
+	"private_key": true, "password": true, "secret": true, "keys": true,
+}
+
+var dataSourceName = (&core.DataSource{}).ProtoReflect().Descriptor().FullName()
+
+// secretHints are byte strings present in every response that can carry key
+// material: TLS types (SDS secrets, inline TLS contexts in listeners and
+// clusters) and PEM keys. Responses without them are not opened at all.
+var secretHints = [][]byte{[]byte("transport_sockets.tls.v3"), []byte("PRIVATE KEY")}
+
+// RedactResponse returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
+// with every secret replaced, and whether anything was. A response with
+// nothing secret in it comes back as the same slice. Resources of types the
+// tap does not know are left as they are.
+func RedactResponse(b []byte, delta bool) ([]byte, bool, error) {
+	hinted := false
+	for _, h := range secretHints {
+		hinted = hinted || bytes.Contains(b, h)
+	}
+	if !hinted {
+		return b, false, nil
+	}
+	var msg proto.Message = &discovery.DiscoveryResponse{}
+	if delta {
+		msg = &discovery.DeltaDiscoveryResponse{}
+	}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		return nil, false, fmt.Errorf("redacting: decoding the response: %w", err)
+	}
+	if !redactMessage(msg.ProtoReflect()) {
+		return b, false, nil
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, false, fmt.Errorf("redacting: encoding the response: %w", err)
+	}
+	return out, true, nil
+}
+
+// RedactMessage replaces the secrets of a decoded resource in place and
+// reports whether it found any.
+func RedactMessage(m proto.Message) bool { return redactMessage(m.ProtoReflect()) }
+
+func redactMessage(m protoreflect.Message) bool {
+	if m.Descriptor().FullName() == "google.protobuf.Any" {
+		return redactAny(m)
+	}
+	changed := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+			return true
+		}
+		secret := secretFields[fd.Name()] && fd.Message().FullName() == dataSourceName
+		visit := func(child protoreflect.Message) {
+			if secret {
+				changed = redactDataSource(child) || changed
+			} else {
+				changed = redactMessage(child) || changed
+			}
+		}
+		switch {
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				visit(l.Get(i).Message())
+			}
+		case fd.IsMap():
+			if fd.MapValue().Kind() == protoreflect.MessageKind {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					visit(mv.Message())
+					return true
+				})
+			}
+		default:
+			visit(v.Message())
+		}
+		return true
+	})
+	return changed
+}
+
+// redactAny opens an Any of a known type, redacts it, and packs it again.
+func redactAny(m protoreflect.Message) bool {
+	a, ok := m.Interface().(*anypb.Any)
+	if !ok {
+		return false
+	}
+	inner, err := a.UnmarshalNew()
+	if err != nil {
+		return false
+	}
+	if !redactMessage(inner.ProtoReflect()) {
+		return false
+	}
+	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner)
+	if err != nil {
+		return false
+	}
+	a.Value = value
+	return true
+}
+
+// redactDataSource replaces inline key material with its fingerprint. A
+// file name or environment variable is not the secret itself and stays.
+func redactDataSource(m protoreflect.Message) bool {
+	ds, ok := m.Interface().(*core.DataSource)
+	if !ok {
+		return false
+	}
+	var secret []byte
+	switch s := ds.GetSpecifier().(type) {
+	case *core.DataSource_InlineBytes:
+		secret = s.InlineBytes
+	case *core.DataSource_InlineString:
+		secret = []byte(s.InlineString)
+	default:
+		return false
+	}
+	ds.Specifier = &core.DataSource_InlineString{InlineString: Fingerprint(secret)}
+	return true
+}
+
+// Fingerprint is what stands in for a secret: its hash and length, enough
+// to tell two secrets apart, useless to anyone who would use it.
+func Fingerprint(secret []byte) string {
+	sum := sha256.Sum256(secret)
+	return fmt.Sprintf("[redacted by adstap: sha256 %s, %d bytes]", hex.EncodeToString(sum[:8]), len(secret))
+}
+
+// sensitiveHeaders carry credentials; headers whose names contain one of
+// sensitiveWords are treated the same.
+var (
+	sensitiveHeaders = map[string]bool{"authorization": true, "proxy-authorization": true, "cookie": true, "set-cookie": true}
+	sensitiveWords   = []string{"token", "secret", "password", "credential", "api-key", "apikey"}
+)
+
+// RedactHeaders returns a copy of gRPC metadata with credentials replaced
+// by their fingerprints; an authorization scheme such as "Bearer" stays.
+func RedactHeaders(md map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(md))
+	for k, vs := range md {
+		if !sensitiveHeader(k) {
+			out[k] = append([]string(nil), vs...)
+			continue
+		}
+		red := make([]string, len(vs))
+		for i, v := range vs {
+			scheme, cred, ok := strings.Cut(v, " ")
+			if ok && !strings.Contains(scheme, "=") {
+				red[i] = scheme + " " + Fingerprint([]byte(cred))
+			} else {
+				red[i] = Fingerprint([]byte(v))
+			}
+		}
+		out[k] = red
+	}
+	return out
+}
+
+func sensitiveHeader(k string) bool {
+	k = strings.ToLower(k)
+	if sensitiveHeaders[k] {
+		return true
+	}
+	for _, w := range sensitiveWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,121 @@
+package codec_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
+)
+
+func TestRedactRemovesEveryKeyByte(t *testing.T) {
+	ca := xdstest.NewCA(t)
+	kp := ca.Issue(t, "workload", []string{"reviews.default.svc"}, nil, false)
+	keyBody := bytes.TrimSpace(kp.KeyPEM)
+	secret := xdsconfig.Secret("default", kp.CertPEM, kp.KeyPEM)
+	generic := &tlsv3.Secret{Name: "hmac", Type: &tlsv3.Secret_GenericSecret{GenericSecret: &tlsv3.GenericSecret{
+		Secret: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: []byte("hmac-key-material-0123456789")}}}}}
+	inlineListener := &listenerv3.Listener{Name: "virtualInbound", FilterChains: []*listenerv3.FilterChain{{
+		TransportSocket: &core.TransportSocket{Name: "tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlsv3.DownstreamTlsContext{
+			CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{{
+				CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: kp.CertPEM}},
+				PrivateKey:       &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: string(kp.KeyPEM)}},
+			}}},
+		})}},
+	}}}
+
+	tests := []struct {
+		name    string
+		delta   bool
+		resp    proto.Message
+		secrets [][]byte // must be gone
+		keep    [][]byte // must remain
+	}{
+		{"SDS secret, SotW", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret, VersionInfo: "v1",
+			Resources: []*anypb.Any{mustAny(secret)}}, [][]byte{keyBody, keyBody[40:80]}, [][]byte{kp.CertPEM}},
+		{"SDS secret, Delta", true, &discovery.DeltaDiscoveryResponse{TypeUrl: codec.TypeSecret, Nonce: "n",
+			Resources: []*discovery.Resource{{Name: "default", Version: "1", Resource: mustAny(secret)}}}, [][]byte{keyBody}, [][]byte{kp.CertPEM}},
+		{"generic secret", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret,
+			Resources: []*anypb.Any{mustAny(generic)}}, [][]byte{[]byte("hmac-key-material")}, nil},
+		{"key inline in a listener's TLS context", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeListener,
+			Resources: []*anypb.Any{mustAny(inlineListener)}}, [][]byte{keyBody}, [][]byte{kp.CertPEM, []byte("virtualInbound")}},
+		{"SotW TTL wrapper", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret,
+			Resources: []*anypb.Any{mustAny(&discovery.Resource{Name: "default", Resource: mustAny(secret)})}}, [][]byte{keyBody}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := marshal(t, tc.resp)
+			out, redacted, err := codec.RedactResponse(in, tc.delta)
+			if err != nil || !redacted {
+				t.Fatalf("RedactResponse = redacted %v, err %v; want redacted", redacted, err)
+			}
+			for _, s := range tc.secrets {
+				if bytes.Contains(out, s) {
+					t.Errorf("secret bytes %q… survive redaction", s[:min(len(s), 24)])
+				}
+			}
+			for _, k := range tc.keep {
+				if !bytes.Contains(out, k) {
+					t.Errorf("redaction removed %q…, which is not secret", k[:min(len(k), 24)])
+				}
+			}
+			if !bytes.Contains(out, []byte("[redacted by adstap: sha256 ")) {
+				t.Error("no fingerprint where the secret was")
+			}
+			// Still a valid response of the same shape.
+			var r codec.Response
+			if err := r.Decode(out, tc.delta); err != nil {
+				t.Fatalf("the redacted response does not decode: %v", err)
+			}
+		})
+	}
+}
+
+func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
+	ca := xdstest.NewCA(t)
+	kp := ca.Issue(t, "x", nil, nil, false)
+	sdsCluster := xdsconfig.Cluster("outbound|9080||reviews", true)
+	in := marshal(t, &discovery.DiscoveryResponse{TypeUrl: codec.TypeCluster, Resources: []*anypb.Any{mustAny(sdsCluster)}})
+	out, redacted, err := codec.RedactResponse(in, false)
+	if err != nil || redacted || &out[0] != &in[0] {
+		t.Errorf("a cluster without secrets: redacted %v, err %v, same bytes %v; want it untouched", redacted, err, &out[0] == &in[0])
+	}
+	if codec.Fingerprint(kp.KeyPEM) == codec.Fingerprint(append([]byte{}, kp.KeyPEM[:10]...)) {
+		t.Error("different secrets share a fingerprint")
+	}
+}
+
+func TestRedactHeaders(t *testing.T) {
+	in := map[string][]string{
+		"authorization": {"Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.payload.sig"},
+		"x-istio-token": {"raw-token"},
+		"clusterid":     {"Kubernetes"},
+		"x-custom":      {"a", "b"},
+		"content-type":  {"application/grpc"},
+	}
+	got := codec.RedactHeaders(in)
+	if diff := cmp.Diff(in["clusterid"], got["clusterid"]); diff != "" || len(got["x-custom"]) != 2 {
+		t.Errorf("ordinary headers changed: %v", got)
+	}
+	for _, k := range []string{"authorization", "x-istio-token"} {
+		if strings.Contains(got[k][0], "eyJ") || strings.Contains(got[k][0], "raw-token") || !strings.Contains(got[k][0], "[redacted by adstap") {
+			t.Errorf("%s = %q, want the credential replaced by its fingerprint", k, got[k][0])
+		}
+	}
+	if !strings.HasPrefix(got["authorization"][0], "Bearer [redacted") {
+		t.Errorf("authorization = %q, want the scheme kept", got["authorization"][0])
+	}
+	if in["authorization"][0] == got["authorization"][0] {
+		t.Error("RedactHeaders changed its input instead of a copy")
+	}
+}
