@@ -125,3 +125,38 @@ type StreamEnd struct {
 	// Skipped counts frames relayed after the last delivered frame but never shown to the observer.
 	Skipped int
 }
+
+// Observers is an Observer that tells each of obs in turn, on the same
+// goroutine, so every one of them sees frames in the order they crossed.
+func Observers(obs ...Observer) Observer {
+	if len(obs) == 1 {
+		return obs[0]
+	}
+	return observers(obs)
+}
+
+type observers []Observer
+
+func (os observers) OnStreamOpen(s StreamInfo) {
+	for _, o := range os {
+		o.OnStreamOpen(s)
+	}
+}
+
+func (os observers) OnFrame(s StreamInfo, f Frame) {
+	for _, o := range os {
+		o.OnFrame(s, f)
+	}
+}
+
+func (os observers) OnStreamClose(s StreamInfo, e StreamEnd) {
+	for _, o := range os {
+		o.OnStreamClose(s, e)
+	}
+}
+
+func (os observers) OnUpstreamConnect(c UpstreamConnect) {
+	for _, o := range os {
+		o.OnUpstreamConnect(c)
+	}
+}

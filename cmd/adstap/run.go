@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/logfmt"
@@ -33,6 +34,9 @@ type runFlags struct {
 	metricsNodeLabel                                                    bool
 	metricsMaxNodes                                                     int
 	otlpEndpoint, traceScope, traceGrouping                             string
+	capturePath                                                         string
+	captureMaxBytes                                                     byteSize
+	captureMaxFiles                                                     int
 }
 
 func runCommand(f *runFlags) *command {
@@ -74,6 +78,13 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
 	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push of one control-plane version, across streams and taps, in one trace (istiod); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
+
+	c.group("Capture (record streams to a file for adstap inspect; secrets are redacted)")
+	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints")
+	f.captureMaxBytes = capture.DefaultMaxBytes
+	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
+	f.captureMaxFiles = capture.DefaultMaxFiles
+	c.Var(intValue{&f.captureMaxFiles}, "capture-max-files", "keep at most this many capture files (`count`), the current one included")
 
 	addDetectorFlags(c, &f.detect)
 
@@ -160,6 +171,7 @@ type runningTap struct {
 	admin       *adminServer
 	observer    *track.Observer
 	tracing     *export.Tracing
+	capture     *capture.Writer
 	served      chan error
 	stopTicking func()
 }
@@ -251,11 +263,18 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 	}
 	observer := track.NewObserver(track.New(f.detect), sinks...)
 	cfg.Observer = observer
+	var captureW *capture.Writer
+	if f.capturePath != "" {
+		if captureW, err = capture.NewWriter(f.capturePath, int64(f.captureMaxBytes), f.captureMaxFiles, currentBuild().Version, upstream.String()); err != nil {
+			return nil, usagef("--capture: %v", err)
+		}
+		cfg.Observer = tap.Observers(observer, export.NewCapture(captureW, log))
+	}
 	srv, err = tap.New(cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer, tracing: tracing}
+	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer, tracing: tracing, capture: captureW}
 	if f.admin != "off" && f.admin != "" {
 		pages := map[string]http.Handler{
 			"GET /debug/streams": export.DebugStreams(observer.Tracker()),
@@ -303,6 +322,9 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	defer cancel()
 	t.srv.Shutdown(drainCtx)
 	t.stopTicking()
+	if t.capture != nil {
+		t.capture.Close()
+	}
 	if err := t.tracing.Shutdown(drainCtx); err != nil {
 		t.log.Warn("tracing: spans not exported at shutdown", "err", err)
 	}
