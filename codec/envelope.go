@@ -79,6 +79,9 @@ type Resource struct {
 	// Version is the Resource's own version; it is empty in SotW unless the
 	// resource came wrapped in a Resource.
 	Version []byte
+	// TypeURL and Body are the resource's Any: its type and serialized
+	// message, views like Name.
+	TypeURL, Body []byte
 	// Size is the length of the serialized resource (Any.value).
 	Size int
 	// Hash is the xxhash64 of the serialized resource: equal hashes mean the
@@ -523,6 +526,7 @@ func decodeAny(b []byte) (typeURL, value []byte, err error) {
 }
 
 func (res *Resource) setBody(typeURL, value []byte) {
+	res.TypeURL, res.Body = typeURL, value
 	res.Size = len(value)
 	res.Hash = xxhash.Sum64(value)
 	if len(res.Name) == 0 && nameInField1(typeURL) {
