@@ -15,6 +15,16 @@ demo:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/adstap ./cmd/adstap
 
+# The container image of the Dockerfile: the same static build as `build`, on
+# distroless as the nonroot user (65532). Needs Docker with BuildKit (23+);
+# DOCKER picks another client (podman). Push it yourself: docker push $(IMAGE).
+DOCKER     ?= docker
+IMAGE_REPO ?= ghcr.io/adstap/adstap
+IMAGE      ?= $(IMAGE_REPO):$(VERSION)
+.PHONY: image
+image:
+	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) -f Dockerfile .
+
 # The test command of the README and of CI: every package with the race
 # detector and goroutine-leak checks, plus lint and the alert rules.
 test: lint rules jaeger-bin

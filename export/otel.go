@@ -51,6 +51,9 @@ type TracingConfig struct {
 	Logger         *slog.Logger
 	// Getenv reads the environment (os.Getenv; tests pass their own).
 	Getenv func(string) string
+	// Exporter, when set, receives the spans instead of an OTLP exporter
+	// (the benchmark harness passes one that discards them).
+	Exporter sdktrace.SpanExporter
 }
 
 // TracingEnabled says whether the configuration asks for spans: an endpoint
@@ -102,9 +105,12 @@ func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	exp, err := newExporter(ctx, cfg)
-	if err != nil {
-		return nil, err
+	exp := cfg.Exporter
+	if exp == nil {
+		var err error
+		if exp, err = newExporter(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName("adstap"), semconv.ServiceVersion(cfg.ServiceVersion)),

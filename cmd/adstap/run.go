@@ -37,6 +37,8 @@ type runFlags struct {
 	capturePath                                                         string
 	captureMaxBytes                                                     byteSize
 	captureMaxFiles                                                     int
+	retainResources                                                     bool
+	retainMaxBytes                                                      byteSize
 }
 
 func runCommand(f *runFlags) *command {
@@ -85,6 +87,10 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
 	f.captureMaxFiles = capture.DefaultMaxFiles
 	c.Var(intValue{&f.captureMaxFiles}, "capture-max-files", "keep at most this many capture files (`count`), the current one included")
+
+	c.Bool(&f.retainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
+	f.retainMaxBytes = 128 << 20
+	c.Var(&f.retainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
 
 	addDetectorFlags(c, &f.detect)
 
@@ -261,15 +267,25 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 	if tracing != nil {
 		sinks = append(sinks, tracing)
 	}
+	var retained *export.ConfigStore
+	if f.retainResources {
+		retained = export.NewConfigStore(int64(f.retainMaxBytes))
+		sinks = append(sinks, retained)
+	}
 	observer := track.NewObserver(track.New(f.detect), sinks...)
-	cfg.Observer = observer
+	observers := []tap.Observer{observer}
+	if retained != nil {
+		// After the tracker: a push's bytes are kept before its ACK is judged.
+		observers = append(observers, retained)
+	}
 	var captureW *capture.Writer
 	if f.capturePath != "" {
 		if captureW, err = capture.NewWriter(f.capturePath, int64(f.captureMaxBytes), f.captureMaxFiles, currentBuild().Version, upstream.String()); err != nil {
 			return nil, usagef("--capture: %v", err)
 		}
-		cfg.Observer = tap.Observers(observer, export.NewCapture(captureW, log))
+		observers = append(observers, export.NewCapture(captureW, log))
 	}
+	cfg.Observer = tap.Observers(observers...)
 	srv, err = tap.New(cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
@@ -279,6 +295,9 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		pages := map[string]http.Handler{
 			"GET /debug/streams": export.DebugStreams(observer.Tracker()),
 			"GET /metrics":       metrics.Handler(),
+		}
+		if retained != nil {
+			pages["GET /debug/config"] = retained.Handler()
 		}
 		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
 			return nil, usagef("--admin: %v", err)

@@ -1,0 +1,264 @@
+package export
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3" // so every core type can be shown
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// ConfigStore keeps, per stream and type, the resources the client has
+// accepted, for GET /debug/config. The tap otherwise keeps only hashes, so
+// this is opt-in (--retain-resources) and bounded by a byte budget; past it
+// new pushes are not retained and the page says so.
+//
+// It is both a tap.Observer (for the bytes of each push) and a track.Sink
+// (for the tracker's verdict that a push was accepted); placed after the
+// tracker in tap.Observers, it sees a push's bytes before the ACK's event.
+type ConfigStore struct {
+	maxBytes int64
+
+	mu      sync.Mutex
+	used    int64
+	full    bool
+	streams map[uint64]*retainedStream
+}
+
+type retainedStream struct {
+	protocol codec.Protocol
+	types    map[string]*retainedType
+}
+
+type retainedType struct {
+	version  string
+	accepted map[string]retained
+	pending  map[string]pendingPush // by nonce
+}
+
+type retained struct {
+	typeURL string
+	body    []byte
+}
+
+type pendingPush struct {
+	version   string
+	resources map[string]retained
+	removed   []string
+	replace   bool
+}
+
+var (
+	_ tap.Observer = (*ConfigStore)(nil)
+	_ track.Sink   = (*ConfigStore)(nil)
+)
+
+// NewConfigStore retains at most maxBytes of resource bodies.
+func NewConfigStore(maxBytes int64) *ConfigStore {
+	return &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
+}
+
+func (c *ConfigStore) OnStreamOpen(s tap.StreamInfo) {
+	if s.Protocol == codec.Opaque {
+		return
+	}
+	c.mu.Lock()
+	c.streams[s.ID] = &retainedStream{protocol: s.Protocol, types: map[string]*retainedType{}}
+	c.mu.Unlock()
+}
+
+// OnFrame keeps the bodies of each push until its answer.
+func (c *ConfigStore) OnFrame(s tap.StreamInfo, f tap.Frame) {
+	if f.Direction != tap.Response || s.Protocol == codec.Opaque {
+		return
+	}
+	var resp codec.Response
+	if err := resp.Decode(f.Data.Materialize(), s.Protocol == codec.Delta); err != nil {
+		return
+	}
+	p := pendingPush{version: resp.VersionInfo, resources: make(map[string]retained, len(resp.Resources)), removed: resp.RemovedResources}
+	// In SotW, LDS and CDS responses carry the whole set; other types add to it.
+	p.replace = !resp.Delta && (resp.TypeURL == codec.TypeListener || resp.TypeURL == codec.TypeCluster)
+	var size int64
+	for _, r := range resp.Resources {
+		p.resources[string(r.Name)] = retained{typeURL: string(r.TypeURL), body: append([]byte(nil), r.Body...)}
+		size += int64(len(r.Body))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[s.ID]
+	if st == nil {
+		return
+	}
+	if c.used+size > c.maxBytes {
+		c.full = true
+		return
+	}
+	c.used += size
+	t := st.types[resp.TypeURL]
+	if t == nil {
+		t = &retainedType{accepted: map[string]retained{}, pending: map[string]pendingPush{}}
+		st.types[resp.TypeURL] = t
+	}
+	t.pending[resp.Nonce] = p
+}
+
+func (c *ConfigStore) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[s.ID]; st != nil {
+		for _, t := range st.types {
+			c.used -= t.bytes()
+		}
+		delete(c.streams, s.ID)
+	}
+}
+
+func (c *ConfigStore) OnUpstreamConnect(tap.UpstreamConnect) {}
+
+// OnEvent applies a push once the tracker says how it ended.
+func (c *ConfigStore) OnEvent(e track.Event) {
+	var p track.Push
+	accepted := false
+	switch e := e.(type) {
+	case track.PushEnded:
+		p, accepted = e.Push, e.Result == track.ResultACK
+	case track.LateAnswer:
+		p, accepted = e.Push, e.Result == track.ResultACK
+	default:
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[p.StreamID]
+	if st == nil || st.types[p.TypeURL] == nil {
+		return
+	}
+	t := st.types[p.TypeURL]
+	push, ok := t.pending[p.Nonce]
+	if !ok {
+		return
+	}
+	delete(t.pending, p.Nonce)
+	before := t.bytes() + push.bytes()
+	if accepted {
+		if push.replace {
+			t.accepted = map[string]retained{}
+		}
+		for name, r := range push.resources {
+			t.accepted[name] = r
+		}
+		for _, name := range push.removed {
+			delete(t.accepted, name)
+		}
+		t.version = push.version
+	}
+	c.used -= before - t.bytes()
+}
+
+func (t *retainedType) bytes() int64 {
+	var n int64
+	for _, r := range t.accepted {
+		n += int64(len(r.body))
+	}
+	for _, p := range t.pending {
+		n += p.bytes()
+	}
+	return n
+}
+
+func (p pendingPush) bytes() int64 {
+	var n int64
+	for _, r := range p.resources {
+		n += int64(len(r.body))
+	}
+	return n
+}
+
+// ConfigPage is the body of GET /debug/config.
+type ConfigPage struct {
+	Stream    uint64            `json:"stream"`
+	TypeURL   string            `json:"type_url"`
+	Version   string            `json:"version"`
+	Resources []json.RawMessage `json:"resources"`
+	// Incomplete says retention stopped at its byte budget.
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// Handler serves GET /debug/config?stream=ID&type=cds (a short name or a
+// type URL): the resources the stream's client accepted, decoded and with
+// every secret replaced by its fingerprint.
+func (c *ConfigStore) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.URL.Query().Get("stream"), 10, 64)
+		if err != nil {
+			http.Error(w, "want ?stream=ID&type=cds (stream ids are on /debug/streams)", http.StatusBadRequest)
+			return
+		}
+		want := r.URL.Query().Get("type")
+		c.mu.Lock()
+		st := c.streams[id]
+		var page *ConfigPage
+		var bodies []retained
+		if st != nil {
+			for url, t := range st.types {
+				if url != want && codec.ShortType(url) != want {
+					continue
+				}
+				page = &ConfigPage{Stream: id, TypeURL: url, Version: t.version, Incomplete: c.full}
+				names := make([]string, 0, len(t.accepted))
+				for n := range t.accepted {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				for _, n := range names {
+					bodies = append(bodies, t.accepted[n])
+				}
+			}
+		}
+		c.mu.Unlock()
+		if page == nil {
+			http.Error(w, fmt.Sprintf("no retained %q resources for stream %d (is --retain-resources on, and has the type been accepted?)", want, id), http.StatusNotFound)
+			return
+		}
+		for _, b := range bodies {
+			page.Resources = append(page.Resources, showResource(b))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(page)
+	})
+}
+
+// showResource decodes a resource for people, through the shared redaction;
+// a type adstap does not know is shown by size alone, since its bytes could
+// hold anything.
+func showResource(r retained) json.RawMessage {
+	m, err := (&anypb.Any{TypeUrl: r.typeURL, Value: r.body}).UnmarshalNew()
+	if err != nil {
+		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
+		return b
+	}
+	codec.RedactMessage(m)
+	a, err := anypb.New(m)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	b, err := protojson.Marshal(a)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
