@@ -5,8 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -47,4 +49,47 @@ func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
 			t.Errorf("%s: /readyz = %d, want %d", s.name, got, s.readyz)
 		}
 	}
+}
+
+func TestAdminExposesOnlyWhatItIsToldTo(t *testing.T) {
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	for _, tc := range []struct {
+		name      string
+		flags     []string
+		wantPprof int
+	}{
+		{"default", nil, http.StatusNotFound},
+		{"--pprof", []string{"--pprof"}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log lockedBuffer
+			_, admin := startTracedTap(t, cp.Addr(), &log, tc.flags...)
+			resp, err := http.Get("http://" + admin + "/debug/pprof/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantPprof {
+				t.Errorf("GET /debug/pprof/ = %d, want %d", resp.StatusCode, tc.wantPprof)
+			}
+			if strings.Contains(log.String(), "reachable from outside") {
+				t.Error("a loopback admin address was warned about")
+			}
+		})
+	}
+	t.Run("non-loopback admin warns", func(t *testing.T) {
+		var log lockedBuffer
+		srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := startAdmin("0.0.0.0:0", srv, slog.New(slog.NewTextHandler(&log, nil)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.close()
+		if !strings.Contains(log.String(), "reachable from outside this host") {
+			t.Errorf("no warning for an admin address on every interface: %s", log.String())
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ type runFlags struct {
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
 	retainMaxBytes                                                      byteSize
+	pprof                                                               bool
 }
 
 func runCommand(f *runFlags) *command {
@@ -73,6 +75,7 @@ func runCommand(f *runFlags) *command {
 	c.group("Admin (health, readiness, metrics, debug pages)")
 	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics and /debug/streams; \"off\" disables it")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
+	c.Bool(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the admin address (off by default: it exposes the process)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
 
@@ -298,6 +301,13 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		}
 		if retained != nil {
 			pages["GET /debug/config"] = retained.Handler()
+		}
+		if f.pprof {
+			pages["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
+			pages["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
+			pages["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
+			pages["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
+			pages["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
 		}
 		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
 			return nil, usagef("--admin: %v", err)
