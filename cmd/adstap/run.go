@@ -75,16 +75,16 @@ func runCommand(f *runFlags) *command {
 	c.group("Admin (health, readiness, metrics, debug pages)")
 	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics and /debug/streams; \"off\" disables it")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
-	c.Bool(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the admin address (off by default: it exposes the process)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
+	c.Bool(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the admin address (off by default: it exposes the process)")
 
-	c.group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_* , OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
+	c.group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
 	c.String(&f.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
 	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push of one control-plane version, across streams and taps, in one trace (istiod); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
-	c.group("Capture (record streams to a file for adstap inspect; secrets are redacted)")
+	c.group("Capture and retained configuration (secrets are always redacted)")
 	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints")
 	f.captureMaxBytes = capture.DefaultMaxBytes
 	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
