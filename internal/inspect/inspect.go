@@ -1,0 +1,176 @@
+// Package inspect reads capture files (adstap run --capture, docs/capture.md)
+// back: it replays every record through a fresh track.Tracker at the
+// recorded times and reports what the tap would have said, and more — a
+// summary per stream and type, the live log's timeline, the resource-level
+// and field-level diff of the pushes of one version, and every NACK.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/adstap/adstap/track"
+)
+
+// Config says what to read and what to show. Exactly one of the modes
+// applies: Push (a version's pushes), NACKs, or else the report (Summary
+// and/or Timeline).
+type Config struct {
+	// Files are read in order, oldest first. A single path whose rotated
+	// siblings (PATH.1, PATH.2, ...) exist stands for the whole set.
+	Files []string
+
+	// The report: the timeline (the live log of the replay) and the
+	// summary per stream and type. Follow keeps reading the last file as
+	// it grows, printing the timeline as it comes, until ctx ends.
+	Summary, Timeline bool
+	Follow            bool
+	// Poll is how often a followed file is checked for growth and
+	// rotation; zero means DefaultPoll.
+	Poll time.Duration
+
+	// Push, when set, shows every push of this version: per stream and
+	// type the names added, removed and changed; with Resources also each
+	// resource as JSON and the field-level diff of each changed one
+	// against the last version of it the client accepted.
+	Push      string
+	Resources bool
+
+	// NACKs shows every NACK, identical ones (same stream, type and
+	// message) collapsed into one entry with a count.
+	NACKs bool
+
+	// Detect holds the detectors' thresholds, which should be those the
+	// tap ran with; zero fields take track's defaults. MaxNames is ignored:
+	// inspect keeps every name.
+	Detect track.Config
+
+	Stdout, Stderr io.Writer
+}
+
+// DefaultPoll is how often --follow looks for new records.
+const DefaultPoll = 200 * time.Millisecond
+
+// InputError is a problem with what inspect was asked to read: a missing
+// file, or one that is not a capture. The command exits 2 for it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func inputErrorf(format string, a ...any) error {
+	return &InputError{fmt.Errorf(format, a...)}
+}
+
+// Run reads the files and writes what cfg asks for to cfg.Stdout; warnings
+// (a file cut short) go to cfg.Stderr. An interrupted replay (ctx done)
+// still prints what it has and returns nil.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Stdout == nil {
+		cfg.Stdout = io.Discard
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = io.Discard
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	files, err := openFiles(cfg.Files)
+	if err != nil {
+		return err
+	}
+	defer closeAll(files)
+	if cfg.Follow && (cfg.Push != "" || cfg.NACKs) {
+		return errors.New("--follow shows the timeline; it does not combine with --push or --nacks")
+	}
+
+	var (
+		sum   *summarizer
+		push  *pushes
+		nacks *nackCollector
+		out   []consumer
+	)
+	switch {
+	case cfg.Push != "":
+		push = newPushes(cfg.Push, cfg.Resources)
+		out = append(out, push)
+	case cfg.NACKs:
+		nacks = newNACKCollector()
+		out = append(out, nacks)
+	default:
+		if cfg.Timeline {
+			out = append(out, newTimeline(cfg.Stdout))
+		}
+		if cfg.Summary {
+			sum = newSummarizer()
+			out = append(out, sum)
+		}
+	}
+	rp := newReplayer(cfg.Detect, out...)
+	rd := &reader{rp: rp, stderr: cfg.Stderr, poll: cfg.Poll}
+
+	last := len(files)
+	if cfg.Follow {
+		last--
+	}
+	for _, src := range files[:last] {
+		if err := rd.readFile(ctx, src); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if cfg.Follow && ctx.Err() == nil {
+		if err := rd.follow(ctx, files[last], cfg.Files[len(cfg.Files)-1]); err != nil {
+			return err
+		}
+	}
+
+	switch {
+	case push != nil:
+		push.print(cfg.Stdout, rd.files)
+	case nacks != nil:
+		nacks.print(cfg.Stdout, rd.files)
+	case sum != nil:
+		if cfg.Timeline {
+			fmt.Fprintln(cfg.Stdout)
+		}
+		printSummary(cfg.Stdout, sum.result(rd.files))
+	}
+	return nil
+}
+
+// Replay reads the files through a fresh tracker and returns the summary,
+// the way Run computes it, for callers (and tests) that want the numbers
+// rather than the text.
+func Replay(ctx context.Context, files []string, detect track.Config, stderr io.Writer) (*Summary, error) {
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	srcs, err := openFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(srcs)
+	sum := newSummarizer()
+	rd := &reader{rp: newReplayer(detect, sum), stderr: stderr, poll: DefaultPoll}
+	for _, src := range srcs {
+		if err := rd.readFile(ctx, src); err != nil {
+			return nil, err
+		}
+	}
+	return sum.result(rd.files), nil
+}
+
+// note is something the replay itself has to say (a file begins, a stream
+// began before the files), which only the timeline shows.
+type note struct {
+	at    time.Time
+	level slog.Level
+	msg   string
+}

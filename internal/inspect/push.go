@@ -1,0 +1,329 @@
+package inspect
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/adstap/adstap/track"
+)
+
+// PushDiff is one push of the version asked for, on one stream.
+type PushDiff struct {
+	Stream         uint64
+	Node           string
+	TypeURL, Type  string
+	Version, Nonce string
+	At             time.Time
+	Resources      int
+	Bytes          int
+	// Added, Removed and Changed are every name, against the state the
+	// client had accepted (the tracker's diff, uncapped).
+	Added, Removed, Changed []string
+	Unchanged               int
+	FullSync, Redundant     bool
+	// Result is how the push ended (ack, nack, superseded, timeout,
+	// closed), "" if the files end first.
+	Result  string
+	Latency time.Duration
+	Error   string // the NACK's message
+	// Details, with --resources: every resource of the push in order.
+	Details    []ResourceDetail
+	DetailsErr string
+}
+
+// ResourceDetail is one resource of a push, decoded.
+type ResourceDetail struct {
+	Name    string
+	Status  string // added, changed, unchanged, heartbeat
+	TypeURL string
+	JSON    string // indented
+	// Changes, for a changed resource, against the last version of it the
+	// client accepted on this stream; NoPrevious when that version is not
+	// in the files (the stream began before them).
+	Changes    []FieldChange
+	NoPrevious bool
+}
+
+type pushKey struct {
+	stream  uint64
+	typeURL string
+}
+
+// pushTrack follows one type of one stream: the resources the client
+// accepted (as bytes, by name) and the latest push.
+type pushTrack struct {
+	acked   map[string]body
+	nonce   string
+	pending []body // the latest push's resources, until applied
+	removed []string
+	report  *PushDiff
+}
+
+type pushes struct {
+	version   string
+	resources bool
+	found     []*PushDiff
+	versions  []string
+	seen      map[string]bool
+	tracks    map[pushKey]*pushTrack
+}
+
+func newPushes(version string, resources bool) *pushes {
+	return &pushes{version: version, resources: resources, seen: map[string]bool{}, tracks: map[pushKey]*pushTrack{}}
+}
+
+func (p *pushes) note(note) {}
+
+func (p *pushes) track(k pushKey) *pushTrack {
+	t := p.tracks[k]
+	if t == nil {
+		t = &pushTrack{acked: map[string]body{}}
+		p.tracks[k] = t
+	}
+	return t
+}
+
+// apply makes the latest push what the client has, as the tracker does on
+// an ACK (or a push superseded before its answer, assumed applied).
+func (t *pushTrack) apply() {
+	for _, b := range t.pending {
+		if !b.heartbeat {
+			t.acked[b.name] = b
+		}
+	}
+	for _, name := range t.removed {
+		delete(t.acked, name)
+	}
+	t.pending, t.removed = nil, nil
+}
+
+func (p *pushes) events(st *step, evs []track.Event) {
+	for _, e := range evs {
+		switch e := e.(type) {
+		case track.PushSent:
+			p.sent(st, e.Push)
+		case track.PushEnded:
+			t := p.tracks[pushKey{e.Push.StreamID, e.Push.TypeURL}]
+			if t == nil || t.nonce != e.Push.Nonce {
+				continue
+			}
+			if t.report != nil {
+				t.report.Result, t.report.Latency, t.report.Error = string(e.Result), e.Latency, e.Error
+			}
+			if e.Result == track.ResultACK || e.Result == track.ResultSuperseded {
+				t.apply()
+			}
+		case track.LateAnswer:
+			t := p.tracks[pushKey{e.Push.StreamID, e.Push.TypeURL}]
+			if t == nil || t.nonce != e.Push.Nonce {
+				continue
+			}
+			if t.report != nil {
+				t.report.Result, t.report.Latency = string(e.Result)+" (late)", e.Latency
+			}
+			if e.Result == track.ResultACK {
+				t.apply()
+			}
+		case track.StreamClosed:
+			for k := range p.tracks {
+				if k.stream == e.Stream.ID {
+					delete(p.tracks, k)
+				}
+			}
+		}
+	}
+}
+
+func (p *pushes) sent(st *step, push track.Push) {
+	if !p.seen[push.Version] {
+		p.seen[push.Version] = true
+		p.versions = append(p.versions, push.Version)
+	}
+	t := p.track(pushKey{push.StreamID, push.TypeURL})
+	t.nonce, t.report = push.Nonce, nil
+	var bodies []body
+	var decodeErr error
+	if p.resources && st.Resp != nil && st.Rec != nil {
+		bodies, decodeErr = decodeBodies(st.Rec.Message, st.Delta, st.Resp)
+		t.pending = bodies
+		t.removed = slices.Clone(st.Resp.RemovedResources)
+	}
+	if push.Version != p.version {
+		return
+	}
+	d := push.Diff
+	r := &PushDiff{
+		Stream: push.StreamID, Node: push.Node.ID, TypeURL: push.TypeURL, Type: typeLabel(push.TypeURL),
+		Version: push.Version, Nonce: push.Nonce, At: push.SentAt, Resources: push.Resources, Bytes: push.Bytes,
+		Added: slices.Clone(d.AddedNames), Removed: slices.Clone(d.RemovedNames), Changed: slices.Clone(d.ChangedNames),
+		Unchanged: d.Unchanged, FullSync: push.FullSync, Redundant: push.Redundant,
+	}
+	t.report = r
+	p.found = append(p.found, r)
+	if !p.resources {
+		return
+	}
+	if decodeErr != nil {
+		r.DetailsErr = decodeErr.Error()
+		return
+	}
+	added, changed := set(r.Added), set(r.Changed)
+	for _, b := range bodies {
+		det := ResourceDetail{Name: b.name, TypeURL: b.typeURL}
+		switch {
+		case b.heartbeat:
+			det.Status = "heartbeat"
+			r.Details = append(r.Details, det)
+			continue
+		case added[b.name]:
+			det.Status = "added"
+		case changed[b.name]:
+			det.Status = "changed"
+		default:
+			det.Status = "unchanged"
+		}
+		v, err := resourceJSON(b.typeURL, b.value)
+		if err != nil {
+			det.JSON = err.Error()
+			r.Details = append(r.Details, det)
+			continue
+		}
+		var sb strings.Builder
+		writeJSON(&sb, v, "", false)
+		det.JSON = sb.String()
+		if det.Status == "changed" {
+			prev, ok := t.acked[b.name]
+			if !ok {
+				det.NoPrevious = true
+			} else if pv, err := resourceJSON(prev.typeURL, prev.value); err == nil {
+				det.Changes = diffJSON(pv, v)
+			}
+		}
+		r.Details = append(r.Details, det)
+	}
+}
+
+func set(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// result is every push found, in the order of their recorded times: a
+// capture orders records by stream only roughly, since each stream's are
+// written by its own goroutine.
+func (p *pushes) result() []*PushDiff {
+	slices.SortStableFunc(p.found, func(a, b *PushDiff) int { return cmpTime(a.At, b.At) })
+	return p.found
+}
+
+func (p *pushes) print(w io.Writer, files []FileRead) {
+	found := p.result()
+	if len(found) == 0 {
+		fmt.Fprintf(w, "no push of version %q in %s\n", p.version, fileList(files))
+		if len(p.versions) > 0 {
+			fmt.Fprintf(w, "versions pushed: %s\n", strings.Join(p.versions, ", "))
+		}
+		return
+	}
+	streams := map[uint64]bool{}
+	for _, r := range found {
+		streams[r.Stream] = true
+	}
+	fmt.Fprintf(w, "version %s: %s on %s\n", p.version, plural(len(found), "push", "pushes"), plural(len(streams), "stream", "streams"))
+	for _, r := range found {
+		fmt.Fprintf(w, "\nstream %d  %s  node=%s  %s  %s, %s  +%d -%d ~%d =%d", r.Stream, r.Type, orDash(r.Node), stamp(r.At),
+			plural(r.Resources, "resource", "resources"), humanBytes(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)
+		if r.FullSync {
+			fmt.Fprint(w, "  full")
+		}
+		if r.Redundant {
+			fmt.Fprint(w, "  redundant")
+		}
+		switch r.Result {
+		case "":
+			fmt.Fprint(w, "  unanswered at the end of the capture")
+		case string(track.ResultACK), string(track.ResultNACK):
+			fmt.Fprintf(w, "  %s %s", strings.ToUpper(r.Result), fmtLatency(r.Latency))
+		default:
+			fmt.Fprintf(w, "  %s after %s", strings.ToUpper(r.Result), fmtLatency(r.Latency))
+		}
+		fmt.Fprintln(w)
+		if r.Error != "" {
+			fmt.Fprintf(w, "  rejected: %s\n", indent(r.Error, "    "))
+		}
+		if r.Details == nil {
+			for _, n := range r.Added {
+				fmt.Fprintf(w, "  + %s\n", n)
+			}
+			for _, n := range r.Changed {
+				fmt.Fprintf(w, "  ~ %s\n", n)
+			}
+		}
+		if r.DetailsErr != "" {
+			fmt.Fprintf(w, "  (resources not shown: %s)\n", r.DetailsErr)
+		}
+		for _, d := range r.Details {
+			mark := map[string]string{"added": "+", "changed": "~", "unchanged": "=", "heartbeat": "="}[d.Status]
+			fmt.Fprintf(w, "  %s %s  (%s, %s)\n", mark, d.Name, d.Status, typeName(d.TypeURL))
+			if d.Status == "changed" {
+				switch {
+				case d.NoPrevious:
+					fmt.Fprintln(w, "      (the version the client accepted before is not in these files)")
+				case len(d.Changes) == 0:
+					fmt.Fprintln(w, "      (no difference in the decoded fields: the bytes differ in encoding only)")
+				}
+				for _, c := range d.Changes {
+					fmt.Fprintf(w, "      %s\n", c)
+				}
+			}
+			if d.JSON != "" {
+				fmt.Fprintf(w, "      %s\n", indent(d.JSON, "      "))
+			}
+		}
+		for _, n := range r.Removed {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+	}
+}
+
+func typeName(typeURL string) string {
+	if typeURL == "" {
+		return "no body"
+	}
+	return typeURL[strings.LastIndexByte(typeURL, '/')+1:]
+}
+
+func indent(s, prefix string) string {
+	return strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+func fileList(files []FileRead) string {
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

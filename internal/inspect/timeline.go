@@ -1,0 +1,119 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/track"
+)
+
+// timeline writes the live log of the replay: exactly the lines `adstap
+// run` writes (export.LiveLog in the human format), stamped with the
+// recorded times instead of the time of reading.
+//
+// LiveLog logs with slog and no time of its own, so slog stamps each record
+// with time.Now(). Rather than teach LiveLog about replays, the logger's
+// handler is wrapped: the replay is single-threaded and hands events to the
+// live log one record (or tick) at a time, so the replay clock at that
+// moment — the record's recorded time — is the right stamp for every line
+// the live log writes for it, which is exactly what the tap's own clock
+// was when it wrote the same line. Events that carry their own time (a
+// full sync found complete on a later frame) are stamped like the tap
+// stamped them: when they were found.
+type timeline struct {
+	live  *export.LiveLog
+	log   *slog.Logger
+	clock *replayClock
+}
+
+func newTimeline(w io.Writer) *timeline {
+	clock := &replayClock{w: w}
+	log := slog.New(&clockHandler{next: logfmt.NewPretty(w, slog.LevelInfo), clock: clock})
+	return &timeline{live: export.NewLiveLog(log), log: log, clock: clock}
+}
+
+func (t *timeline) events(st *step, evs []track.Event) {
+	t.clock.now = st.At
+	for _, e := range evs {
+		t.live.OnEvent(e)
+	}
+}
+
+func (t *timeline) note(n note) {
+	t.clock.now = n.at
+	t.log.Log(context.Background(), n.level, n.msg)
+}
+
+// replayClock is the time of the record being replayed. The human format
+// shows the time of day only, so a line with the date goes before the
+// first line and whenever the day changes.
+type replayClock struct {
+	now time.Time
+	day string
+	w   io.Writer
+}
+
+// clockHandler stamps every log record with the replay clock.
+type clockHandler struct {
+	next  slog.Handler
+	clock *replayClock
+}
+
+func (h *clockHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+
+func (h *clockHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.Time = h.clock.now
+	if day := r.Time.Format("2006-01-02 Monday, times are UTC-07:00"); day != h.clock.day && !r.Time.IsZero() {
+		h.clock.day = day
+		fmt.Fprintf(h.clock.w, "--- %s ---\n", day)
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *clockHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &clockHandler{next: h.next.WithAttrs(attrs), clock: h.clock}
+}
+
+func (h *clockHandler) WithGroup(name string) slog.Handler {
+	return &clockHandler{next: h.next.WithGroup(name), clock: h.clock}
+}
+
+// sortedIDs returns a map's uint64 keys in order.
+func sortedIDs[V any](m map[uint64]V) []uint64 {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// fmtLatency is the live log's: short, and sub-millisecond answers stay
+// visible (0.31ms, 14ms, 1.2s).
+func fmtLatency(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000)
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// stamp formats a recorded time with its date.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format("2006-01-02 15:04:05.000")
+}
+
+// clockTime formats a recorded time of day.
+func clockTime(t time.Time) string { return t.Format("15:04:05.000") }
+
+func cmpTime(a, b time.Time) int { return cmp.Compare(a.UnixNano(), b.UnixNano()) }
