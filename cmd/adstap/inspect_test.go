@@ -108,7 +108,7 @@ func TestInspectExitStatus(t *testing.T) {
 		{"summary and timeline only", []string{"--summary-only", "--timeline-only", sc.Path}, exitUsage, "exclude each other"},
 		{"follow and nacks", []string{"--follow", "--nacks", sc.Path}, exitUsage, "does not combine"},
 		{"missing file", []string{filepath.Join(dir, "nope.jsonl")}, exitUsage, "no such file or directory"},
-		{"not a capture", []string{notCapture}, exitUsage, notCapture + " is not an adstap capture file"},
+		{"not a capture", []string{notCapture}, exitUsage, "not an adstap capture file: " + notCapture},
 		{"cut short", []string{"--summary-only", cut}, exitOK, "adstap inspect: warning: " + cut + " ends in an incomplete record"},
 	}
 	for _, tt := range tests {

@@ -171,7 +171,7 @@ func (r *reader) readFile(ctx context.Context, src source) error {
 		}
 		if err != nil {
 			if fr.Records == 0 {
-				return inputErrorf("%s is not an adstap capture file: %v", name, err)
+				return inputErrorf("not an adstap capture file: %v", err) // err names the file
 			}
 			return err
 		}
@@ -267,7 +267,7 @@ func (r *reader) drain(ctx context.Context, t *tail, fr *FileRead) error {
 		}
 		if errors.Is(err, capture.ErrIncomplete) {
 			if fr.Records == 0 {
-				return inputErrorf("%s is not an adstap capture file: %v", fr.Name, err)
+				return inputErrorf("not an adstap capture file: %v", err) // err names the file
 			}
 			fr.Truncated = true
 			fmt.Fprintf(r.stderr, "adstap inspect: warning: %s ends in an incomplete record; read its %d complete records\n", fr.Name, fr.Records)
@@ -275,7 +275,7 @@ func (r *reader) drain(ctx context.Context, t *tail, fr *FileRead) error {
 		}
 		if err != nil {
 			if fr.Records == 0 {
-				return inputErrorf("%s is not an adstap capture file: %v", fr.Name, err)
+				return inputErrorf("not an adstap capture file: %v", err) // err names the file
 			}
 			return err
 		}

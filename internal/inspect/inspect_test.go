@@ -616,8 +616,8 @@ func TestWhatIsNotACaptureIsAnInputError(t *testing.T) {
 		{"missing", filepath.Join(dir, "nope.jsonl"), "no such file"},
 		{"directory", dir, "is a directory"},
 		{"empty", write("empty", ""), "is empty: not an adstap capture file"},
-		{"text", write("text", "hello\nworld\n"), "is not an adstap capture file"},
-		{"no newline", write("partial", `{"kind":"capt`), "is not an adstap capture file"},
+		{"text", write("text", "hello\nworld\n"), "not an adstap capture file: " + filepath.Join(dir, "text") + ": record at byte 0 is not valid"},
+		{"no newline", write("partial", `{"kind":"capt`), "not an adstap capture file: " + filepath.Join(dir, "partial") + ": incomplete record"},
 		{"a frame first", write("frame", `{"time":"2026-11-30T10:00:00Z","kind":"frame","stream":1}`+"\n"), `its first record is of kind "frame", not "capture"`},
 		{"newer format", write("newer", `{"time":"2026-11-30T10:00:00Z","kind":"capture","format":99}`+"\n"), "format 99, newer than this adstap reads"},
 	}

@@ -147,7 +147,7 @@ func (p *pushes) sent(st *step, push track.Push) {
 	var bodies []body
 	var decodeErr error
 	if p.resources && st.Resp != nil && st.Rec != nil {
-		bodies, decodeErr = decodeBodies(st.Rec.Message, st.Delta, st.Resp)
+		bodies, decodeErr = decodeBodies(st.Rec.Message, st.Delta, st.Rec.Redacted, st.Resp)
 		t.pending = bodies
 		t.removed = slices.Clone(st.Resp.RemovedResources)
 	}
@@ -185,7 +185,7 @@ func (p *pushes) sent(st *step, push track.Push) {
 		default:
 			det.Status = "unchanged"
 		}
-		v, err := resourceJSON(b.typeURL, b.value)
+		v, err := resourceJSON(b)
 		if err != nil {
 			det.JSON = err.Error()
 			r.Details = append(r.Details, det)
@@ -198,7 +198,7 @@ func (p *pushes) sent(st *step, push track.Push) {
 			prev, ok := t.acked[b.name]
 			if !ok {
 				det.NoPrevious = true
-			} else if pv, err := resourceJSON(prev.typeURL, prev.value); err == nil {
+			} else if pv, err := resourceJSON(prev); err == nil {
 				det.Changes = diffJSON(pv, v)
 			}
 		}

@@ -24,12 +24,14 @@ type body struct {
 	typeURL   string
 	value     []byte
 	heartbeat bool // a TTL refresh without a resource
+	// redacted: the capture already replaced the response's secrets.
+	redacted bool
 }
 
 // decodeBodies opens a response's resources. The names are the codec's, the
 // ones the tracker uses, paired by position: both read the resources field
 // in order, one entry per occurrence.
-func decodeBodies(msg []byte, delta bool, resp *codec.Response) ([]body, error) {
+func decodeBodies(msg []byte, delta, redacted bool, resp *codec.Response) ([]body, error) {
 	var out []body
 	if delta {
 		var m discovery.DeltaDiscoveryResponse
@@ -57,6 +59,7 @@ func decodeBodies(msg []byte, delta bool, resp *codec.Response) ([]body, error) 
 		}
 	}
 	for i := range out {
+		out[i].redacted = redacted
 		if i < len(resp.Resources) {
 			out[i].name = string(resp.Resources[i].Name)
 		}
@@ -78,19 +81,28 @@ const unknownKey = "adstap.unknown_type_url"
 // resourceJSON renders a resource as JSON: protojson with proto field names,
 // through go-control-plane's registered types. A resource of an unknown
 // type, or an unknown Any inside a known one, shows as its type URL and its
-// bytes in base64. Secrets were replaced by their fingerprints when the
-// capture was written, so they show as those.
-func resourceJSON(typeURL string, value []byte) (jsonValue, error) {
+// bytes in base64, as the capture holds them.
+//
+// Secrets were replaced by their fingerprints when the capture was written
+// (redacted), so they show as those; a response the capture did not mark
+// redacted goes through the shared redaction once more, in case it holds
+// what the writer's quick check did not look for. (Running it on a redacted
+// one would show the fingerprint's fingerprint.)
+func resourceJSON(b body) (jsonValue, error) {
+	typeURL, value := b.typeURL, b.value
 	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: typeURL, Value: value}, proto.UnmarshalOptions{})
 	if err != nil {
 		return unknownJSON(typeURL, value), nil
 	}
+	if !b.redacted {
+		codec.RedactMessage(m)
+	}
 	standInUnknownAnys(m.ProtoReflect())
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s as JSON: %w", typeURL, err)
 	}
-	v, err := parseJSON(b)
+	v, err := parseJSON(out)
 	if err != nil {
 		return nil, err
 	}

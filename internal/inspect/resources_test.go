@@ -25,7 +25,7 @@ func jsonOf(t *testing.T, typeURL string, m proto.Message) jsonValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := resourceJSON(typeURL, b)
+	v, err := resourceJSON(body{typeURL: typeURL, value: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestFieldChangesNamePathsInProtoFieldNames(t *testing.T) {
 // TestUnknownTypesShowAsTheirTypeURLAndBase64: a resource of a type this
 // binary does not know, and an unknown Any inside a known resource.
 func TestUnknownTypesShowAsTheirTypeURLAndBase64(t *testing.T) {
-	v, err := resourceJSON("type.googleapis.com/acme.mesh.v1.Widget", []byte{1, 2, 3})
+	v, err := resourceJSON(body{typeURL: "type.googleapis.com/acme.mesh.v1.Widget", value: []byte{1, 2, 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestBodiesPairWithTheTrackersNames(t *testing.T) {
 			if err := resp.Decode(b, tt.delta); err != nil {
 				t.Fatal(err)
 			}
-			bodies, err := decodeBodies(b, tt.delta, &resp)
+			bodies, err := decodeBodies(b, tt.delta, false, &resp)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,4 +161,34 @@ func mustUnmarshal(t *testing.T, b []byte) proto.Message {
 		t.Fatal(err)
 	}
 	return &c
+}
+
+// TestSecretsShowAsFingerprintsOnce: a secret the capture redacted shows as
+// its fingerprint as is; one in a response the capture did not mark
+// redacted is redacted on the way out.
+func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
+	key := []byte("-----BEGIN EC PRIVATE KEY-----\nnot really a key\n-----END EC PRIVATE KEY-----\n")
+	raw, err := proto.Marshal(xdsconfig.Secret("default", []byte("cert"), key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redacted := xdsconfig.Secret("default", []byte("cert"), key)
+	codec.RedactMessage(redacted)
+	red, err := proto.Marshal(redacted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"private_key": {"inline_string": "` + codec.Fingerprint(key) + `"}`
+	for name, b := range map[string]body{
+		"redacted by the capture": {typeURL: resource.SecretType, value: red, redacted: true},
+		"not marked redacted":     {typeURL: resource.SecretType, value: raw},
+	} {
+		v, err := resourceJSON(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := compactJSON(v); !strings.Contains(got, want) || strings.Contains(got, "not really") {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+	}
 }
