@@ -204,7 +204,7 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 		case rd.varintField(statusCode):
 			r.ErrorDetail.Code = int32(rd.v)
 		case rd.bytesField(statusMessage):
-			r.ErrorDetail.Message = string(rd.b)
+			r.ErrorDetail.Message = RedactText(string(rd.b))
 		}
 	}
 	if rd.err != nil {

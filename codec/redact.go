@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3" // so Any values of these types can be opened
@@ -12,6 +13,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3" // (listeners carry TLS contexts too)
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -153,6 +155,50 @@ func redactDataSource(m protoreflect.Message) bool {
 func Fingerprint(secret []byte) string {
 	sum := sha256.Sum256(secret)
 	return fmt.Sprintf("[redacted by adstap: sha256 %s, %d bytes]", hex.EncodeToString(sum[:8]), len(secret))
+}
+
+// pemPrivateKey matches a PEM private key block, also as proto text form
+// prints it inside a quoted string (newlines as \n).
+var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----`)
+
+// RedactText replaces PEM private keys in free text with their fingerprints.
+// A client's NACK message may quote the resource it rejects in full (grpc-go
+// does), inline TLS key included: every output that shows an error_detail
+// gets it through here, since DecodeRequest applies it.
+func RedactText(s string) string {
+	if !strings.Contains(s, "PRIVATE KEY") {
+		return s
+	}
+	return pemPrivateKey.ReplaceAllStringFunc(s, func(m string) string { return Fingerprint([]byte(m)) })
+}
+
+// RedactRequest is RedactResponse for a DiscoveryRequest (delta: a
+// DeltaDiscoveryRequest): the one secret a request can carry is a key quoted
+// in its error_detail message.
+func RedactRequest(b []byte, delta bool) ([]byte, bool, error) {
+	if !bytes.Contains(b, []byte("PRIVATE KEY")) {
+		return b, false, nil
+	}
+	var msg interface {
+		proto.Message
+		GetErrorDetail() *status.Status
+	} = &discovery.DiscoveryRequest{}
+	if delta {
+		msg = &discovery.DeltaDiscoveryRequest{}
+	}
+	if err := proto.Unmarshal(b, msg); err != nil {
+		return nil, false, fmt.Errorf("redacting: decoding the request: %w", err)
+	}
+	ed := msg.GetErrorDetail()
+	if ed == nil || RedactText(ed.Message) == ed.Message {
+		return b, false, nil
+	}
+	ed.Message = RedactText(ed.Message)
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, false, fmt.Errorf("redacting: encoding the request: %w", err)
+	}
+	return out, true, nil
 }
 
 // sensitiveHeaders carry credentials; headers whose names contain one of

@@ -10,6 +10,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -117,5 +118,32 @@ func TestRedactHeaders(t *testing.T) {
 	}
 	if in["authorization"][0] == got["authorization"][0] {
 		t.Error("RedactHeaders changed its input instead of a copy")
+	}
+}
+
+func TestRedactKeysQuotedInNACKs(t *testing.T) {
+	ca := xdstest.NewCA(t)
+	kp := ca.Issue(t, "x", nil, nil, false)
+	keyBody := bytes.TrimSpace(kp.KeyPEM)[30:80] // inside the first line of base64
+	// grpc-go quotes the rejected resource in proto text form, newlines escaped.
+	quoted := strings.ReplaceAll(string(kp.KeyPEM), "\n", `\n`)
+	msg := `error parsing "ClusterResource" response: resource "c": unexpected lbPolicy MAGLEV in response: name:"c" transport_socket:{typed_config:{[type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext]:{common_tls_context:{tls_certificates:{private_key:{inline_string:"` + quoted + `"}}}}}}`
+	for _, delta := range []bool{false, true} {
+		var req proto.Message = &discovery.DiscoveryRequest{TypeUrl: codec.TypeCluster, ResponseNonce: "1", ErrorDetail: &rpcstatus.Status{Code: 3, Message: msg}}
+		if delta {
+			req = &discovery.DeltaDiscoveryRequest{TypeUrl: codec.TypeCluster, ResponseNonce: "1", ErrorDetail: &rpcstatus.Status{Code: 3, Message: msg}}
+		}
+		in := marshal(t, req)
+		out, redacted, err := codec.RedactRequest(in, delta)
+		if err != nil || !redacted || bytes.Contains(out, keyBody) {
+			t.Errorf("delta=%v: RedactRequest = redacted %v, err %v, key still there %v", delta, redacted, err, bytes.Contains(out, keyBody))
+		}
+		decoded, err := codec.DecodeRequest(in, delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(decoded.ErrorDetail.Message, string(keyBody[:40])) || !strings.Contains(decoded.ErrorDetail.Message, "unexpected lbPolicy MAGLEV") {
+			t.Errorf("delta=%v: the decoded NACK message keeps the key or lost the rest: %q", delta, decoded.ErrorDetail.Message)
+		}
 	}
 }

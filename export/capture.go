@@ -62,6 +62,12 @@ func (c *Capture) OnFrame(s tap.StreamInfo, f tap.Frame) {
 			}
 		}
 		r.Node = node
+		red, redacted, err := codec.RedactRequest(b, delta)
+		if err != nil {
+			b, r.Redacted = nil, true
+		} else {
+			b, r.Redacted = red, redacted
+		}
 	default:
 		c.mu.Lock()
 		r.Node = c.nodes[s.ID]
