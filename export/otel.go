@@ -19,6 +19,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	ccodec "github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/track"
@@ -138,7 +140,12 @@ func newExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporter,
 	}
 	switch protocol {
 	case "", "grpc":
-		var opts []otlptracegrpc.Option
+		// gRPC's default backoff grows to two minutes: a collector back from
+		// an outage would wait that long for its spans.
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}))}
 		if cfg.Endpoint != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
 		}

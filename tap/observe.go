@@ -49,24 +49,27 @@ func startObservation(obs Observer, info StreamInfo, budget *byteBudget, maxFram
 	return o
 }
 
-// frame queues f for the observer. It takes its own reference to f.Data, so
-// the caller may hand the frame on right after.
-func (o *observation) frame(f Frame) {
+// frame queues f for the observer, or counts it as skipped when the queue
+// is full. It takes its own reference to f.Data, so the caller may hand the
+// frame on right after. It returns false once the stream's end is queued:
+// the stream is over, and the frame goes nowhere.
+func (o *observation) frame(f Frame) bool {
 	o.mu.Lock()
 	if o.end != nil {
 		o.mu.Unlock()
-		return
+		return false
 	}
 	if len(o.queue) >= o.maxFrames || !o.budget.take(f.Size) {
 		o.skipped++
 		o.mu.Unlock()
-		return
+		return true
 	}
 	f.Skipped, o.skipped = o.skipped, 0
 	f.Data.Ref()
 	o.queue = append(o.queue, f)
 	o.mu.Unlock()
 	o.signal()
+	return true
 }
 
 // close queues the end of the stream; frames queued after it are ignored.

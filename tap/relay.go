@@ -132,7 +132,11 @@ func (r *relay) pumpRequests() {
 			// already cancelled the upstream stream.
 			return
 		}
-		r.observe(Request, f)
+		if !r.observe(Request, f) {
+			// The stream ended while this frame was on its way.
+			f.Data.Free()
+			return
+		}
 		if err := r.up.SendMsg(f); err != nil {
 			// The upstream stream has ended; pumpResponses reports why.
 			f.Data.Free()
@@ -169,13 +173,16 @@ func (r *relay) pumpResponses(ctx context.Context) error {
 	}
 }
 
-func (r *relay) observe(d Direction, f *codec.Frame) {
+// observe hands a frame to the observer and counts it, before it is
+// forwarded; it reports false for a frame that arrived after the stream
+// ended, which is neither forwarded, shown nor counted.
+func (r *relay) observe(d Direction, f *codec.Frame) bool {
 	size := f.Data.Len()
-	r.count.frame(d, size)
-	if r.obs == nil {
-		return
+	if r.obs != nil && !r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: size, Data: f.Data}) {
+		return false
 	}
-	r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: size, Data: f.Data})
+	r.count.frame(d, size)
+	return true
 }
 
 // finish decides the status the client receives and reports the end.

@@ -1,0 +1,295 @@
+package reliability_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/jaegertest"
+	rel "github.com/adstap/adstap/internal/reliability"
+)
+
+// pinger is a raw control plane that measures push→ACK latency: on each
+// stream it sends a push every interval and times the client's ACK, by the
+// phase named in the stream's metadata.
+type pinger struct {
+	interval time.Duration
+
+	mu        sync.Mutex
+	latencies map[string]*rel.Latencies
+}
+
+func (p *pinger) of(phase string) *rel.Latencies {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.latencies[phase]
+	if l == nil {
+		l = &rel.Latencies{}
+		p.latencies[phase] = l
+	}
+	return l
+}
+
+func (p *pinger) handle(_ any, s grpc.ServerStream) error {
+	md, _ := metadata.FromIncomingContext(s.Context())
+	phase, stream := first(md.Get("x-phase")), first(md.Get("x-stream"))
+	lat := p.of(phase)
+	if _, err := rel.Recv(s); err != nil {
+		return err
+	}
+	resources := rel.ClusterAnys(3, 500)
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		// Versions are unique, as istiod's are: one trace per push.
+		b := rel.PushFrame(rel.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
+		sent := time.Now()
+		if err := rel.Send(s, b); err != nil {
+			return nil
+		}
+		if _, err := rel.Recv(s); err != nil {
+			return nil
+		}
+		lat.Add(time.Since(sent))
+		select {
+		case <-tick.C:
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+// otlpRig is a tap exporting a span per push to a real Jaeger through a
+// FaultProxy, so the collector can go and come back on one address, and
+// clients ACKing a pinger's pushes through the tap. A control tap without
+// tracing, in front of the same pinger, carries the same load at the same
+// time: latency on a shared 2-core machine drifts from minute to minute,
+// and the ratio of the two taps' latencies in the same phase does not.
+type otlpRig struct {
+	t       *testing.T
+	jaeger  *jaegertest.Jaeger
+	service string
+	proxy   *rel.FaultProxy
+	pinger  *pinger
+	tap     *rel.Tap
+	cc      *grpc.ClientConn
+	control *grpc.ClientConn // to the tap without tracing
+	ctx     context.Context
+	streams int
+}
+
+// phaseResult is what one phase measured, through the traced tap and the
+// control tap.
+type phaseResult struct {
+	phase                  string
+	p50, p99, max          time.Duration
+	controlP50, controlP99 time.Duration
+	n, controlN            int
+	dropped                uint64
+}
+
+func startOTLPRig(t *testing.T, ctx context.Context, streams int) *otlpRig {
+	t.Helper()
+	j := jaegertest.Start(t)
+	r := &otlpRig{t: t, jaeger: j, ctx: ctx, streams: streams}
+	r.service = fmt.Sprintf("adstap-reliability-%d", time.Now().UnixNano())
+	t.Setenv("OTEL_SERVICE_NAME", r.service)
+	r.proxy = rel.StartFaultProxy(t, j.OTLPGRPC)
+	r.pinger = &pinger{interval: 10 * time.Millisecond, latencies: map[string]*rel.Latencies{}}
+	up := rel.StartRawUpstream(t, r.pinger.handle)
+	r.tap = rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + r.proxy.Addr()}})
+	control := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr})
+	var err error
+	if r.cc, err = rel.Dial(r.tap.Addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.cc.Close() })
+	if r.control, err = rel.Dial(control.Addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.control.Close() })
+	return r
+}
+
+// load runs streams that ACK every push, as node "otlp-<phase>", through
+// both taps until stop; the control tap's are phase "<phase>-control".
+func (r *otlpRig) load(phase string) (stop func()) {
+	t := r.t
+	lctx, lcancel := context.WithCancel(r.ctx)
+	var wg sync.WaitGroup
+	for i := range 2 * r.streams {
+		cc, phase := r.cc, phase
+		if i >= r.streams {
+			cc, phase = r.control, phase+"-control"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx := metadata.AppendToOutgoingContext(lctx, "x-phase", phase, "x-stream", strconv.Itoa(i))
+			s, err := rel.OpenRaw(sctx, cc, rel.ADSMethod)
+			if err != nil {
+				t.Errorf("%s: open: %v", phase, err)
+				return
+			}
+			if err := rel.Send(s, rel.RequestFrame(&core.Node{Id: "otlp-" + phase}, rel.ClusterType, "", "", "")); err != nil {
+				t.Errorf("%s: %v", phase, err)
+				return
+			}
+			for n := 0; ; n++ {
+				if _, err := rel.Recv(s); err != nil {
+					if lctx.Err() == nil {
+						t.Errorf("%s: stream %d ended: %v", phase, i, err)
+					}
+					return
+				}
+				if err := rel.Send(s, rel.RequestFrame(nil, rel.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		lcancel()
+		wg.Wait()
+	}
+}
+
+// run puts the collector in mode and loads the tap for at least d, and
+// until until (if set) holds.
+func (r *otlpRig) run(phase string, mode rel.ProxyMode, d time.Duration, until func() bool) phaseResult {
+	r.t.Helper()
+	if err := r.proxy.Set(mode); err != nil {
+		r.t.Fatal(err)
+	}
+	before := r.tap.Tracing.Dropped()
+	stop := r.load(phase)
+	start := time.Now()
+	for r.ctx.Err() == nil {
+		done := until == nil || until()
+		if done && time.Since(start) >= d {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	l, c := r.pinger.of(phase), r.pinger.of(phase+"-control")
+	return phaseResult{
+		phase: phase, p50: l.Quantile(0.5), p99: l.Quantile(0.99), max: l.Quantile(1), n: l.Len(),
+		controlP50: c.Quantile(0.5), controlP99: c.Quantile(0.99), controlN: c.Len(),
+		dropped: r.tap.Tracing.Dropped() - before,
+	}
+}
+
+// resumed returns a condition for run that holds once a span of phase's
+// node is in Jaeger, or limit after it is first asked, and the time it took
+// (0 if never).
+func (r *otlpRig) resumed(phase string, limit time.Duration) (until func() bool, took func() time.Duration) {
+	var start time.Time
+	var after time.Duration
+	until = func() bool {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if after == 0 && len(r.jaeger.Traces(r.t, r.service, map[string]string{"xds.node.id": "otlp-" + phase})) > 0 {
+			after = time.Since(start)
+		}
+		return after != 0 || time.Since(start) > limit
+	}
+	return until, func() time.Duration { return after }
+}
+
+// TestCollectorDownOrSilent: the tap exports spans of every push to a real
+// Jaeger through a proxy on a fixed address. The collector is up, then down
+// (the port refuses), then silent (it accepts and never answers), each for
+// 4s (short) or 60s (long), then back on the same address. Push→ACK latency
+// through the tap, measured at the control plane and compared with a tap
+// without tracing under the same load, must not care (the figures are
+// recorded; the test asserts a generous bound), the spans that
+// could not be delivered must be counted in adstap_spans_dropped_total, and
+// once the collector is back, spans must arrive in Jaeger again.
+func TestCollectorDownOrSilent(t *testing.T) {
+	phaseLength := rel.Pick(4*time.Second, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	r := startOTLPRig(t, ctx, 4)
+
+	working := r.run("working", rel.Forward, phaseLength, nil)
+	r.jaeger.WaitTraces(t, r.service, map[string]string{"xds.node.id": "otlp-working"}, func(tr []jaegertest.Trace) bool { return len(tr) > 0 })
+	down := r.run("closed-port", rel.Refuse, phaseLength, nil)
+	silent := r.run("silent", rel.Silent, phaseLength, nil)
+	// The collector comes back on the same address: run until its spans
+	// are in Jaeger again.
+	resumeLimit := rel.Pick(2*time.Minute, 4*time.Minute)
+	until, resumed := r.resumed("back", resumeLimit)
+	back := r.run("back", rel.Forward, phaseLength, until)
+
+	for _, res := range []phaseResult{working, down, silent, back} {
+		if res.n < int(phaseLength/r.pinger.interval) || res.controlN < int(phaseLength/r.pinger.interval) {
+			t.Errorf("%s: only %d (%d on the control tap) pushes ACKed in %v", res.phase, res.n, res.controlN, phaseLength)
+		}
+		if res.p99 > time.Second {
+			t.Errorf("%s: push→ACK p99 %v through the tap; want far under a second", res.phase, res.p99)
+		}
+		rel.Figure(t, "otlp-"+res.phase, "push→ACK p50 %s, p99 %s, max %s over %d pushes; control tap (no tracing) p50 %s, p99 %s: p99 ratio %.2f (working: %.2f); %d spans dropped",
+			rel.Ms(res.p50), rel.Ms(res.p99), rel.Ms(res.max), res.n, rel.Ms(res.controlP50), rel.Ms(res.controlP99),
+			float64(res.p99)/float64(res.controlP99), float64(working.p99)/float64(working.controlP99), res.dropped)
+	}
+	// A span of the outage is dropped when the queue overflows, or when the
+	// export it is in fails, which can be in the next phase: count them over
+	// the outage and the return.
+	if lost := down.dropped + silent.dropped + back.dropped; lost == 0 {
+		t.Errorf("no span counted as dropped over %v of collector outage", 2*phaseLength)
+	}
+	if working.dropped != 0 {
+		t.Logf("%d spans dropped with the collector up", working.dropped)
+	}
+	if !strings.Contains(r.tap.Log.String(), "spans dropped") {
+		t.Errorf("the log never warned of dropped spans")
+	}
+	if got, want := r.tap.Metric(t, "adstap_spans_dropped_total", nil), float64(r.tap.Tracing.Dropped()); got != want {
+		t.Errorf("adstap_spans_dropped_total = %v, the exporter dropped %v", got, want)
+	}
+	if resumed() == 0 {
+		t.Errorf("no span of the pushes after the collector came back reached Jaeger within %v (%d spans dropped meanwhile)", resumeLimit, back.dropped)
+	} else {
+		rel.Figure(t, "otlp-resume", "spans in Jaeger again %s after the collector came back (after %s down and %s silent)",
+			resumed().Round(100*time.Millisecond), phaseLength, phaseLength)
+	}
+}
+
+// TestSpanExportResumesPromptlyAfterAnOutage: once the collector is back,
+// spans must reach it within seconds, as the tap's own upstream is found
+// again within its 5s reconnect backoff (tap/upstream.go). The OTLP/gRPC
+// exporter dials with gRPC's default backoff (1s growing 1.6× to 120s), so
+// after a 30s outage it does not try again for up to ~17s more, and every
+// span of that time is dropped. Long form only: the outage must last long
+// enough for the backoff to grow.
+func TestSpanExportResumesPromptlyAfterAnOutage(t *testing.T) {
+	if !rel.Long() {
+		t.Skipf("long form only (%s=1): it needs a 30s collector outage", rel.SoakEnv)
+	}
+	const outage, limit = 30 * time.Second, 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := startOTLPRig(t, ctx, 2)
+	r.run("before", rel.Forward, 2*time.Second, nil)
+	r.jaeger.WaitTraces(t, r.service, map[string]string{"xds.node.id": "otlp-before"}, func(tr []jaegertest.Trace) bool { return len(tr) > 0 })
+	r.run("outage", rel.Refuse, outage, nil)
+	until, resumed := r.resumed("after", 2*time.Minute)
+	after := r.run("after", rel.Forward, time.Second, until)
+	rel.Figure(t, "otlp-resume-after-30s-outage", "spans in Jaeger again %s after the collector came back (0 = not within 2 min); %d spans dropped meanwhile",
+		resumed().Round(100*time.Millisecond), after.dropped)
+	if resumed() == 0 || resumed() > limit {
+		t.Errorf("after a %v collector outage, spans reached Jaeger again %v after it came back (0: not within 2 min); want within %v",
+			outage, resumed().Round(100*time.Millisecond), limit)
+	}
+}

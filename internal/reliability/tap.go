@@ -1,0 +1,262 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// TapOptions shape a tap started by StartTap.
+type TapOptions struct {
+	Upstream tap.Address
+	// Detect holds the detectors' thresholds; zero fields take the defaults.
+	Detect track.Config
+	// Tracing, when set, adds the OpenTelemetry exporter as adstap run does
+	// with --otlp-endpoint. Its Getenv defaults to an empty environment.
+	Tracing *export.TracingConfig
+}
+
+// Tap is a tap wired as `adstap run` wires it in cmd/adstap/run.go
+// (startTap): tap.New with a track.Observer over track.New, feeding the live
+// log, the Prometheus metrics (reading the relay's own counters) and, when
+// asked, the span exporter, with a ticker giving the tracker its clock. An
+// Events sink counts what the tracker emitted, and the live log is kept.
+type Tap struct {
+	Addr     tap.Address
+	Server   *tap.Server
+	Observer *track.Observer
+	Tracker  *track.Tracker
+	Metrics  *export.Metrics
+	Tracing  *export.Tracing // nil without TapOptions.Tracing
+	Events   *Events
+	Log      *LogBuffer
+}
+
+// StartTap starts a tap in front of o.Upstream on a free loopback port. It is
+// shut down at cleanup, as SIGTERM would: streams end, spans are flushed.
+func StartTap(t testing.TB, o TapOptions) *Tap {
+	t.Helper()
+	logBuf := &LogBuffer{}
+	log := slog.New(slog.NewTextHandler(logBuf, nil))
+	var tracing *export.Tracing
+	if o.Tracing != nil {
+		cfg := *o.Tracing
+		if cfg.Getenv == nil {
+			cfg.Getenv = func(string) string { return "" }
+		}
+		if cfg.Logger == nil {
+			cfg.Logger = log
+		}
+		var err error
+		if tracing, err = export.NewTracing(context.Background(), cfg); err != nil {
+			t.Fatalf("reliability: tracing: %v", err)
+		}
+	}
+	var srv *tap.Server
+	metrics := export.NewMetrics(export.MetricsConfig{
+		Version: "reliability",
+		Logger:  log,
+		TraceID: tracing.TraceIDFor,
+		Dropped: tracing.Dropped,
+	}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
+	events := &Events{}
+	sinks := []track.Sink{export.NewLiveLog(log), metrics, events}
+	if tracing != nil {
+		sinks = append(sinks, tracing)
+	}
+	tracker := track.New(o.Detect)
+	observer := track.NewObserver(tracker, sinks...)
+	srv, err := tap.New(tap.Config{Upstream: o.Upstream, Observer: tap.Observers(observer), Logger: log})
+	if err != nil {
+		t.Fatalf("reliability: tap.New: %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("reliability: listen: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	stopTicking := tick(observer)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		if err := <-served; err != nil {
+			t.Errorf("reliability: tap Serve: %v", err)
+		}
+		stopTicking()
+		if err := tracing.Shutdown(ctx); err != nil {
+			t.Logf("reliability: tracing shutdown: %v", err)
+		}
+	})
+	return &Tap{
+		Addr:     tap.Address{Network: "tcp", Addr: lis.Addr().String()},
+		Server:   srv,
+		Observer: observer,
+		Tracker:  tracker,
+		Metrics:  metrics,
+		Tracing:  tracing,
+		Events:   events,
+		Log:      logBuf,
+	}
+}
+
+// tick is cmd/adstap's clock for the tracker: Tick once a second.
+func tick(o *track.Observer) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				o.Tick(now)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// Metric sums the samples of the metric family name whose labels include
+// labels (nil: every sample), as a scrape of /metrics would show them:
+// counters and gauges by value, histograms by their count.
+func (tp *Tap) Metric(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := tp.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatalf("reliability: gathering metrics: %v", err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			found = found || (l.GetName() == k && l.GetValue() == v)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// SotW is what the relay counted on SotW streams.
+func (tp *Tap) SotW() tap.ProtocolStats { return tp.Server.Stats()[codec.SotW] }
+
+// LogBuffer is the live log of a tap: every line counted, the first 4 MiB
+// kept, and every warning and error kept (up to 4 MiB more).
+type LogBuffer struct {
+	mu       sync.Mutex
+	head     bytes.Buffer
+	warnings bytes.Buffer
+	partial  []byte
+	lines    int
+}
+
+const logKeep = 4 << 20
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines += bytes.Count(p, []byte{'\n'})
+	if l.head.Len() < logKeep {
+		l.head.Write(p[:min(len(p), logKeep-l.head.Len())])
+	}
+	// slog writes whole records, one line each; keep the warnings whole.
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := l.partial[:i+1]
+		if (bytes.Contains(line, []byte("level=WARN")) || bytes.Contains(line, []byte("level=ERROR"))) && l.warnings.Len() < logKeep {
+			l.warnings.Write(line)
+		}
+		l.partial = l.partial[i+1:]
+	}
+	l.partial = append([]byte(nil), l.partial...)
+	return len(p), nil
+}
+
+// Lines is how many lines the tap logged.
+func (l *LogBuffer) Lines() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines
+}
+
+// Count is how many kept lines contain s: lines of the first 4 MiB, and
+// warnings and errors after them.
+func (l *LogBuffer) Count(s string) int {
+	n := 0
+	for _, line := range strings.Split(l.String(), "\n") {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// String is the kept log: its first 4 MiB, then the warnings and errors
+// that came after.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head.Len() < logKeep {
+		return l.head.String()
+	}
+	head := l.head.String()
+	if i := strings.LastIndexByte(head, '\n'); i >= 0 {
+		head = head[:i+1]
+	}
+	// Warnings already in the head are not repeated.
+	var b strings.Builder
+	b.WriteString(head)
+	for _, line := range strings.SplitAfter(l.warnings.String(), "\n") {
+		if line != "" && !strings.Contains(head, line) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}

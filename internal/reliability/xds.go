@@ -1,0 +1,54 @@
+package reliability
+
+import (
+	"fmt"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/internal/xdsconfig"
+)
+
+// ClusterType is the CDS type URL.
+const ClusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+// ClusterAnys returns n Istio-shaped clusters (xdsconfig.Clusters), each
+// padded to padTo bytes, packed for a DiscoveryResponse.
+func ClusterAnys(n, padTo int) []*anypb.Any {
+	out := make([]*anypb.Any, 0, n)
+	for _, c := range xdsconfig.Clusters(n, padTo) {
+		a, err := anypb.New(c)
+		if err != nil {
+			panic(fmt.Sprintf("reliability: pack a cluster: %v", err))
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// PushFrame is the wire form of a SotW DiscoveryResponse.
+func PushFrame(typeURL, version, nonce string, resources []*anypb.Any) []byte {
+	return marshal(&discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce, Resources: resources})
+}
+
+// RequestFrame is the wire form of a SotW DiscoveryRequest: the first of a
+// stream carries node; an answer carries version and nonce, and a NACK its
+// error message too.
+func RequestFrame(node *core.Node, typeURL, version, nonce, nack string) []byte {
+	r := &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce}
+	if nack != "" {
+		r.ErrorDetail = &rpcstatus.Status{Code: 3, Message: nack}
+	}
+	return marshal(r)
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("reliability: marshal %T: %v", m, err))
+	}
+	return b
+}
