@@ -58,6 +58,31 @@ jaeger: jaeger-bin
 		--set=extensions.jaeger_query.http.endpoint=127.0.0.1:16686 \
 		--set=extensions.jaeger_query.grpc.endpoint=127.0.0.1:16685 $(JAEGER_FLAGS)
 
+# The long form of the fault and load suite (internal/reliability,
+# docs/reliability.md): 100,000 messages over 200 streams with random
+# disconnects, 500 MiB to a client that stops reading, a 60 s NACK loop, 60 s
+# collector outages, a 1,000-stream reconnect herd, five upstream kills. Its
+# short form runs in make test. Every measurement is a FIGURE line in the
+# output and a JSON line in $(SOAK_FIGURES).
+SOAK_FIGURES ?= .cache/soak-figures.jsonl
+.PHONY: soak
+soak: jaeger-bin
+	@mkdir -p $(dir $(SOAK_FIGURES))
+	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./internal/reliability/
+
+# Performance (issue 8, docs/performance.md): each workload over four paths —
+# direct, adstap with observation off, adstap with everything on, and a typed
+# relay that re-marshals every message as istio-agent does — alternated in one
+# run; medians, the targets, and the machine go to stdout and into
+# docs/performance.md (between its markers). About 3 minutes on 2 cores.
+# BENCH_FLAGS=-quick for a one-minute run; BENCH_FLAGS='-profile .cache/prof'
+# for CPU and heap profiles of every middle (see adstap-bench -h).
+BENCH_FLAGS ?=
+.PHONY: bench
+bench:
+	$(GO) build -o .cache/bin/adstap-bench ./cmd/adstap-bench
+	.cache/bin/adstap-bench $(BENCH_FLAGS)
+
 # A short run of the envelope decoder's fuzz target on top of its checked-in corpus.
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s -fuzzminimizetime 2s ./codec/

@@ -1,0 +1,147 @@
+// Command adstap-bench measures adstap against the floor and against the
+// usual alternative, in one run (`make bench`): each workload of
+// internal/bench goes over four paths — direct, a tap with observation off,
+// a tap with everything on, and a typed relay that re-marshals every
+// message, as istio-agent's proxy does — alternated, several times. The
+// middle of each path runs as a child process of this program
+// (`adstap-bench serve-tap` / `serve-typed`), so its CPU time and resident
+// memory are its own. The table goes to stdout and into docs/performance.md.
+//
+//	adstap-bench [-quick] [-reps N] [-workloads W1,W2,W3,W4] [-out FILE] [-profile DIR] [-codec=false]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/adstap/adstap/internal/bench"
+)
+
+func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "serve-tap" || os.Args[1] == "serve-typed") {
+		os.Exit(bench.ServeChild(os.Args[1], os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
+	// The load generator collects garbage rarely, so its pauses stay out of
+	// the measurements as much as they can; the middles keep Go's defaults.
+	debug.SetGCPercent(400)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, args, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("adstap-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about a minute)")
+	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2 and W4, 3 for W3; 1 with -quick)")
+	only := fs.String("workloads", "W1,W2,W3,W4", "`list` of workloads to run")
+	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only")
+	profile := fs.String("profile", "", "write a CPU and a heap profile of each middle's measured window into `dir`")
+	execTrace := fs.String("trace", "", "write an execution trace of each middle's measured window into `dir`")
+	codecBench := fs.Bool("codec", true, "also run the codec micro-benchmark (go test -bench DecodeCDS10MB ./codec/)")
+	goCmd := fs.String("go", "go", "the go `command` for the codec micro-benchmark")
+	commit := fs.String("commit", "", "the source `commit` to report (default: ask git)")
+	quietWait := fs.Duration("quiet-wait", 15*time.Second, "before each run, wait up to this `long` for other processes on the machine to go quiet (0: do not wait)")
+	quietTotal := fs.Duration("quiet-total", 4*time.Minute, "wait for quiet at most this `long` in all")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+		return 1
+	}
+	for _, dir := range []string{*profile, *execTrace} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+			return 1
+		}
+	}
+	// W1 runs are short and vary the most: more of them.
+	sizes, repsOf, mode := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5}, "make bench"
+	if *quick {
+		sizes, repsOf, mode = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1}, "adstap-bench -quick"
+	}
+	if *reps > 0 {
+		for id := range repsOf {
+			repsOf[id] = *reps
+		}
+	}
+	want := map[string]bool{}
+	for _, id := range strings.Split(*only, ",") {
+		want[strings.ToUpper(strings.TrimSpace(id))] = true
+	}
+	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, TraceDir: *execTrace, Stderr: stderr}
+	var label string
+	quiet := &bench.Quiet{PerRun: *quietWait, Total: *quietTotal}
+	all := &bench.Runs{Results: map[string]map[bench.Path][]bench.Result{}}
+	for _, id := range bench.WorkloadIDs {
+		if !want[id] {
+			continue
+		}
+		// One workload's messages at a time: the load generator's heap
+		// stays small, and so do its garbage collections.
+		w := bench.NewWorkload(id, sizes)
+		n := repsOf[id]
+		runs, err := bench.Run(ctx, bench.RunConfig{
+			Workloads: []bench.Workload{w},
+			Reps:      n,
+			Start: func(p bench.Path, l string) bench.StartMiddle {
+				label = l
+				return bench.Child(child, p, func() string { return label })
+			},
+			Progress: stderr,
+			Quiet:    quiet,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+			return 1
+		}
+		all.Workloads = append(all.Workloads, runs.Workloads...)
+		all.Results[w.ID()] = runs.Results[w.ID()]
+		all.Reps = max(all.Reps, n)
+		all.Took += runs.Took
+	}
+	report := &bench.Report{Runs: all, Machine: bench.ThisMachine(*commit), Command: mode}
+	if *codecBench {
+		fmt.Fprintf(stderr, "adstap-bench: codec micro-benchmark (go test -bench DecodeCDS10MB -cpu 1 ./codec/)\n")
+		count := 5
+		if *quick {
+			count = 2
+		}
+		c, err := bench.RunCodecBench(*goCmd, ".", count)
+		if err != nil {
+			report.CodecErr = err
+			fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+		} else {
+			report.Codec = &c
+		}
+	}
+	md := report.Markdown()
+	fmt.Fprintln(stdout, md)
+	if *out != "" {
+		if err := bench.WriteDoc(*out, md); err != nil {
+			fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+			return 1
+		}
+		abs, _ := filepath.Abs(*out)
+		fmt.Fprintf(stderr, "adstap-bench: report written to %s\n", abs)
+	}
+	return 0
+}

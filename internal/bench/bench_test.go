@@ -1,0 +1,87 @@
+package bench_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/bench"
+)
+
+// The workloads check what they measure: every push arrives byte for byte
+// (its xxhash is compared with what the upstream sent) and every ACK reaches
+// the upstream, on each of the four paths. Nothing here looks at speed.
+func TestWorkloadsOverEveryPath(t *testing.T) {
+	sizes := bench.TinySizes()
+	for _, w := range bench.Workloads(sizes) {
+		t.Run(w.ID(), func(t *testing.T) {
+			for _, p := range bench.Paths {
+				t.Run(string(p), func(t *testing.T) {
+					res, err := w.Run(context.Background(), bench.InProcess(p))
+					if err != nil {
+						t.Fatalf("%s over %s: %v", w.ID(), p, err)
+					}
+					checkCounts(t, w.ID(), sizes, res)
+				})
+			}
+		})
+	}
+}
+
+func checkCounts(t *testing.T, id string, s bench.Sizes, res bench.Result) {
+	t.Helper()
+	var pushes, acks, streams int
+	switch id {
+	case "W1":
+		pushes, acks, streams = s.W1Pushes, s.W1Pushes+1, 1
+	case "W2":
+		pushes, acks, streams = s.W2Streams*s.W2Rounds, s.W2Streams*(s.W2Rounds+1), s.W2Streams
+		if len(res.Latencies) != pushes {
+			t.Errorf("%d latencies, want one per measured push (%d)", len(res.Latencies), pushes)
+		}
+	case "W3":
+		pushes, acks, streams = 2*s.W3Streams, 2*s.W3Streams, s.W3Streams
+	case "W4":
+		pushes, acks, streams = s.W4Pushes, s.W4Pushes+1, 1
+	}
+	if res.Pushes != pushes || res.ACKs != acks || res.Streams != streams {
+		t.Errorf("%s: %d pushes, %d ACKs, %d streams; want %d, %d, %d", id, res.Pushes, res.ACKs, res.Streams, pushes, acks, streams)
+	}
+	if res.Wall <= 0 {
+		t.Errorf("%s: no wall time measured", id)
+	}
+}
+
+// The harness runs each middle as a process of its own and reads its usage;
+// here the test binary plays the harness's executable.
+func TestChildProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := bench.ChildConfig{Command: []string{exe}, Env: append(os.Environ(), childEnv+"=1"), ProfileDir: t.TempDir()}
+	w := bench.NewW1(bench.TinySizes())
+	for _, p := range []bench.Path{bench.TapOff, bench.TapFull, bench.Typed} {
+		t.Run(string(p), func(t *testing.T) {
+			res, err := w.Run(context.Background(), bench.Child(cfg, p, func() string { return "W1-" + string(p) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCounts(t, "W1", bench.TinySizes(), res)
+			if res.Middle.End.RSS <= 0 || res.Middle.PeakRSS <= 0 || res.Middle.End.CPU <= 0 {
+				t.Errorf("middle usage not read: %+v", res.Middle)
+			}
+			for _, suffix := range []string{".cpu.pprof", ".heap.pprof"} {
+				if fi, err := os.Stat(cfg.ProfileDir + "/W1-" + string(p) + suffix); err != nil || fi.Size() == 0 {
+					t.Errorf("profile %s: %v", suffix, err)
+				}
+			}
+		})
+	}
+}
+
+var _ = time.Second

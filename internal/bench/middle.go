@@ -1,0 +1,249 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// Path is one way from the load generator's clients to its upstream.
+type Path string
+
+const (
+	Direct  Path = "direct"   // client → upstream: the floor
+	TapOff  Path = "tap-off"  // through adstap with no observer: the proxy floor
+	TapFull Path = "tap-full" // through adstap with tracker, metrics, tracing and live log
+	Typed   Path = "typed"    // through a relay that unmarshals and re-marshals every message
+)
+
+// Paths are the four paths, in the order the report shows them.
+var Paths = []Path{Direct, TapOff, TapFull, Typed}
+
+// Middle is what stands between the clients and the upstream on one path.
+type Middle interface {
+	// Addr is where the clients connect.
+	Addr() string
+	// Begin starts a measured window: the peak resident memory is reset.
+	Begin() error
+	// End ends the window and says what the middle used during it.
+	End() (Window, error)
+	// Sample reads the middle's usage now.
+	Sample() (Usage, error)
+	// SampleAfterGC collects the middle's garbage and returns what it
+	// freed to the OS, then reads its usage: its live memory.
+	SampleAfterGC() (Usage, error)
+	// Close stops the middle, ending its streams.
+	Close() error
+}
+
+// StartMiddle starts the middle of one path in front of an upstream address.
+type StartMiddle func(upstream string) (Middle, error)
+
+// direct is the path with nothing in the middle: it uses no CPU or memory.
+type direct struct{ addr string }
+
+func (d direct) Addr() string                { return d.addr }
+func (direct) Begin() error                  { return nil }
+func (direct) End() (Window, error)          { return Window{}, nil }
+func (direct) Sample() (Usage, error)        { return Usage{}, nil }
+func (direct) SampleAfterGC() (Usage, error) { return Usage{}, nil }
+func (direct) Close() error                  { return nil }
+func startDirect(up string) (Middle, error)  { return direct{addr: up}, nil }
+
+// InProcess starts path's middle in this process. Its usage is not
+// measured (it would include the load generator's): the tests use it to
+// check correctness.
+func InProcess(p Path) StartMiddle {
+	if p == Direct {
+		return startDirect
+	}
+	return func(up string) (Middle, error) {
+		s, err := Serve(p, up, "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		return inProcess{s}, nil
+	}
+}
+
+// inProcess reports only what the middle itself counts (spans, log bytes).
+type inProcess struct{ s *Server }
+
+func (m inProcess) Addr() string                  { return m.s.Addr() }
+func (inProcess) Begin() error                    { return nil }
+func (m inProcess) End() (Window, error)          { return Window{End: m.s.counts()}, nil }
+func (m inProcess) Sample() (Usage, error)        { return m.s.counts(), nil }
+func (m inProcess) SampleAfterGC() (Usage, error) { return m.s.counts(), nil }
+func (m inProcess) Close() error                  { return m.s.Close() }
+
+// Server is a running middle: a tap (observation off or full) or the typed relay.
+type Server struct {
+	lis   net.Listener
+	close func() error
+	// spans and logBytes count what a full tap's tracing and live log
+	// produced, to show they were on.
+	spans, logBytes atomic.Int64
+}
+
+func (s *Server) counts() Usage {
+	return Usage{Spans: s.spans.Load(), LogBytes: s.logBytes.Load()}
+}
+
+// Addr is the address clients connect to.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Close ends every stream and stops the middle.
+func (s *Server) Close() error { return s.close() }
+
+// Serve starts path's middle in front of upstream, listening on listen.
+func Serve(p Path, upstream, listen string) (*Server, error) {
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{lis: lis}
+	switch p {
+	case TapOff, TapFull:
+		s.close, err = s.serveTap(upstream, p == TapFull)
+	case Typed:
+		s.close, err = serveTyped(lis, upstream)
+	default:
+		err = fmt.Errorf("no middle for path %q", p)
+	}
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// discardSpans is a span exporter that counts spans and drops them: tracing
+// does all its work up to the wire.
+type discardSpans struct{ n *atomic.Int64 }
+
+func (d discardSpans) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	d.n.Add(int64(len(spans)))
+	return nil
+}
+func (discardSpans) Shutdown(context.Context) error { return nil }
+
+// countingWriter counts what the live log writes before it reaches /dev/null.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return c.w.Write(p)
+}
+
+// serveTap runs a tap as `adstap run` wires it (cmd/adstap/run.go startTap).
+// With full, it observes everything: the tracker, the live log to
+// /dev/null at the default info level, Prometheus metrics served on a
+// loopback admin port, tracing to a discarding exporter, and the tracker's
+// one-second tick.
+func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
+	lis := s.lis
+	addr, err := tap.ParseAddress(upstream)
+	if err != nil {
+		return nil, err
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(logfmt.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
+	cfg := tap.Config{Upstream: addr, Logger: log}
+	var (
+		srv     *tap.Server
+		tracing *export.Tracing
+		admin   *http.Server
+		stop    = func() {}
+	)
+	if full {
+		tracing, err = export.NewTracing(context.Background(), export.TracingConfig{
+			ServiceVersion: "bench", Logger: log, Getenv: os.Getenv, Exporter: discardSpans{&s.spans},
+		})
+		if err != nil {
+			devnull.Close()
+			return nil, err
+		}
+		metrics := export.NewMetrics(export.MetricsConfig{
+			Version: "bench", Logger: log, TraceID: tracing.TraceIDFor, Dropped: tracing.Dropped,
+		}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
+		observer := track.NewObserver(track.New(track.DefaultConfig()), export.NewLiveLog(log), metrics, tracing)
+		cfg.Observer = observer
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		mux.Handle("GET /debug/streams", export.DebugStreams(observer.Tracker()))
+		adminLis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			devnull.Close()
+			return nil, err
+		}
+		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go admin.Serve(adminLis)
+		stop = tick(observer)
+	}
+	srv, err = tap.New(cfg)
+	if err != nil {
+		devnull.Close()
+		return nil, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		err := <-served
+		stop()
+		if tracing != nil {
+			tracing.Shutdown(ctx)
+		}
+		if admin != nil {
+			admin.Close()
+		}
+		devnull.Close()
+		return err
+	}, nil
+}
+
+// tick gives the tracker its clock, as cmd/adstap does.
+func tick(o *track.Observer) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				o.Tick(now)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+func isEOF(err error) bool { return err == io.EOF }

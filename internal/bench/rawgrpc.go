@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// maxMessage is the largest message any peer of the bench accepts, as the
+// tap's default does.
+const maxMessage = 512 << 20
+
+// upstream is the load generator's control plane: a raw gRPC server that
+// sends pre-encoded responses, so that serving is never the bottleneck.
+type upstream struct {
+	lis    net.Listener
+	srv    *grpc.Server
+	served chan struct{}
+}
+
+// startUpstream serves handler for every method on a loopback port.
+func startUpstream(handler func(method string, s grpc.ServerStream) error) (*upstream, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(
+		grpc.UnknownServiceHandler(func(_ any, s grpc.ServerStream) error {
+			m, _ := grpc.MethodFromServerStream(s)
+			return handler(m, s)
+		}),
+		grpc.ForceServerCodecV2(codec.Passthrough{}),
+		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	)
+	u := &upstream{lis: lis, srv: srv, served: make(chan struct{})}
+	go func() {
+		defer close(u.served)
+		srv.Serve(lis)
+	}()
+	return u, nil
+}
+
+func (u *upstream) Addr() string { return u.lis.Addr().String() }
+
+// Stop ends every stream and waits for the server to be done.
+func (u *upstream) Stop() {
+	u.srv.Stop()
+	<-u.served
+}
+
+// dialRaw connects a load-generator client to addr.
+func dialRaw(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+	)
+}
+
+var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+// openRaw opens a stream whose messages are raw bytes.
+func openRaw(ctx context.Context, cc *grpc.ClientConn, method string) (grpc.ClientStream, error) {
+	return cc.NewStream(ctx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
+}
+
+type msgStream interface {
+	SendMsg(any) error
+	RecvMsg(any) error
+}
+
+func sendMsg(s msgStream, m Msg) error { return s.SendMsg(m.frame()) }
+
+func sendBytes(s msgStream, b []byte) error { return sendMsg(s, Msg{Parts: [][]byte{b}, Len: len(b)}) }
+
+// recvHash receives one message and returns its xxhash64 and size, reading
+// it in place.
+func recvHash(s msgStream) (uint64, int, error) {
+	f := &codec.Frame{}
+	if err := s.RecvMsg(f); err != nil {
+		return 0, 0, err
+	}
+	h, n := hashOf(f.Data), f.Data.Len()
+	f.Data.Free()
+	return h, n, nil
+}
+
+// recvRequest receives one request and decodes it with the generated types.
+func recvRequest(s msgStream, into proto.Message) error {
+	f := &codec.Frame{}
+	if err := s.RecvMsg(f); err != nil {
+		return err
+	}
+	b := f.Data.Materialize()
+	f.Data.Free()
+	return proto.Unmarshal(b, into)
+}
+
+// expectACK receives a SotW request and checks that it accepts nonce.
+func expectACK(s msgStream, nonce string) error {
+	var req discovery.DiscoveryRequest
+	if err := recvRequest(s, &req); err != nil {
+		return err
+	}
+	if req.ErrorDetail != nil {
+		return fmt.Errorf("NACK of %s: %s", req.ResponseNonce, req.ErrorDetail.GetMessage())
+	}
+	if req.ResponseNonce != nonce {
+		return fmt.Errorf("request answers nonce %q, want an ACK of %q", req.ResponseNonce, nonce)
+	}
+	return nil
+}
+
+// expectDeltaACK receives a Delta request and checks that it accepts nonce.
+func expectDeltaACK(s msgStream, nonce string) error {
+	var req discovery.DeltaDiscoveryRequest
+	if err := recvRequest(s, &req); err != nil {
+		return err
+	}
+	if req.ErrorDetail != nil {
+		return fmt.Errorf("NACK of %s: %s", req.ResponseNonce, req.ErrorDetail.GetMessage())
+	}
+	if req.ResponseNonce != nonce {
+		return fmt.Errorf("delta request answers nonce %q, want an ACK of %q", req.ResponseNonce, nonce)
+	}
+	return nil
+}
+
+// expectPush receives a response and checks it is want, byte for byte (by hash).
+func expectPush(s msgStream, want Msg, what string) error {
+	h, n, err := recvHash(s)
+	if err != nil {
+		return fmt.Errorf("receiving %s: %w", what, err)
+	}
+	if h != want.Hash || n != want.Len {
+		return fmt.Errorf("%s arrived altered: %d bytes with hash %016x, sent %d bytes with hash %016x", what, n, h, want.Len, want.Hash)
+	}
+	return nil
+}
+
+// errStreamNotEnded is a client's stream that went on after its last push.
+var errStreamNotEnded = errors.New("the upstream sent more than the workload's pushes")
+
+// expectEnd waits for the upstream to end the stream cleanly.
+func expectEnd(s msgStream) error {
+	f := &codec.Frame{}
+	err := s.RecvMsg(f)
+	if err == nil {
+		f.Data.Free()
+		return errStreamNotEnded
+	}
+	if isEOF(err) {
+		return nil
+	}
+	return fmt.Errorf("stream ended with %w", err)
+}

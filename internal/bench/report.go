@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+)
+
+// Report is a harness run made readable: the table, the targets of issue 8
+// and the machine.
+type Report struct {
+	Runs     *Runs
+	Codec    *CodecResult // nil when not run
+	CodecErr error
+	Machine  Machine
+	Command  string // how the run was started
+}
+
+// Target is one of issue 8's performance targets and how the run did.
+type Target struct {
+	What, Want, Got string
+	Met             bool
+	Known           bool // false when the run did not measure it
+}
+
+func (r *Report) summary(id string, p Path) (Summary, bool) {
+	if r.Runs == nil {
+		return Summary{}, false
+	}
+	res := r.Runs.Results[id][p]
+	if len(res) == 0 {
+		return Summary{}, false
+	}
+	return Summarize(res), true
+}
+
+// paired is the median, over the repetitions, of metric on path a over
+// metric on path b in the same repetition. The paths of one repetition run
+// back to back, so pairing them cancels the machine's slower drifts (the
+// speed of loopback itself varies by ±20 % over minutes on a VM).
+func (r *Report) paired(id string, a, b Path, metric func(Result) float64) float64 {
+	ra, rb := r.Runs.Results[id][a], r.Runs.Results[id][b]
+	var v []float64
+	for i := range min(len(ra), len(rb)) {
+		if d := metric(rb[i]); d != 0 {
+			v = append(v, metric(ra[i])/d)
+		}
+	}
+	return median(v)
+}
+
+func wallOf(r Result) float64 { return float64(r.Wall) }
+func cpuOf(r Result) float64  { return float64(r.Middle.CPU) }
+func peakOf(r Result) float64 { return float64(r.Middle.PeakRSS) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Targets checks the run against issue 8's targets.
+func (r *Report) Targets() []Target {
+	var ts []Target
+	add := func(what, want string, known bool, got string, met bool) {
+		if !known {
+			got, met = "not measured", false
+		}
+		ts = append(ts, Target{What: what, Want: want, Got: got, Met: met, Known: known})
+	}
+	_, okOff := r.summary("W1", TapOff)
+	_, okFull := r.summary("W1", TapFull)
+	_, okTyped := r.summary("W1", Typed)
+	w := r.paired("W1", TapFull, TapOff, wallOf)
+	add("W1 wall time, tap-full / tap-off", "≤ 1.10×", okOff && okFull, fmt.Sprintf("%.2f×", w), w <= 1.10)
+	c := r.paired("W1", TapFull, TapOff, cpuOf)
+	add("W1 middle CPU, tap-full / tap-off", "≤ 1.25×", okOff && okFull, fmt.Sprintf("%.2f×", c), c <= 1.25)
+	t := r.paired("W1", Typed, TapFull, cpuOf)
+	add("W1 middle CPU, typed relay / tap-full", "≥ 2× (tap uses half or less)", okTyped && okFull, fmt.Sprintf("%.2f×", t), t >= 2)
+
+	dir, okDir := r.summary("W2", Direct)
+	full2, okFull2 := r.summary("W2", TapFull)
+	var diffs []time.Duration
+	if okDir && okFull2 {
+		rd, rf := r.Runs.Results["W2"][Direct], r.Runs.Results["W2"][TapFull]
+		for i := range min(len(rd), len(rf)) {
+			diffs = append(diffs, percentile(rf[i].Latencies, 0.99)-percentile(rd[i].Latencies, 0.99))
+		}
+	}
+	added := median(diffs)
+	add("W2 added p99 latency, tap-full − direct", "≤ 1 ms", okDir && okFull2,
+		fmt.Sprintf("%s (p99 %s vs %s)", fmtSignedDur(added), fmtDur(full2.P99), fmtDur(dir.P99)), added <= time.Millisecond)
+
+	full3, okFull3 := r.summary("W3", TapFull)
+	add("W3 RSS per idle synced stream, tap-full", "≤ 200 KB", okFull3,
+		fmt.Sprintf("%.0f KB", full3.PerStreamRSS/1e3), full3.PerStreamRSS <= 200e3)
+	add("W3 RSS of an idle tap with no streams, tap-full", "≤ 30 MB", okFull3,
+		fmt.Sprintf("%.1f MB", float64(full3.IdleRSS)/1e6), full3.IdleRSS <= 30e6)
+
+	if r.Codec != nil {
+		gbs := r.Codec.MBPerSec / 1000
+		add("Codec: envelope scan + per-resource hashes of a 10 MB CDS response, one core", "≥ 2 GB/s", true,
+			fmt.Sprintf("%.1f GB/s", gbs), gbs >= 2)
+		perRes := r.Codec.AllocsPerOp / float64(r.Codec.Resources)
+		add("Codec: allocations per resource", "0", true,
+			fmt.Sprintf("%.0f allocs per 10,000-resource response (%.4f per resource)", r.Codec.AllocsPerOp, perRes), r.Codec.AllocsPerOp < 10)
+	} else {
+		add("Codec: envelope scan + per-resource hashes of a 10 MB CDS response, one core", "≥ 2 GB/s", false, "", false)
+	}
+	return ts
+}
+
+func fmtSignedDur(d time.Duration) string {
+	if d < 0 {
+		return "−" + fmtDur(-d)
+	}
+	return "+" + fmtDur(d)
+}
+
+// Markdown is the report as the markdown docs/performance.md carries.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Measured %s on %s; commit %s.  \n", m.Date.Format("2006-01-02 15:04 MST"), m.String(), orDash(m.Commit))
+	if r.Runs != nil {
+		var reps []string
+		for _, w := range r.Runs.Workloads {
+			reps = append(reps, fmt.Sprintf("%s %d", w.ID, w.Reps))
+		}
+		fmt.Fprintf(&b, "`%s`: each workload over each path, the paths alternated, repeated (%s times); medians. The measurements took %s.\n\n",
+			r.Command, strings.Join(reps, ", "), r.Runs.Took.Round(time.Second))
+	}
+
+	b.WriteString("### Targets\n\n| target | want | measured | |\n|---|---|---|---|\n")
+	for _, t := range r.Targets() {
+		verdict := "**missed**"
+		switch {
+		case !t.Known:
+			verdict = "–"
+		case t.Met:
+			verdict = "met"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Want, t.Got, verdict)
+	}
+
+	if off, ok := r.summary("W1", TapOff); ok {
+		full, _ := r.summary("W1", TapFull)
+		typed, _ := r.summary("W1", Typed)
+		if off.Pushes > 0 && full.N > 0 && typed.N > 0 {
+			per := func(d time.Duration) time.Duration { return d / time.Duration(off.Pushes) }
+			fmt.Fprintf(&b, "\nIn W1, per 10 MB push, the extra hop alone (tap-off) costs %s of CPU; observation adds %s (tap-full − tap-off); unmarshalling and re-marshalling adds %s (typed − tap-off). Observation costs %.2f× what re-marshalling does.\n",
+				fmtDur(per(off.CPU)), fmtDur(per(full.CPU-off.CPU)), fmtDur(per(typed.CPU-off.CPU)), ratio(float64(full.CPU-off.CPU), float64(typed.CPU-off.CPU)))
+		}
+	}
+
+	if r.Runs != nil {
+		b.WriteString("\n### Every workload over every path\n\n")
+		b.WriteString("Wall is the measured phase as the clients saw it; middle CPU (user + system, from getrusage) and peak RSS (VmHWM, reset at the phase's start) are the middle process's own, so the direct path has none. ")
+		b.WriteString("±: half the range of the repetitions, relative to the median. Ratios are medians of the ratios within each repetition.\n\n")
+		b.WriteString("| workload | path | wall | wall / direct | middle CPU | peak RSS | full / off: wall · CPU · peak RSS | detail |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---|---|\n")
+		for _, w := range r.Runs.Workloads {
+			id := w.ID
+			d, _ := r.summary(id, Direct)
+			for _, p := range Paths {
+				s, ok := r.summary(id, p)
+				if !ok {
+					continue
+				}
+				cpu, peak, vsOff := "–", "–", ""
+				if p != Direct {
+					cpu = fmt.Sprintf("%s ±%.0f%%", fmtDur(s.CPU), 100*s.CPUSpread)
+					peak = fmtBytes(s.PeakRSS)
+				}
+				if p == TapFull {
+					vsOff = fmt.Sprintf("%.2f× · %.2f× · %.2f×", r.paired(id, TapFull, TapOff, wallOf),
+						r.paired(id, TapFull, TapOff, cpuOf), r.paired(id, TapFull, TapOff, peakOf))
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s ±%.0f%% | %.2f× | %s | %s | %s | %s |\n",
+					id, p, fmtDur(s.Wall), 100*s.WallSpread, r.paired(id, p, Direct, wallOf), cpu, peak, vsOff, r.detail(id, p, s, d))
+			}
+		}
+		var quiet []string
+		for _, w := range r.Runs.Workloads {
+			var med, top float64
+			for _, p := range Paths {
+				if s, ok := r.summary(w.ID, p); ok {
+					med, top = max(med, s.OthersMedian), max(top, s.OthersMax)
+				}
+			}
+			quiet = append(quiet, fmt.Sprintf("%s %.0f%% (at most %.0f%%)", w.ID, 100*med, 100*top))
+		}
+		fmt.Fprintf(&b, "\nOther processes on the machine used, during the measured windows, a median of: %s of a core.\n", strings.Join(quiet, ", "))
+		b.WriteString("\nWorkloads:\n\n")
+		for _, w := range r.Runs.Workloads {
+			fmt.Fprintf(&b, "- **%s**: %s.\n", w.ID, w.Description)
+		}
+	}
+
+	if r.Codec != nil {
+		c := r.Codec
+		fmt.Fprintf(&b, "\n### Codec micro-benchmark\n\n`go test -run '^$' -bench '^BenchmarkDecodeCDS10MB$' -benchmem -cpu 1 -count %d ./codec/`, median of %d:\n\n", c.Runs, c.Runs)
+		b.WriteString("| benchmark | throughput | time per 10 MB response | B/op | allocs/op |\n|---|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "| DecodeCDS10MB (one core) | %.2f GB/s | %s | %.0f | %.0f |\n", c.MBPerSec/1000, fmtDur(time.Duration(c.NsPerOp)), c.BytesPerOp, c.AllocsPerOp)
+	} else if r.CodecErr != nil {
+		fmt.Fprintf(&b, "\nThe codec micro-benchmark failed: %v\n", r.CodecErr)
+	}
+	return b.String()
+}
+
+func (r *Report) detail(id string, p Path, s, direct Summary) string {
+	switch id {
+	case "W1", "W4":
+		return fmt.Sprintf("%s per push", fmtDur(s.PerPush))
+	case "W2":
+		out := fmt.Sprintf("latency p50 %s, p99 %s", fmtDur(s.P50), fmtDur(s.P99))
+		if p != Direct {
+			out += fmt.Sprintf(" (p99 %s vs direct)", fmtSignedDur(s.P99-direct.P99))
+		}
+		return out
+	case "W3":
+		if p == Direct {
+			return fmt.Sprintf("sync of %d streams", s.Streams)
+		}
+		return fmt.Sprintf("RSS idle %s → %s synced: **%.0f KB per stream** (%.0f KB live, after a forced GC); %.0f goroutines per stream",
+			fmtBytes(s.IdleRSS), fmtBytes(s.SettledRSS), s.PerStreamRSS/1e3, s.PerStreamLive/1e3, s.PerStreamGoroutines)
+	}
+	return ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// The generated part of docs/performance.md sits between these markers;
+// the rest of the page (the analysis) is kept as it is.
+const (
+	beginMarker = "<!-- BEGIN adstap-bench: generated by `make bench`; edits here are overwritten -->"
+	endMarker   = "<!-- END adstap-bench -->"
+)
+
+// WriteDoc puts the report into the page at path, between the markers,
+// keeping everything else. A page without markers gets them appended.
+func WriteDoc(path, markdown string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	block := beginMarker + "\n" + markdown + endMarker
+	var out []byte
+	i, j := bytes.Index(old, []byte(beginMarker)), bytes.Index(old, []byte(endMarker))
+	switch {
+	case i >= 0 && j > i:
+		out = append(append(append(out, old[:i]...), block...), old[j+len(endMarker):]...)
+	case len(old) == 0:
+		out = []byte("# Performance\n\n" + block + "\n")
+	default:
+		out = append(append(bytes.TrimRight(old, "\n"), "\n\n"...), block+"\n"...)
+	}
+	return os.WriteFile(path, out, 0o644)
+}

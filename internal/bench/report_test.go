@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportTargets(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	lat := func(p99 time.Duration) []time.Duration {
+		l := make([]time.Duration, 100)
+		for i := range l {
+			l[i] = p99 / 2
+		}
+		l[98], l[99] = p99, p99
+		return l
+	}
+	runs := &Runs{
+		Workloads: []WorkloadInfo{{"W1", "w1", 1}, {"W2", "w2", 1}, {"W3", "w3", 1}},
+		Results: map[string]map[Path][]Result{
+			"W1": {
+				Direct:  {{Wall: ms(100), Pushes: 10}},
+				TapOff:  {{Wall: ms(200), Pushes: 10, Middle: Window{CPU: ms(100)}}},
+				TapFull: {{Wall: ms(210), Pushes: 10, Middle: Window{CPU: ms(120)}}},
+				Typed:   {{Wall: ms(400), Pushes: 10, Middle: Window{CPU: ms(300)}}},
+			},
+			"W2": {
+				Direct:  {{Wall: ms(100), Latencies: lat(ms(1))}},
+				TapFull: {{Wall: ms(100), Latencies: lat(ms(3))}},
+			},
+			"W3": {
+				TapFull: {{Streams: 1000, Idle: Usage{RSS: 20e6}, Settled: Usage{RSS: 170e6}, Collected: Usage{RSS: 150e6}}},
+			},
+		},
+	}
+	r := &Report{Runs: runs, Codec: &CodecResult{Runs: 1, MBPerSec: 7800, AllocsPerOp: 2, Resources: CodecResources}}
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		got[tg.What] = tg
+	}
+	for what, met := range map[string]bool{
+		"W1 wall time, tap-full / tap-off":                true, // 1.05
+		"W1 middle CPU, tap-full / tap-off":               true, // 1.20
+		"W1 middle CPU, typed relay / tap-full":           true, // 2.5
+		"W2 added p99 latency, tap-full − direct":         false,
+		"W3 RSS per idle synced stream, tap-full":         true, // 150 KB
+		"W3 RSS of an idle tap with no streams, tap-full": true,
+	} {
+		tg, ok := got[what]
+		if !ok || !tg.Known || tg.Met != met {
+			t.Errorf("%s: %+v, want known and met=%v", what, tg, met)
+		}
+	}
+	md := r.Markdown()
+	for _, want := range []string{"| W1 | tap-full |", "1.05× · 1.20×", "7.80 GB/s", "**missed**", "150 KB per stream"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestWriteDocKeepsTheRest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "performance.md")
+	if err := WriteDoc(path, "first\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	page := strings.Replace(string(b), beginMarker, "Intro.\n\n"+beginMarker, 1) + "\n## Analysis\n\nKept.\n"
+	os.WriteFile(path, []byte(page), 0o644)
+	if err := WriteDoc(path, "second\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	got := string(b)
+	if strings.Contains(got, "first") || !strings.Contains(got, "second") || !strings.Contains(got, "Intro.") || !strings.Contains(got, "Kept.") {
+		t.Errorf("page after the second write:\n%s", got)
+	}
+}
+
+func TestParseCodecBench(t *testing.T) {
+	out := []byte(`goos: linux
+BenchmarkDecodeCDS10MB 	     895	   1303117 ns/op	7700.10 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+BenchmarkDecodeCDS10MB 	     902	   1290000 ns/op	7800.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+BenchmarkDecodeCDS10MB 	     900	   1310000 ns/op	7600.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+PASS
+`)
+	r, err := ParseCodecBench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Runs != 3 || r.MBPerSec != 7700.10 || r.AllocsPerOp != 2 || r.BytesPerOp != 88 {
+		t.Errorf("parsed %+v", r)
+	}
+}

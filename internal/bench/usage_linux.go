@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// SelfUsage reads this process's usage: CPU from getrusage (microseconds),
+// memory from /proc/self/status.
+func SelfUsage() (Usage, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return Usage{}, err
+	}
+	u := Usage{
+		CPU:        time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		Goroutines: runtime.NumGoroutine(),
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return u, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case bytes.HasPrefix(line, []byte("VmRSS:")):
+			u.RSS = statusKB(line)
+		case bytes.HasPrefix(line, []byte("VmHWM:")):
+			u.PeakRSS = statusKB(line)
+		}
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		u.HeapInuse = int64(s[0].Value.Uint64())
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		u.Stacks = int64(s[1].Value.Uint64())
+	}
+	return u, nil
+}
+
+// ResetPeakRSS sets this process's resident high-water mark (VmHWM) back to
+// its current resident size, so the next peak is the peak of what follows.
+func ResetPeakRSS() error {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// userHZ is the unit of /proc/stat's CPU times (sysconf(_SC_CLK_TCK), 100 on Linux).
+const userHZ = 100
+
+// MachineCPU is the CPU time every process on the machine has used since
+// boot (user, nice, system and steal from /proc/stat), and the
+// load generator's own (this process's, from getrusage).
+func MachineCPU() (all, self time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return 0, 0, errors.New("bench: unexpected /proc/stat")
+	}
+	var ticks int64
+	for i, v := range f[1:9] {
+		// Skip idle and iowait; skip irq and softirq too, which loopback
+		// traffic of the load generator and the middle is partly counted as.
+		if i == 3 || i == 4 || i == 5 || i == 6 {
+			continue
+		}
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		ticks += n
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, err
+	}
+	return time.Duration(ticks) * time.Second / userHZ, time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}

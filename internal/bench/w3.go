@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/xdsconfig"
+)
+
+// W3 is many idle, synced proxies: each stream (one per connection) gets
+// its clusters and their endpoints, ACKs both, and then nothing happens.
+// What it measures is the middle's resident memory: with no stream, and with
+// every stream synced and left idle for a while.
+type W3 struct {
+	streams    int
+	settle     time.Duration
+	initial    [][]byte // per stream
+	cds, eds   Msg
+	cdsNonce   string
+	edsNonce   string
+	ackCDS     []byte
+	edsRequest []byte
+	ackEDS     []byte
+}
+
+// w3Openers bounds how many clients connect at once.
+const w3Openers = 32
+
+// NewW3 builds W3's pushes: every stream receives the same ones.
+func NewW3(s Sizes) *W3 {
+	w := &W3{streams: s.W3Streams, settle: s.W3Settle}
+	clusters := xdsconfig.Clusters(s.W3Clusters, 1000)
+	var cds, eds []proto.Message
+	var names []string
+	for i, c := range clusters {
+		cds = append(cds, c)
+		names = append(names, clusterName(i))
+		eds = append(eds, endpoints(clusterName(i), 3, i))
+	}
+	w.cdsNonce, w.edsNonce = pushNonce("w3-cds", 1), pushNonce("w3-eds", 1)
+	w.cds = sotwPush(pushVersion("w3", 1), w.cdsNonce, codec.TypeCluster, sotwBody(cds))
+	w.eds = sotwPush(pushVersion("w3", 1), w.edsNonce, codec.TypeEndpoint, sotwBody(eds))
+	w.ackCDS = sotwACK(pushVersion("w3", 1), w.cdsNonce, codec.TypeCluster, nil)
+	w.edsRequest = mustMarshal(&discovery.DiscoveryRequest{TypeUrl: codec.TypeEndpoint, ResourceNames: names})
+	w.ackEDS = sotwACK(pushVersion("w3", 1), w.edsNonce, codec.TypeEndpoint, names)
+	for i := range s.W3Streams {
+		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{Node: node(i), TypeUrl: codec.TypeCluster}))
+	}
+	return w
+}
+
+func (*W3) ID() string { return "W3" }
+
+func (w *W3) Describe() string {
+	return fmt.Sprintf("%d streams synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
+}
+
+func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	var (
+		errs     = newFirstError()
+		acks     atomic.Int64
+		synced   atomic.Int64
+		allSync  = make(chan struct{})
+		release  = make(chan struct{})
+		released = sync.OnceFunc(func() { close(release) })
+	)
+	defer released()
+	up, err := startUpstream(func(method string, s grpc.ServerStream) error {
+		if method != MethodSotW {
+			return wrongMethod(errs, method, MethodSotW)
+		}
+		var req discovery.DiscoveryRequest
+		if err := recvRequest(s, &req); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		if req.TypeUrl != codec.TypeCluster {
+			return upstreamFailed(errs, fmt.Errorf("first request for %q", req.TypeUrl))
+		}
+		if err := sendMsg(s, w.cds); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		if err := expectACK(s, w.cdsNonce); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		acks.Add(1)
+		req.Reset()
+		if err := recvRequest(s, &req); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		if req.TypeUrl != codec.TypeEndpoint || req.ResponseNonce != "" {
+			return upstreamFailed(errs, fmt.Errorf("want an EDS subscription, got a request for %q answering %q", req.TypeUrl, req.ResponseNonce))
+		}
+		if err := sendMsg(s, w.eds); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		if err := expectACK(s, w.edsNonce); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		acks.Add(1)
+		if synced.Add(1) == int64(w.streams) {
+			close(allSync)
+		}
+		return waitGate(s, release)
+	})
+	if err != nil {
+		return res, err
+	}
+	defer up.Stop()
+	m, err := start(up.Addr())
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = firstOf(err, m.Close()) }()
+	// The middle as it starts, before any client: give its start-up a
+	// moment to settle.
+	time.Sleep(min(w.settle, 500*time.Millisecond))
+	if res.Idle, err = m.Sample(); err != nil {
+		return res, err
+	}
+	if err := m.Begin(); err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	var (
+		clients    sync.WaitGroup
+		clientErrs = newFirstError()
+		next       atomic.Int64
+		conns      = make([]*grpc.ClientConn, w.streams)
+		opened     = make(chan struct{}, w.streams)
+	)
+	for range min(w3Openers, w.streams) {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= w.streams {
+					return
+				}
+				cc, err := dialRaw(m.Addr())
+				if err != nil {
+					clientErrs.set(err)
+					return
+				}
+				conns[i] = cc
+				clients.Add(1)
+				go func() {
+					defer clients.Done()
+					clientErrs.set(w.client(ctx, cc, i, opened))
+				}()
+				select {
+				case <-opened:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		clients.Wait()
+		close(done)
+	}()
+	defer func() {
+		released()
+		cancel()
+		<-done
+		for _, cc := range conns {
+			if cc != nil {
+				cc.Close()
+			}
+		}
+	}()
+	select {
+	case <-allSync:
+	case <-done:
+		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before every stream synced"))
+	case <-clientErrs.failed:
+		return res, firstOf(clientErrs.get(), errs.get())
+	case <-errs.failed:
+		return res, firstOf(errs.get(), clientErrs.get())
+	case <-ctx.Done():
+		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
+	}
+	res.Wall = time.Since(t0)
+	if res.Middle, err = m.End(); err != nil {
+		return res, err
+	}
+	time.Sleep(w.settle)
+	if res.Settled, err = m.Sample(); err != nil {
+		return res, err
+	}
+	if res.Collected, err = m.SampleAfterGC(); err != nil {
+		return res, err
+	}
+	released()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return res, fmt.Errorf("streams did not end: %w", ctx.Err())
+	}
+	if err := firstOf(errs.get(), clientErrs.get()); err != nil {
+		return res, err
+	}
+	res.ACKs, res.Streams, res.Pushes = int(acks.Load()), w.streams, 2*w.streams
+	res.Bytes = int64(w.streams * (w.cds.Len + w.eds.Len))
+	if res.ACKs != 2*w.streams {
+		return res, fmt.Errorf("upstream counted %d ACKs, want %d", res.ACKs, 2*w.streams)
+	}
+	return res, nil
+}
+
+// client is proxy i: it syncs CDS and EDS, says so on opened, and waits
+// for the upstream to end its stream.
+func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, opened chan<- struct{}) error {
+	signal := sync.OnceFunc(func() { opened <- struct{}{} })
+	defer signal()
+	s, err := openRaw(ctx, cc, MethodSotW)
+	if err != nil {
+		return err
+	}
+	if err := sendBytes(s, w.initial[i]); err != nil {
+		return err
+	}
+	if err := expectPush(s, w.cds, fmt.Sprintf("stream %d CDS", i)); err != nil {
+		return err
+	}
+	if err := sendBytes(s, w.ackCDS); err != nil {
+		return err
+	}
+	if err := sendBytes(s, w.edsRequest); err != nil {
+		return err
+	}
+	if err := expectPush(s, w.eds, fmt.Sprintf("stream %d EDS", i)); err != nil {
+		return err
+	}
+	if err := sendBytes(s, w.ackEDS); err != nil {
+		return err
+	}
+	signal()
+	return expectEnd(s)
+}

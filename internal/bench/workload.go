@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Workload is one kind of xDS traffic, built once and run over each path.
+type Workload interface {
+	ID() string       // W1 … W4
+	Describe() string // what it sends, for the report
+	// Run starts an upstream, the path's middle (start) in front of it and
+	// the clients, measures one run, and checks that every push arrived
+	// intact and every ACK was counted.
+	Run(ctx context.Context, start StartMiddle) (Result, error)
+}
+
+// Result is one run of a workload over one path.
+type Result struct {
+	Wall    time.Duration // the measured phase, as the clients saw it
+	Middle  Window        // what the middle used during it (zero for direct)
+	Pushes  int           // pushes in the measured phase, each checked
+	ACKs    int           // ACKs the upstream received, in all
+	Bytes   int64         // bytes of pushes in the measured phase
+	Streams int
+
+	// Latencies (W2) are the times from the upstream sending a push to it
+	// receiving the client's ACK, over the measured phase.
+	Latencies []time.Duration
+	// Idle (W3) is the middle with no stream, before the clients came;
+	// Settled is the middle with every stream synced, then idle for a
+	// while; Collected is the same right after a forced garbage collection
+	// that returned the freed memory to the OS: the live part of Settled.
+	Idle, Settled, Collected Usage
+}
+
+// Sizes are the dimensions of the workloads.
+type Sizes struct {
+	W1Clusters, W1PadTo, W1Pushes int
+	W2Streams, W2Rounds, W2Size   int
+	W2Interval                    time.Duration
+	W3Streams, W3Clusters         int
+	W3Settle                      time.Duration
+	W4Resources, W4Churn          int
+	W4Pushes, W4Size              int
+}
+
+// FullSizes are the sizes of issue 8: a 10 MB CDS push of 10,000 clusters,
+// 200 EDS streams, 1,000 idle streams, Delta with 5,000 resources and 1 %
+// churn.
+func FullSizes() Sizes {
+	return Sizes{
+		W1Clusters: 10_000, W1PadTo: 940, W1Pushes: 40,
+		W2Streams: 200, W2Rounds: 30, W2Size: 800, W2Interval: 100 * time.Millisecond,
+		W3Streams: 1000, W3Clusters: 100, W3Settle: 2 * time.Second,
+		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
+	}
+}
+
+// QuickSizes keep the sizes of FullSizes but repeat less.
+func QuickSizes() Sizes {
+	s := FullSizes()
+	s.W1Pushes, s.W2Rounds, s.W3Settle, s.W4Pushes = 5, 10, time.Second, 100
+	return s
+}
+
+// TinySizes are for tests: every code path, in milliseconds.
+func TinySizes() Sizes {
+	return Sizes{
+		W1Clusters: 100, W1PadTo: 500, W1Pushes: 3,
+		W2Streams: 5, W2Rounds: 3, W2Size: 1000, W2Interval: 5 * time.Millisecond,
+		W3Streams: 5, W3Clusters: 10, W3Settle: 0,
+		W4Resources: 100, W4Churn: 1, W4Pushes: 3, W4Size: 300,
+	}
+}
+
+// WorkloadIDs name the four workloads.
+var WorkloadIDs = []string{"W1", "W2", "W3", "W4"}
+
+// NewWorkload builds one workload (its pre-encoded messages), or nil for an
+// unknown id.
+func NewWorkload(id string, s Sizes) Workload {
+	switch id {
+	case "W1":
+		return NewW1(s)
+	case "W2":
+		return NewW2(s)
+	case "W3":
+		return NewW3(s)
+	case "W4":
+		return NewW4(s)
+	}
+	return nil
+}
+
+// Workloads builds the four workloads.
+func Workloads(s Sizes) []Workload {
+	var ws []Workload
+	for _, id := range WorkloadIDs {
+		ws = append(ws, NewWorkload(id, s))
+	}
+	return ws
+}
+
+// WorkloadInfo names a workload that ran and says what it sent.
+type WorkloadInfo struct {
+	ID, Description string
+	Reps            int
+}
+
+// runTimeout bounds every run: a stuck stream fails the run instead of the harness.
+const runTimeout = 5 * time.Minute
+
+// firstError keeps the first error of several goroutines; failed closes
+// when there is one, so that a run with many streams stops at the first
+// failure instead of waiting for the streams that did not fail.
+type firstError struct {
+	mu     sync.Mutex
+	err    error
+	failed chan struct{}
+}
+
+func newFirstError() *firstError { return &firstError{failed: make(chan struct{})} }
+
+func (f *firstError) set(err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+		if f.failed != nil {
+			close(f.failed)
+		}
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// upstreamFailed is what an upstream handler returns after recording err.
+func upstreamFailed(errs *firstError, err error) error {
+	errs.set(fmt.Errorf("upstream: %w", err))
+	return status.Error(codes.Internal, err.Error())
+}
+
+// wrongMethod is a stream the workload's upstream does not expect.
+func wrongMethod(errs *firstError, got, want string) error {
+	return upstreamFailed(errs, fmt.Errorf("stream of %s, want %s", got, want))
+}
+
+// waitGate waits for a gate to open, or for the stream to end.
+func waitGate(s grpc.ServerStream, gate <-chan struct{}) error {
+	select {
+	case <-gate:
+		return nil
+	case <-s.Context().Done():
+		return s.Context().Err()
+	}
+}
+
+// waitFor waits for ch to close within d.
+func waitFor(ch <-chan struct{}, d time.Duration, what string) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return errors.New("timed out waiting for " + what)
+	}
+}
+
+// closeAll closes what was opened, returning the first error.
+func closeAll(fs ...func() error) error {
+	var first error
+	for _, f := range fs {
+		if err := f(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
