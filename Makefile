@@ -75,7 +75,7 @@ soak: jaeger-bin
 # relay that re-marshals every message as istio-agent does — alternated in one
 # run; medians, the targets, and the machine go to stdout and into
 # docs/performance.md (between its markers). About 3 minutes on 2 cores.
-# BENCH_FLAGS=-quick for a one-minute run; BENCH_FLAGS='-profile .cache/prof'
+# BENCH_FLAGS=-quick for a 30-second run; BENCH_FLAGS='-profile .cache/prof'
 # for CPU and heap profiles of every middle (see adstap-bench -h).
 BENCH_FLAGS ?=
 .PHONY: bench

@@ -7,7 +7,7 @@
 // (`adstap-bench serve-tap` / `serve-typed`), so its CPU time and resident
 // memory are its own. The table goes to stdout and into docs/performance.md.
 //
-//	adstap-bench [-quick] [-reps N] [-workloads W1,W2,W3,W4] [-out FILE] [-profile DIR] [-codec=false]
+//	adstap-bench [-quick] [-reps N] [-workloads W1,W2,W3,W4] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
 package main
 
 import (
@@ -45,10 +45,10 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("adstap-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about a minute)")
+	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about half a minute)")
 	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2 and W4, 3 for W3; 1 with -quick)")
 	only := fs.String("workloads", "W1,W2,W3,W4", "`list` of workloads to run")
-	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only")
+	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only. A partial run (-quick, -reps, -workloads) writes it only when -out is given")
 	profile := fs.String("profile", "", "write a CPU and a heap profile of each middle's measured window into `dir`")
 	execTrace := fs.String("trace", "", "write an execution trace of each middle's measured window into `dir`")
 	codecBench := fs.Bool("codec", true, "also run the codec micro-benchmark (go test -bench DecodeCDS10MB ./codec/)")
@@ -58,6 +58,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	quietTotal := fs.Duration("quiet-total", 4*time.Minute, "wait for quiet at most this `long` in all")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "adstap-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	partial := set["quick"] || set["reps"] || set["workloads"]
+	if partial && !set["out"] {
+		*out = ""
+	}
+	command := "make bench"
+	if len(args) > 0 {
+		command = "adstap-bench " + strings.Join(args, " ")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -74,9 +88,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	// W1 runs are short and vary the most: more of them.
-	sizes, repsOf, mode := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5}, "make bench"
+	sizes, repsOf := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5}
 	if *quick {
-		sizes, repsOf, mode = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1}, "adstap-bench -quick"
+		sizes, repsOf = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1}
 	}
 	if *reps > 0 {
 		for id := range repsOf {
@@ -85,7 +99,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	want := map[string]bool{}
 	for _, id := range strings.Split(*only, ",") {
-		want[strings.ToUpper(strings.TrimSpace(id))] = true
+		id = strings.ToUpper(strings.TrimSpace(id))
+		if _, ok := repsOf[id]; !ok {
+			fmt.Fprintf(stderr, "adstap-bench: -workloads: unknown workload %q (want W1, W2, W3, W4)\n", id)
+			return 2
+		}
+		want[id] = true
 	}
 	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, TraceDir: *execTrace, Stderr: stderr}
 	var label string
@@ -118,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		all.Reps = max(all.Reps, n)
 		all.Took += runs.Took
 	}
-	report := &bench.Report{Runs: all, Machine: bench.ThisMachine(*commit), Command: mode}
+	report := &bench.Report{Runs: all, Machine: bench.ThisMachine(*commit), Command: command}
 	if *codecBench {
 		fmt.Fprintf(stderr, "adstap-bench: codec micro-benchmark (go test -bench DecodeCDS10MB -cpu 1 ./codec/)\n")
 		count := 5

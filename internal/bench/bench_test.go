@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/adstap/adstap/internal/bench"
 )
@@ -18,11 +17,25 @@ func TestWorkloadsOverEveryPath(t *testing.T) {
 		t.Run(w.ID(), func(t *testing.T) {
 			for _, p := range bench.Paths {
 				t.Run(string(p), func(t *testing.T) {
-					res, err := w.Run(context.Background(), bench.InProcess(p))
+					var m bench.Middle
+					start := func(up string) (bench.Middle, error) {
+						var err error
+						m, err = bench.InProcess(p)(up)
+						return m, err
+					}
+					res, err := w.Run(context.Background(), start)
 					if err != nil {
 						t.Fatalf("%s over %s: %v", w.ID(), p, err)
 					}
 					checkCounts(t, w.ID(), sizes, res)
+					if p == bench.TapFull {
+						// Everything on means spans and log lines came out
+						// (the spans are flushed when the tap stops).
+						u, _ := m.Sample()
+						if u.Spans == 0 || u.LogBytes == 0 {
+							t.Errorf("tap-full produced %d spans and %d bytes of live log; want both", u.Spans, u.LogBytes)
+						}
+					}
 				})
 			}
 		})
@@ -83,5 +96,3 @@ func TestChildProcess(t *testing.T) {
 		})
 	}
 }
-
-var _ = time.Second

@@ -193,6 +193,7 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 		mux.Handle("GET /debug/streams", export.DebugStreams(observer.Tracker()))
 		adminLis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			tracing.Shutdown(context.Background())
 			devnull.Close()
 			return nil, err
 		}
@@ -202,6 +203,11 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 	}
 	srv, err = tap.New(cfg)
 	if err != nil {
+		stop()
+		if admin != nil {
+			admin.Close()
+			tracing.Shutdown(context.Background())
+		}
 		devnull.Close()
 		return nil, err
 	}
