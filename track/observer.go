@@ -129,3 +129,27 @@ func contiguous(data mem.BufferSlice) ([]byte, func()) {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	return buf.ReadOnlyData(), buf.Free
 }
+
+// StartClock calls Tick every interval until stop is called, so push
+// timeouts and the end of storms are noticed even when no frame arrives. The
+// Tracker itself keeps no clock; this adapter gives it one.
+func (o *Observer) StartClock(every time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				o.Tick(now)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}

@@ -185,30 +185,6 @@ type runningTap struct {
 	stopTicking func()
 }
 
-// tick gives the tracker its clock: push timeouts and the end of storms are
-// noticed even when no frame arrives.
-func tick(o *track.Observer) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				o.Tick(now)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-	}
-}
-
 // startTap checks the configuration, opens every listener, and starts
 // serving. Everything that can be wrong with the configuration fails here,
 // before the first client connects.
@@ -325,7 +301,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
-	t.stopTicking = tick(observer)
+	t.stopTicking = observer.StartClock(time.Second)
 	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())

@@ -199,7 +199,7 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 		}
 		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go admin.Serve(adminLis)
-		stop = tick(observer)
+		stop = observer.StartClock(time.Second)
 	}
 	srv, err = tap.New(cfg)
 	if err != nil {
@@ -228,28 +228,6 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 		devnull.Close()
 		return err
 	}, nil
-}
-
-// tick gives the tracker its clock, as cmd/adstap does.
-func tick(o *track.Observer) (stop func()) {
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				o.Tick(now)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-	}
 }
 
 func isEOF(err error) bool { return err == io.EOF }

@@ -88,7 +88,7 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	stopTicking := tick(observer)
+	stopTicking := observer.StartClock(time.Second)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -110,29 +110,6 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 		Tracing:  tracing,
 		Events:   events,
 		Log:      logBuf,
-	}
-}
-
-// tick is cmd/adstap's clock for the tracker: Tick once a second.
-func tick(o *track.Observer) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				o.Tick(now)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
 	}
 }
 
