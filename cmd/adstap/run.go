@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -174,15 +174,12 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 
 // runningTap is a started tap with its listener, observer and admin server.
 type runningTap struct {
-	log         *slog.Logger
-	srv         *tap.Server
-	lis         net.Listener
-	admin       *adminServer
-	observer    *track.Observer
-	tracing     *export.Tracing
-	capture     *capture.Writer
-	served      chan error
-	stopTicking func()
+	log       *slog.Logger
+	srv       *tap.Server
+	lis       net.Listener
+	admin     *adminServer
+	observing *pipeline.Pipeline
+	served    chan error
 }
 
 // startTap checks the configuration, opens every listener, and starts
@@ -220,64 +217,44 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
-	tcfg := export.TracingConfig{
-		Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping,
-		ServiceVersion: currentBuild().Version, Logger: log, Getenv: osEnv,
-	}
 	if f.traceGrouping != export.GroupByVersion && f.traceGrouping != export.GroupByStream {
 		return nil, usagef("--trace-grouping %q: want version or stream", f.traceGrouping)
 	}
-	var tracing *export.Tracing
-	if export.TracingEnabled(tcfg) {
-		if tracing, err = export.NewTracing(context.Background(), tcfg); err != nil {
-			return nil, usagef("%v", err)
-		}
+	pcfg := pipeline.Config{
+		Logger:           log,
+		Version:          currentBuild().Version,
+		Detect:           f.detect,
+		MetricsNodeLabel: f.metricsNodeLabel,
+		MetricsMaxNodes:  f.metricsMaxNodes,
+		Tracing: &export.TracingConfig{
+			Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping, Getenv: osEnv,
+		},
 	}
-	var srv *tap.Server
-	metrics := export.NewMetrics(export.MetricsConfig{
-		NodeLabel: f.metricsNodeLabel,
-		MaxNodes:  f.metricsMaxNodes,
-		Version:   currentBuild().Version,
-		Logger:    log,
-		TraceID:   tracing.TraceIDFor,
-		Dropped:   tracing.Dropped,
-	}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
-	sinks := []track.Sink{export.NewLiveLog(log), metrics}
-	if tracing != nil {
-		sinks = append(sinks, tracing)
-	}
-	var retained *export.ConfigStore
 	if f.retainResources {
-		retained = export.NewConfigStore(int64(f.retainMaxBytes))
-		sinks = append(sinks, retained)
+		pcfg.RetainMaxBytes = int64(f.retainMaxBytes)
 	}
-	observer := track.NewObserver(track.New(f.detect), sinks...)
-	observers := []tap.Observer{observer}
-	if retained != nil {
-		// After the tracker: a push's bytes are kept before its ACK is judged.
-		observers = append(observers, retained)
-	}
-	var captureW *capture.Writer
 	if f.capturePath != "" {
-		if captureW, err = capture.NewWriter(f.capturePath, int64(f.captureMaxBytes), f.captureMaxFiles, currentBuild().Version, upstream.String()); err != nil {
+		if pcfg.Capture, err = capture.NewWriter(f.capturePath, int64(f.captureMaxBytes), f.captureMaxFiles, currentBuild().Version, upstream.String()); err != nil {
 			return nil, usagef("--capture: %v", err)
 		}
-		observers = append(observers, export.NewCapture(captureW, log))
 	}
-	cfg.Observer = tap.Observers(observers...)
-	srv, err = tap.New(cfg)
+	observing, err := pipeline.New(pcfg)
 	if err != nil {
+		if pcfg.Capture != nil {
+			pcfg.Capture.Close()
+		}
 		return nil, usagef("%v", err)
 	}
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observer: observer, tracing: tracing, capture: captureW}
+	cfg.Observer = observing.TapObserver()
+	srv, err := tap.New(cfg)
+	if err != nil {
+		observing.Close(context.Background())
+		return nil, usagef("%v", err)
+	}
+	observing.Start(srv)
+	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observing: observing}
 	if f.admin != "off" && f.admin != "" {
-		pages := map[string]http.Handler{
-			"GET /debug/streams": export.DebugStreams(observer.Tracker()),
-			"GET /metrics":       metrics.Handler(),
-		}
-		if retained != nil {
-			pages["GET /debug/config"] = retained.Handler()
-		}
+		pages := observing.Pages()
 		if f.pprof {
 			pages["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
 			pages["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
@@ -286,6 +263,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 			pages["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
 		}
 		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
+			observing.Close(context.Background())
 			return nil, usagef("--admin: %v", err)
 		}
 	}
@@ -294,6 +272,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		if t.admin != nil {
 			t.admin.close()
 		}
+		observing.Close(context.Background())
 		return nil, usagef("--listen: %v", err)
 	}
 	t.lis = lis
@@ -301,8 +280,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
-	t.stopTicking = observer.StartClock(time.Second)
-	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", tracing != nil}
+	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
 	}
@@ -326,12 +304,8 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	t.srv.Shutdown(drainCtx)
-	t.stopTicking()
-	if t.capture != nil {
-		t.capture.Close()
-	}
-	if err := t.tracing.Shutdown(drainCtx); err != nil {
-		t.log.Warn("tracing: spans not exported at shutdown", "err", err)
+	if err := t.observing.Close(drainCtx); err != nil {
+		t.log.Warn("observation did not stop cleanly", "err", err)
 	}
 	if t.admin != nil {
 		t.admin.close()

@@ -13,11 +13,10 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
-	"github.com/adstap/adstap/track"
 )
 
 // Path is one way from the load generator's clients to its upstream.
@@ -152,8 +151,8 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// serveTap runs a tap as `adstap run` wires it (cmd/adstap/run.go startTap).
-// With full, it observes everything: the tracker, the live log to
+// serveTap runs a tap as `adstap run` wires it (internal/pipeline). With
+// full, it observes everything: the tracker, the live log to
 // /dev/null at the default info level, Prometheus metrics served on a
 // loopback admin port, tracing to a discarding exporter, and the tracker's
 // one-second tick.
@@ -170,46 +169,43 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 	log := slog.New(logfmt.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
 	cfg := tap.Config{Upstream: addr, Logger: log}
 	var (
-		srv     *tap.Server
-		tracing *export.Tracing
-		admin   *http.Server
-		stop    = func() {}
+		observing *pipeline.Pipeline
+		admin     *http.Server
 	)
 	if full {
-		tracing, err = export.NewTracing(context.Background(), export.TracingConfig{
-			ServiceVersion: "bench", Logger: log, Getenv: os.Getenv, Exporter: discardSpans{&s.spans},
+		observing, err = pipeline.New(pipeline.Config{
+			Logger: log, Version: "bench",
+			Tracing: &export.TracingConfig{Getenv: os.Getenv, Exporter: discardSpans{&s.spans}},
 		})
 		if err != nil {
 			devnull.Close()
 			return nil, err
 		}
-		metrics := export.NewMetrics(export.MetricsConfig{
-			Version: "bench", Logger: log, TraceID: tracing.TraceIDFor, Dropped: tracing.Dropped,
-		}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
-		observer := track.NewObserver(track.New(track.DefaultConfig()), export.NewLiveLog(log), metrics, tracing)
-		cfg.Observer = observer
+		cfg.Observer = observing.TapObserver()
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", metrics.Handler())
-		mux.Handle("GET /debug/streams", export.DebugStreams(observer.Tracker()))
+		for pattern, h := range observing.Pages() {
+			mux.Handle(pattern, h)
+		}
 		adminLis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			tracing.Shutdown(context.Background())
+			observing.Close(context.Background())
 			devnull.Close()
 			return nil, err
 		}
 		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go admin.Serve(adminLis)
-		stop = observer.StartClock(time.Second)
 	}
-	srv, err = tap.New(cfg)
+	srv, err := tap.New(cfg)
 	if err != nil {
-		stop()
 		if admin != nil {
 			admin.Close()
-			tracing.Shutdown(context.Background())
+			observing.Close(context.Background())
 		}
 		devnull.Close()
 		return nil, err
+	}
+	if observing != nil {
+		observing.Start(srv)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -218,9 +214,8 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 		defer cancel()
 		srv.Shutdown(ctx)
 		err := <-served
-		stop()
-		if tracing != nil {
-			tracing.Shutdown(ctx)
+		if observing != nil {
+			observing.Close(ctx)
 		}
 		if admin != nil {
 			admin.Close()

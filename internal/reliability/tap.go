@@ -14,6 +14,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -28,11 +29,10 @@ type TapOptions struct {
 	Tracing *export.TracingConfig
 }
 
-// Tap is a tap wired as `adstap run` wires it in cmd/adstap/run.go
-// (startTap): tap.New with a track.Observer over track.New, feeding the live
-// log, the Prometheus metrics (reading the relay's own counters) and, when
-// asked, the span exporter, with a ticker giving the tracker its clock. An
-// Events sink counts what the tracker emitted, and the live log is kept.
+// Tap is a tap wired as `adstap run` wires it, by internal/pipeline: the
+// tracker feeding the live log, the Prometheus metrics (reading the relay's
+// own counters) and, when asked, the span exporter, with the tracker's clock.
+// An Events sink counts what the tracker emitted, and the live log is kept.
 type Tap struct {
 	Addr     tap.Address
 	Server   *tap.Server
@@ -50,45 +50,24 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 	t.Helper()
 	logBuf := &LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logBuf, nil))
-	var tracing *export.Tracing
-	if o.Tracing != nil {
-		cfg := *o.Tracing
-		if cfg.Getenv == nil {
-			cfg.Getenv = func(string) string { return "" }
-		}
-		if cfg.Logger == nil {
-			cfg.Logger = log
-		}
-		var err error
-		if tracing, err = export.NewTracing(context.Background(), cfg); err != nil {
-			t.Fatalf("reliability: tracing: %v", err)
-		}
-	}
-	var srv *tap.Server
-	metrics := export.NewMetrics(export.MetricsConfig{
-		Version: "reliability",
-		Logger:  log,
-		TraceID: tracing.TraceIDFor,
-		Dropped: tracing.Dropped,
-	}, export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats { return srv.Stats() }))
 	events := &Events{}
-	sinks := []track.Sink{export.NewLiveLog(log), metrics, events}
-	if tracing != nil {
-		sinks = append(sinks, tracing)
+	observing, err := pipeline.New(pipeline.Config{
+		Logger: log, Version: "reliability", Detect: o.Detect, Tracing: o.Tracing, Sinks: []track.Sink{events},
+	})
+	if err != nil {
+		t.Fatalf("reliability: %v", err)
 	}
-	tracker := track.New(o.Detect)
-	observer := track.NewObserver(tracker, sinks...)
-	srv, err := tap.New(tap.Config{Upstream: o.Upstream, Observer: tap.Observers(observer), Logger: log})
+	srv, err := tap.New(tap.Config{Upstream: o.Upstream, Observer: observing.TapObserver(), Logger: log})
 	if err != nil {
 		t.Fatalf("reliability: tap.New: %v", err)
 	}
+	observing.Start(srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("reliability: listen: %v", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	stopTicking := observer.StartClock(time.Second)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -96,18 +75,17 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 		if err := <-served; err != nil {
 			t.Errorf("reliability: tap Serve: %v", err)
 		}
-		stopTicking()
-		if err := tracing.Shutdown(ctx); err != nil {
-			t.Logf("reliability: tracing shutdown: %v", err)
+		if err := observing.Close(ctx); err != nil {
+			t.Logf("reliability: %v", err)
 		}
 	})
 	return &Tap{
 		Addr:     tap.Address{Network: "tcp", Addr: lis.Addr().String()},
 		Server:   srv,
-		Observer: observer,
-		Tracker:  tracker,
-		Metrics:  metrics,
-		Tracing:  tracing,
+		Observer: observing.Observer,
+		Tracker:  observing.Tracker,
+		Metrics:  observing.Metrics,
+		Tracing:  observing.Tracing,
 		Events:   events,
 		Log:      logBuf,
 	}

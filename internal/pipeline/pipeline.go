@@ -1,0 +1,160 @@
+// Package pipeline wires what observes a tap — tracker, live log, metrics, tracing, retained configuration and capture — once, for `adstap run`, the reliability suite and the bench alike.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// Config says what observes the tap. The zero value observes with the
+// tracker, the live log and the metrics only.
+type Config struct {
+	// Logger receives the live log and the pipeline's own messages.
+	Logger *slog.Logger
+	// Version is adstap's version, shown by the metrics and the spans.
+	Version string
+	// Detect holds the detectors' thresholds; zero fields take the defaults.
+	Detect track.Config
+	// MetricsNodeLabel and MetricsMaxNodes are --metrics-node-label and
+	// --metrics-max-nodes.
+	MetricsNodeLabel bool
+	MetricsMaxNodes  int
+	// Tracing, when set and enabled (export.TracingEnabled, or an Exporter
+	// given), exports spans. Its Logger and ServiceVersion default to the
+	// pipeline's, its Getenv to an empty environment.
+	Tracing *export.TracingConfig
+	// RetainMaxBytes > 0 keeps the accepted resources for /debug/config, up
+	// to that many bytes (--retain-resources, --retain-max-bytes).
+	RetainMaxBytes int64
+	// Capture, when set, receives every frame; the pipeline closes it.
+	Capture *capture.Writer
+	// Sinks are told every tracker event after the pipeline's own sinks.
+	Sinks []track.Sink
+}
+
+// Pipeline is the observation side of one tap.
+type Pipeline struct {
+	Tracker  *track.Tracker
+	Observer *track.Observer
+	Metrics  *export.Metrics
+	Tracing  *export.Tracing     // nil when tracing is off
+	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
+	Capture  *capture.Writer     // nil without Config.Capture
+	relay    atomic.Pointer[tap.Server]
+	observer tap.Observer
+	stop     func()
+}
+
+// New builds the pipeline. Its only errors are tracing's (a bad OTEL_*
+// variable or endpoint).
+func New(cfg Config) (*Pipeline, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pipeline{Capture: cfg.Capture, stop: func() {}}
+	if cfg.Tracing != nil {
+		tcfg := *cfg.Tracing
+		if tcfg.Logger == nil {
+			tcfg.Logger = log
+		}
+		if tcfg.ServiceVersion == "" {
+			tcfg.ServiceVersion = cfg.Version
+		}
+		if tcfg.Getenv == nil {
+			tcfg.Getenv = func(string) string { return "" }
+		}
+		if tcfg.Exporter != nil || export.TracingEnabled(tcfg) {
+			var err error
+			if p.Tracing, err = export.NewTracing(context.Background(), tcfg); err != nil {
+				return nil, err // export's errors name tracing already
+			}
+		}
+	}
+	p.Metrics = export.NewMetrics(export.MetricsConfig{
+		NodeLabel: cfg.MetricsNodeLabel,
+		MaxNodes:  cfg.MetricsMaxNodes,
+		Version:   cfg.Version,
+		Logger:    log,
+		TraceID:   p.Tracing.TraceIDFor,
+		Dropped:   p.Tracing.Dropped,
+	}, export.RelayStatsFunc(p.relayStats))
+	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics}
+	if p.Tracing != nil {
+		sinks = append(sinks, p.Tracing)
+	}
+	if cfg.RetainMaxBytes > 0 {
+		p.Retained = export.NewConfigStore(cfg.RetainMaxBytes)
+		sinks = append(sinks, p.Retained)
+	}
+	sinks = append(sinks, cfg.Sinks...)
+	p.Tracker = track.New(cfg.Detect)
+	p.Observer = track.NewObserver(p.Tracker, sinks...)
+	observers := []tap.Observer{p.Observer}
+	if p.Retained != nil {
+		// After the tracker: a push's bytes are kept before its ACK is judged.
+		observers = append(observers, p.Retained)
+	}
+	if p.Capture != nil {
+		observers = append(observers, export.NewCapture(p.Capture, log))
+	}
+	p.observer = tap.Observers(observers...)
+	return p, nil
+}
+
+// TapObserver is what tap.Config.Observer should be.
+func (p *Pipeline) TapObserver() tap.Observer { return p.observer }
+
+// Start gives the tracker its one-second clock and makes the metrics read
+// the relay counters of srv, the tap this pipeline observes.
+func (p *Pipeline) Start(srv *tap.Server) {
+	p.relay.Store(srv)
+	p.stop = p.Observer.StartClock(time.Second)
+}
+
+func (p *Pipeline) relayStats() map[codec.Protocol]tap.ProtocolStats {
+	if srv := p.relay.Load(); srv != nil {
+		return srv.Stats()
+	}
+	return nil
+}
+
+// Pages are the admin pages the pipeline serves, by http.ServeMux pattern:
+// /metrics, /debug/streams and, when resources are retained, /debug/config.
+func (p *Pipeline) Pages() map[string]http.Handler {
+	pages := map[string]http.Handler{
+		"GET /debug/streams": export.DebugStreams(p.Tracker),
+		"GET /metrics":       p.Metrics.Handler(),
+	}
+	if p.Retained != nil {
+		pages["GET /debug/config"] = p.Retained.Handler()
+	}
+	return pages
+}
+
+// Close stops the clock, closes the capture and flushes the spans within
+// ctx. Call it after the tap has stopped, so every stream's end is observed.
+func (p *Pipeline) Close(ctx context.Context) error {
+	p.stop()
+	var errs []error
+	if p.Capture != nil {
+		if err := p.Capture.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the capture: %w", err))
+		}
+	}
+	if err := p.Tracing.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("flushing spans: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,232 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/goleak"
+
+	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// countSpans is an exporter that counts the spans it is given.
+type countSpans struct{ n atomic.Int64 }
+
+func (c *countSpans) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	c.n.Add(int64(len(spans)))
+	return nil
+}
+func (*countSpans) Shutdown(context.Context) error { return nil }
+
+// acks collects the results of the pushes the tracker judged.
+type acks struct {
+	mu      sync.Mutex
+	results []track.PushResult
+}
+
+func (a *acks) OnEvent(e track.Event) {
+	if end, ok := e.(track.PushEnded); ok {
+		a.mu.Lock()
+		a.results = append(a.results, end.Result)
+		a.mu.Unlock()
+	}
+}
+
+func (a *acks) count(r track.PushResult) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, got := range a.results {
+		if got == r {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEveryOutputSeesAPush pushes one CDS response through a tap observed by
+// a pipeline with every output on, and checks that each output saw it: the
+// extra sink, /debug/streams, /debug/config, /metrics with the relay's own
+// counters, the spans and the capture file.
+func TestEveryOutputSeesAPush(t *testing.T) {
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	const nodeID = "pipeline-node"
+	clusters := map[resource.Type][]types.Resource{resource.ClusterType: {xdsconfig.Cluster("outbound|80||svc.default.svc.cluster.local", false)}}
+	cp.SetSnapshot(t, nodeID, "v1", clusters)
+
+	capturePath := filepath.Join(t.TempDir(), "xds.capture")
+	w, err := capture.NewWriter(capturePath, 1<<20, 2, "test", cp.Addr())
+	if err != nil {
+		t.Fatalf("capture.NewWriter: %v", err)
+	}
+	spans := &countSpans{}
+	seen := &acks{}
+	p, err := pipeline.New(pipeline.Config{
+		Version:        "test",
+		Tracing:        &export.TracingConfig{Exporter: spans},
+		RetainMaxBytes: 1 << 20,
+		Capture:        w,
+		Sinks:          []track.Sink{seen},
+	})
+	if err != nil {
+		t.Fatalf("pipeline.New: %v", err)
+	}
+	if p.Tracing == nil || p.Retained == nil || p.Capture == nil {
+		t.Fatalf("pipeline.New left an output off: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
+	}
+	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}, Observer: p.TapObserver()})
+	if err != nil {
+		t.Fatalf("tap.New: %v", err)
+	}
+	p.Start(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cc := xdstest.DialRaw(t, lis.Addr().String())
+	stream := xdstest.OpenSotW(t, ctx, cc)
+	node := &core.Node{Id: nodeID}
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	resp := xdstest.RecvWithin(t, 5*time.Second, stream.Recv)
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+		t.Fatalf("send ACK: %v", err)
+	}
+	cp.WaitForRequest(t, 5*time.Second, func(r *discovery.DiscoveryRequest) bool { return r.ResponseNonce == resp.Nonce })
+	waitFor(t, "the tracker to judge the push", func() bool { return seen.count(track.ResultACK) == 1 })
+
+	pages := p.Pages()
+	for _, c := range []struct{ pattern, path, want string }{
+		{"GET /debug/streams", "/debug/streams", nodeID},
+		{"GET /debug/config", "/debug/config?stream=1&type=cds", "outbound|80||svc.default.svc.cluster.local"},
+		{"GET /metrics", "/metrics", `adstap_acks_total`},
+		// The relay's own counters reach /metrics through Start.
+		{"GET /metrics", "/metrics", `adstap_messages_total{direction="response",protocol="sotw"} 1`},
+	} {
+		h, ok := pages[c.pattern]
+		if !ok {
+			t.Errorf("Pages() has no %q", c.pattern)
+			continue
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", c.path, nil))
+		if body := rec.Body.String(); !strings.Contains(body, c.want) {
+			t.Errorf("GET %s: want %q in\n%s", c.path, c.want, body)
+		}
+	}
+
+	cancel()
+	cc.Close()
+	sctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	srv.Shutdown(sctx)
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if err := p.Close(sctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if spans.n.Load() == 0 {
+		t.Error("Close flushed no spans: want at least the push's")
+	}
+	if n := countFrames(t, capturePath); n < 3 {
+		t.Errorf("capture holds %d frames: want the request, the response and the ACK", n)
+	}
+}
+
+// TestWithoutOutputs is the zero configuration: tracker, live log and
+// metrics, with nothing to flush.
+func TestWithoutOutputs(t *testing.T) {
+	p, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{}})
+	if err != nil {
+		t.Fatalf("pipeline.New: %v", err)
+	}
+	if p.Tracing != nil || p.Retained != nil || p.Capture != nil {
+		t.Errorf("outputs on without being asked: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
+	}
+	if _, ok := p.Pages()["GET /debug/config"]; ok {
+		t.Error("/debug/config served without retained resources")
+	}
+	// Metrics before Start have no relay to read, and must not fail.
+	rec := httptest.NewRecorder()
+	p.Pages()["GET /metrics"].ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Errorf("GET /metrics before Start: status %d", rec.Code)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestTracingError: a bad tracing configuration fails New, saying so.
+func TestTracingError(t *testing.T) {
+	env := map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
+	_, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{
+		Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return env[k] },
+	}})
+	if err == nil || !strings.Contains(err.Error(), "tracing") {
+		t.Fatalf("pipeline.New with a bad endpoint: got %v, want an error about tracing", err)
+	}
+}
+
+func countFrames(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("open capture: %v", err)
+	}
+	defer f.Close()
+	rd := capture.NewReader(f, path)
+	n := 0
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("reading capture: %v", err)
+		}
+		if rec.Kind == "frame" {
+			n++
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
