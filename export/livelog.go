@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,45 +119,97 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	if !write {
 		return
 	}
+	level := slog.LevelInfo
+	if e.Result == track.ResultNACK || e.Result == track.ResultTimeout {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	// The line is built on the stack and copied once into its string: a
+	// push's line is the live log's only per-push garbage besides its facts.
+	var buf [256]byte
+	msg := string(appendPushLine(buf[:0], e, suppressed))
 	d := p.Diff
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s v=%s +%d -%d ~%d =%d %s", typeLabel(p.TypeURL), p.Version, d.Added, d.Removed, d.Changed, d.Unchanged, humanBytes(p.Bytes))
+	// The facts are typed attributes, as slog would make of key-value
+	// pairs, but without boxing each value in an interface first.
+	n := 17
+	if e.Result == track.ResultNACK {
+		n += 4
+	}
+	facts := make([]slog.Attr, 0, n)
+	facts = append(facts,
+		slog.String("node", p.Node.ID), slog.String("type", p.Type), slog.String("type_url", p.TypeURL),
+		slog.String("version", p.Version), slog.String("nonce", p.Nonce),
+		slog.Int("resources", p.Resources), slog.Int("bytes", p.Bytes),
+		slog.Int("added", d.Added), slog.Int("removed", d.Removed), slog.Int("changed", d.Changed), slog.Int("unchanged", d.Unchanged),
+		slog.Bool("full_sync", p.FullSync), slog.Bool("initial", p.Initial), slog.Bool("redundant", p.Redundant),
+		slog.String("result", string(e.Result)), slog.Float64("latency_ms", ms(e.Latency)),
+	)
+	if e.Result == track.ResultNACK {
+		facts = append(facts, slog.Int64("error_code", int64(e.ErrorCode)), slog.String("error", e.Error),
+			slog.Any("error_resources", e.ErrorNames), slog.Int("suppressed_before", suppressed))
+	}
+	// The stream id stays in plain sight, to look the stream up in
+	// /debug/streams; the facts are for machines only.
+	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: logfmt.DetailGroup, Value: slog.GroupValue(facts...)})
+}
+
+// appendPushLine appends the line of a push outcome to b, e.g.
+// "CDS v=42 +2 -0 ~1 =117 1.2MB node=sidecar~… ACK 14ms".
+func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
+	p := e.Push
+	d := p.Diff
+	b = append(b, typeLabel(p.TypeURL)...)
+	b = append(b, " v="...)
+	b = append(b, p.Version...)
+	b = append(b, " +"...)
+	b = strconv.AppendInt(b, int64(d.Added), 10)
+	b = append(b, " -"...)
+	b = strconv.AppendInt(b, int64(d.Removed), 10)
+	b = append(b, " ~"...)
+	b = strconv.AppendInt(b, int64(d.Changed), 10)
+	b = append(b, " ="...)
+	b = strconv.AppendInt(b, int64(d.Unchanged), 10)
+	b = append(b, ' ')
+	b = appendHumanBytes(b, p.Bytes)
 	if p.FullSync {
 		if p.Initial {
-			b.WriteString(" full")
+			b = append(b, " full"...)
 		} else {
-			b.WriteString(" full(repeated)")
+			b = append(b, " full(repeated)"...)
 		}
 	}
 	if p.Redundant {
-		b.WriteString(" redundant")
+		b = append(b, " redundant"...)
 	}
-	b.WriteString(nodeSuffix(p.Node.ID))
-	level := slog.LevelInfo
+	if p.Node.ID != "" {
+		b = append(b, " node="...)
+		b = append(b, p.Node.ID...)
+	}
 	switch e.Result {
 	case track.ResultACK:
-		fmt.Fprintf(&b, " ACK %s", latency(e.Latency))
+		b = append(b, " ACK "...)
+		b = appendLatency(b, e.Latency)
 	case track.ResultNACK:
-		level = slog.LevelWarn
-		fmt.Fprintf(&b, " NACK %s: %s", latency(e.Latency), e.Error)
+		b = append(b, " NACK "...)
+		b = appendLatency(b, e.Latency)
+		b = append(b, ": "...)
+		b = append(b, e.Error...)
 		if suppressed > 0 {
-			fmt.Fprintf(&b, " [+%d identical NACKs since the last line]", suppressed)
+			b = append(b, " [+"...)
+			b = strconv.AppendInt(b, int64(suppressed), 10)
+			b = append(b, " identical NACKs since the last line]"...)
 		}
 	case track.ResultTimeout:
-		level = slog.LevelWarn
-		fmt.Fprintf(&b, " UNANSWERED after %s", e.Latency.Round(time.Second))
+		b = append(b, " UNANSWERED after "...)
+		b = append(b, e.Latency.Round(time.Second).String()...)
 	default:
-		fmt.Fprintf(&b, " %s", strings.ToUpper(string(e.Result)))
+		b = append(b, ' ')
+		b = append(b, strings.ToUpper(string(e.Result))...)
 	}
-	attrs := []any{
-		"node", p.Node.ID, "type", p.Type, "type_url", p.TypeURL, "version", p.Version, "nonce", p.Nonce,
-		"resources", p.Resources, "bytes", p.Bytes, "added", d.Added, "removed", d.Removed, "changed", d.Changed, "unchanged", d.Unchanged,
-		"full_sync", p.FullSync, "initial", p.Initial, "redundant", p.Redundant, "result", string(e.Result), "latency_ms", ms(e.Latency),
-	}
-	if e.Result == track.ResultNACK {
-		attrs = append(attrs, "error_code", e.ErrorCode, "error", e.Error, "error_resources", e.ErrorNames, "suppressed_before", suppressed)
-	}
-	l.pushLine(level, b.String(), p.StreamID, attrs...)
+	return b
 }
 
 // throttle decides whether a push outcome gets its line, and how many
@@ -201,19 +254,30 @@ func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
 	l.log.Log(context.Background(), level, msg, slog.Group(logfmt.DetailGroup, facts...))
 }
 
-// pushLine is line for a push outcome: the stream id stays in plain sight, to
-// look the stream up in /debug/streams.
-func (l *LiveLog) pushLine(level slog.Level, msg string, stream uint64, facts ...any) {
-	l.log.Log(context.Background(), level, msg, slog.Uint64("stream", stream), slog.Group(logfmt.DetailGroup, facts...))
-}
-
 // typeLabel is the short name operators use: CDS, EDS, LDS...
 func typeLabel(typeURL string) string {
 	if s := codec.ShortType(typeURL); s != "other" {
+		if l, ok := typeLabels[s]; ok {
+			return l
+		}
 		return strings.ToUpper(s)
 	}
 	return codec.TypeName(typeURL)
 }
+
+// knownShortTypes is what codec.ShortType returns. What the sinks derive
+// from a type (labels, span names) is made once for each: it would be
+// garbage for every push. A type missing here costs allocations, nothing else.
+var knownShortTypes = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
+
+// typeLabels are the labels of the known short types.
+var typeLabels = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range knownShortTypes {
+		m[t] = strings.ToUpper(t)
+	}
+	return m
+}()
 
 func detectorName(d string) string {
 	switch d {
@@ -251,26 +315,38 @@ func quoteIf(s string) string {
 }
 
 // latency is short and keeps sub-millisecond answers visible: 0.31ms, 14ms, 1.2s.
-func latency(d time.Duration) string {
+func latency(d time.Duration) string { return string(appendLatency(nil, d)) }
+
+func appendLatency(b []byte, d time.Duration) []byte {
 	switch {
 	case d < time.Millisecond:
-		return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000)
+		b = strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 2, 64)
+		return append(b, "ms"...)
 	case d < time.Second:
-		return d.Round(time.Millisecond).String()
+		// Whole milliseconds under a second print as Duration.String
+		// prints them ("14ms"), without its string.
+		if r := d.Round(time.Millisecond); r < time.Second {
+			b = strconv.AppendInt(b, int64(r/time.Millisecond), 10)
+			return append(b, "ms"...)
+		}
+		return append(b, d.Round(time.Millisecond).String()...)
 	}
-	return d.Round(100 * time.Millisecond).String()
+	return append(b, d.Round(100*time.Millisecond).String()...)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func humanBytes(n int) string {
+func appendHumanBytes(b []byte, n int) []byte {
 	switch {
 	case n >= 1<<20:
-		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
+		b = strconv.AppendFloat(b, float64(n)/(1<<20), 'f', 1, 64)
+		return append(b, "MB"...)
 	case n >= 1<<10:
-		return fmt.Sprintf("%.1fKB", float64(n)/(1<<10))
+		b = strconv.AppendFloat(b, float64(n)/(1<<10), 'f', 1, 64)
+		return append(b, "KB"...)
 	}
-	return fmt.Sprintf("%dB", n)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, 'B')
 }
 
 func codeName(c uint32) string { return codes.Code(c).String() }

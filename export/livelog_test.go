@@ -117,3 +117,28 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 		t.Errorf("level %s, want WARN", rec.Level)
 	}
 }
+
+// Below the logger's level a push outcome is not even formatted, but
+// identical NACKs are still counted for the next line that is written.
+func TestLiveLogBelowItsLevel(t *testing.T) {
+	var buf bytes.Buffer
+	l := export.NewLiveLog(slog.New(logfmt.NewPretty(&buf, slog.LevelWarn)))
+	nack := func(at time.Duration) track.PushEnded {
+		return track.PushEnded{Push: cdsPush("v7"), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
+	}
+	l.OnEvent(track.PushEnded{Push: cdsPush("v6"), Result: track.ResultACK, At: t0, Latency: time.Millisecond})
+	l.OnEvent(nack(time.Second))
+	l.OnEvent(nack(2 * time.Second))
+	l.OnEvent(nack(7 * time.Second))
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		got = append(got, line[len("15:04:05.000 "):])
+	}
+	want := []string{
+		"WARN  CDS v=v7 +2 -0 ~1 =117 1.2MB node=" + node + " NACK 1ms: rejected stream=3",
+		"WARN  CDS v=v7 +2 -0 ~1 =117 1.2MB node=" + node + " NACK 1ms: rejected [+1 identical NACKs since the last line] stream=3",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("live log at warn (-want +got):\n%s", diff)
+	}
+}

@@ -77,8 +77,9 @@ type Tracing struct {
 	queue    *spanQueue
 	tracer   trace.Tracer
 
-	mu      sync.Mutex
-	streams map[uint64]*streamSpans
+	mu       sync.Mutex
+	streams  map[uint64]*streamSpans
+	versions versionTraces
 }
 
 var _ track.Sink = (*Tracing)(nil)
@@ -90,6 +91,28 @@ type streamSpans struct {
 	connect   trace.Span // open from the stream's start until its full sync
 	firstPush time.Time
 	fullSync  bool
+
+	// What every push span of the stream repeats, made once rather than for
+	// each of its pushes: each allocation per push is garbage the relay
+	// pays for in collector pauses (docs/performance.md, W2).
+	inConnect context.Context       // a context whose span is connect: a push's parent
+	link      trace.SpanStartOption // the link from a push to connect
+	traceHex  string                // connect's trace id, for exemplars; made when first asked for
+	// attrsNode is the node pushAttrs were made for: a push carries the node
+	// of its stream at the time, which may change.
+	attrsNode track.Node
+	pushAttrs []attribute.KeyValue // never changed once made: spans being built read it unlocked
+}
+
+// pushAttrsFor returns the attributes that open every push span of the
+// stream made by node n. t.mu must be held.
+func (s *streamSpans) pushAttrsFor(n track.Node) []attribute.KeyValue {
+	if s.pushAttrs == nil || s.attrsNode != n {
+		attrs := appendNodeAttrs(make([]attribute.KeyValue, 0, 5), n)
+		s.pushAttrs = append(attrs, semconv.RPCSystemNameGRPC, semconv.RPCMethodKey.String(rpcMethod(s.meta.Method)))
+		s.attrsNode = n
+	}
+	return s.pushAttrs
 }
 
 // NewTracing starts exporting spans over OTLP (gRPC unless
@@ -194,10 +217,71 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // configured with the same scope: a hash, so independent taps agree without
 // talking, and a ratio sampler keeps or drops the whole version together.
 func VersionTraceID(scope, version string) trace.TraceID {
-	sum := sha256.Sum256([]byte("adstap/push-version\x00" + scope + "\x00" + version))
+	// Hashed from a buffer on the stack: a concatenated string would be
+	// garbage for every push.
+	var buf [128]byte
+	b := append(buf[:0], "adstap/push-version\x00"...)
+	b = append(b, scope...)
+	b = append(b, 0)
+	b = append(b, version...)
+	sum := sha256.Sum256(b)
 	var id trace.TraceID
 	copy(id[:], sum[:16])
 	return id
+}
+
+// versionTraces remembers the trace ids of the latest versions. Every stream
+// gets a control plane's new version within moments, and each of its pushes
+// needs the trace id twice (its span, the exemplar of its ACK latency): made
+// once per version rather than per push, they make no garbage.
+type versionTraces struct {
+	mu     sync.Mutex
+	recent [8]versionTrace
+	next   int // the entry to replace next
+}
+
+type versionTrace struct {
+	set     bool // an empty version is a version too
+	version string
+	id      trace.TraceID
+	ctx     context.Context // carries id to idGenerator; made when first asked for
+	hex     string          // id.String(); made when first asked for
+}
+
+// entry returns version's entry, making one in place of the oldest if need
+// be. v.mu must be held.
+func (v *versionTraces) entry(scope, version string) *versionTrace {
+	for i := range v.recent {
+		if e := &v.recent[i]; e.set && e.version == version {
+			return e
+		}
+	}
+	e := &v.recent[v.next]
+	v.next = (v.next + 1) % len(v.recent)
+	*e = versionTrace{set: true, version: version, id: VersionTraceID(scope, version)}
+	return e
+}
+
+// context is a context that gives the spans started in it version's trace.
+func (v *versionTraces) context(scope, version string) context.Context {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.entry(scope, version)
+	if e.ctx == nil {
+		e.ctx = withTraceID(context.Background(), e.id)
+	}
+	return e.ctx
+}
+
+// hex is version's trace id as text.
+func (v *versionTraces) hex(scope, version string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.entry(scope, version)
+	if e.hex == "" {
+		e.hex = e.id.String()
+	}
+	return e.hex
 }
 
 // TraceIDFor is the trace id of a push's span, for metric exemplars; "" when
@@ -207,12 +291,15 @@ func (t *Tracing) TraceIDFor(p track.Push) string {
 		return ""
 	}
 	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
-		return VersionTraceID(t.cfg.Scope, p.Version).String()
+		return t.versions.hex(t.cfg.Scope, p.Version)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.streams[p.StreamID]; s != nil {
-		return s.connect.SpanContext().TraceID().String()
+		if s.traceHex == "" {
+			s.traceHex = s.connect.SpanContext().TraceID().String()
+		}
+		return s.traceHex
 	}
 	return ""
 }
@@ -286,8 +373,10 @@ func (t *Tracing) streamOpened(m track.StreamMeta) {
 	} else {
 		connect.SetAttributes(attribute.Bool("xds.connection.reused", true))
 	}
+	s := &streamSpans{meta: m, connect: connect, inConnect: ctx,
+		link: trace.WithLinks(trace.Link{SpanContext: connect.SpanContext(), Attributes: streamLinkAttrs})}
 	t.mu.Lock()
-	t.streams[m.ID] = &streamSpans{meta: m, connect: connect}
+	t.streams[m.ID] = s
 	t.mu.Unlock()
 }
 
@@ -302,7 +391,7 @@ func (t *Tracing) fullSync(e track.FullSyncComplete) {
 	}
 	s.fullSync = true
 	t.mu.Unlock()
-	ctx := trace.ContextWithSpan(context.Background(), s.connect)
+	ctx := s.inConnect
 	opened := s.meta.OpenedAt
 	if !s.firstPush.IsZero() {
 		_, fr := t.tracer.Start(ctx, "first response", trace.WithTimestamp(opened))
@@ -336,63 +425,131 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	p := e.Push
 	t.mu.Lock()
 	s := t.streams[p.StreamID]
-	t.mu.Unlock()
-	ctx := context.Background()
-	opts := []trace.SpanStartOption{trace.WithTimestamp(p.SentAt), trace.WithSpanKind(trace.SpanKindServer)}
-	var method string
+	var streamAttrs []attribute.KeyValue
 	if s != nil {
-		method = s.meta.Method
-		link := trace.Link{SpanContext: s.connect.SpanContext(), Attributes: []attribute.KeyValue{attribute.String("xds.link", "stream")}}
+		streamAttrs = s.pushAttrsFor(p.Node)
+	}
+	t.mu.Unlock()
+	// Everything built only for the span's making comes from a pool: the
+	// SDK copies what it keeps.
+	sc := pushScratchPool.Get().(*pushScratch)
+	defer sc.release()
+	ctx := context.Background()
+	opts := append(sc.start[:0], trace.WithTimestamp(p.SentAt), serverKind)
+	if s != nil {
 		if t.cfg.Grouping == GroupByStream || p.Version == "" {
-			ctx = trace.ContextWithSpan(ctx, s.connect)
+			ctx = s.inConnect
 		} else {
-			opts = append(opts, trace.WithLinks(link))
+			opts = append(opts, s.link)
 		}
 	}
 	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
-		ctx = withTraceID(ctx, VersionTraceID(t.cfg.Scope, p.Version))
-		opts = append(opts, trace.WithNewRoot())
+		ctx = t.versions.context(t.cfg.Scope, p.Version)
+		opts = append(opts, newRoot)
 	}
-	attrs := append(nodeAttrs(p.Node),
-		semconv.RPCSystemNameGRPC,
-		semconv.RPCMethodKey.String(rpcMethod(method)),
-		attribute.String("xds.type_url", p.TypeURL),
-		attribute.String("xds.type", p.Type),
-		attribute.String("xds.version", p.Version),
-		attribute.String("xds.nonce", p.Nonce),
-		attribute.Int64("xds.stream.id", int64(p.StreamID)),
-		attribute.Int("xds.resources.count", p.Resources),
-		attribute.Int("xds.resources.added", p.Diff.Added),
-		attribute.Int("xds.resources.removed", p.Diff.Removed),
-		attribute.Int("xds.resources.changed", p.Diff.Changed),
-		attribute.Int("xds.resources.unchanged", p.Diff.Unchanged),
-		attribute.Int("xds.response.bytes", p.Bytes),
-		attribute.Bool("xds.full_sync", p.FullSync),
-		attribute.Bool("xds.redundant", p.Redundant),
-		attribute.String("xds.result", string(e.Result)),
-		attribute.Float64("xds.latency_ms", float64(e.Latency.Microseconds())/1000),
-	)
-	for _, n := range []struct {
-		key   string
-		names []string
-	}{{"xds.resources.added_names", p.Diff.AddedNames}, {"xds.resources.removed_names", p.Diff.RemovedNames}, {"xds.resources.changed_names", p.Diff.ChangedNames}} {
-		if len(n.names) > 0 {
-			attrs = append(attrs, attribute.StringSlice(n.key, n.names))
+	// The attributes are set once the span exists, not passed as a start
+	// option: trace.WithAttributes would copy them once more, and the
+	// sampler (the SDK's, chosen by OTEL_TRACES_SAMPLER) does not read them.
+	_, span := t.tracer.Start(ctx, pushSpanName(p.Type), opts...)
+	if span.IsRecording() {
+		attrs := sc.attrs[:0]
+		if s != nil {
+			attrs = append(attrs, streamAttrs...)
+		} else {
+			attrs = append(appendNodeAttrs(attrs, p.Node), semconv.RPCSystemNameGRPC, semconv.RPCMethodKey.String(""))
 		}
+		attrs = append(attrs,
+			attribute.String("xds.type_url", p.TypeURL),
+			attribute.String("xds.type", p.Type),
+			attribute.String("xds.version", p.Version),
+			attribute.String("xds.nonce", p.Nonce),
+			attribute.Int64("xds.stream.id", int64(p.StreamID)),
+			attribute.Int("xds.resources.count", p.Resources),
+			attribute.Int("xds.resources.added", p.Diff.Added),
+			attribute.Int("xds.resources.removed", p.Diff.Removed),
+			attribute.Int("xds.resources.changed", p.Diff.Changed),
+			attribute.Int("xds.resources.unchanged", p.Diff.Unchanged),
+			attribute.Int("xds.response.bytes", p.Bytes),
+			attribute.Bool("xds.full_sync", p.FullSync),
+			attribute.Bool("xds.redundant", p.Redundant),
+			attribute.String("xds.result", string(e.Result)),
+			attribute.Float64("xds.latency_ms", float64(e.Latency.Microseconds())/1000),
+		)
+		if len(p.Diff.AddedNames) > 0 {
+			attrs = append(attrs, attribute.StringSlice("xds.resources.added_names", p.Diff.AddedNames))
+		}
+		if len(p.Diff.RemovedNames) > 0 {
+			attrs = append(attrs, attribute.StringSlice("xds.resources.removed_names", p.Diff.RemovedNames))
+		}
+		if len(p.Diff.ChangedNames) > 0 {
+			attrs = append(attrs, attribute.StringSlice("xds.resources.changed_names", p.Diff.ChangedNames))
+		}
+		if e.Result == track.ResultNACK {
+			attrs = append(attrs, attribute.Int("xds.error.code", int(e.ErrorCode)), attribute.String("xds.error.message", e.Error))
+			if len(e.ErrorNames) > 0 {
+				attrs = append(attrs, attribute.StringSlice("xds.error.resources", e.ErrorNames))
+			}
+		}
+		span.SetAttributes(attrs...)
+		sc.attrs = attrs
 	}
-	opts = append(opts, trace.WithAttributes(attrs...))
-	_, span := t.tracer.Start(ctx, strings.ToUpper(p.Type)+" push", opts...)
 	switch e.Result {
 	case track.ResultNACK:
-		span.SetAttributes(attribute.Int("xds.error.code", int(e.ErrorCode)), attribute.String("xds.error.message", e.Error))
-		if len(e.ErrorNames) > 0 {
-			span.SetAttributes(attribute.StringSlice("xds.error.resources", e.ErrorNames))
-		}
 		span.SetStatus(codes.Error, e.Error)
 	case track.ResultTimeout:
 		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is STALE")
 	}
-	span.End(trace.WithTimestamp(e.At))
+	sc.end[0] = trace.WithTimestamp(e.At)
+	span.End(sc.end[:]...)
+}
+
+// maxPushAttrs is the most attributes a push span has: node (3), rpc (2),
+// the push (15), its names (3), its NACK (3).
+const maxPushAttrs = 26
+
+// pushScratch is what making a push span needs only until the span ends.
+type pushScratch struct {
+	attrs []attribute.KeyValue
+	start [4]trace.SpanStartOption
+	end   [1]trace.SpanEndOption
+}
+
+var pushScratchPool = sync.Pool{New: func() any {
+	return &pushScratch{attrs: make([]attribute.KeyValue, 0, maxPushAttrs)}
+}}
+
+// release clears sc, so that the pool holds on to no push's strings, and
+// gives it back.
+func (sc *pushScratch) release() {
+	clear(sc.attrs)
+	sc.attrs = sc.attrs[:0]
+	clear(sc.start[:])
+	clear(sc.end[:])
+	pushScratchPool.Put(sc)
+}
+
+// Span start options and link attributes that never change, made once.
+var (
+	serverKind      = trace.WithSpanKind(trace.SpanKindServer)
+	newRoot         = trace.WithNewRoot()
+	streamLinkAttrs = []attribute.KeyValue{attribute.String("xds.link", "stream")}
+)
+
+// pushSpanNames are the names of push spans by short type (codec.ShortType,
+// a fixed set), so that naming a span allocates nothing.
+var pushSpanNames = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range knownShortTypes {
+		m[t] = strings.ToUpper(t) + " push"
+	}
+	return m
+}()
+
+func pushSpanName(shortType string) string {
+	if n, ok := pushSpanNames[shortType]; ok {
+		return n
+	}
+	return strings.ToUpper(shortType) + " push"
 }
 
 func (t *Tracing) detector(name, key string, stream uint64, node, typeURL string, start, end time.Time, count int, detail string, started bool) {
@@ -431,11 +588,13 @@ func (t *Tracing) detector(name, key string, stream uint64, node, typeURL string
 	span.End(trace.WithTimestamp(end))
 }
 
-func nodeAttrs(n track.Node) []attribute.KeyValue {
+func nodeAttrs(n track.Node) []attribute.KeyValue { return appendNodeAttrs(nil, n) }
+
+func appendNodeAttrs(attrs []attribute.KeyValue, n track.Node) []attribute.KeyValue {
 	if n.ID == "" {
-		return nil
+		return attrs
 	}
-	attrs := []attribute.KeyValue{attribute.String("xds.node.id", n.ID)}
+	attrs = append(attrs, attribute.String("xds.node.id", n.ID))
 	if n.Cluster != "" {
 		attrs = append(attrs, attribute.String("xds.node.cluster", n.Cluster))
 	}

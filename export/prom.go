@@ -293,7 +293,14 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 }
 
 func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p track.Push) {
-	ex := prometheus.Labels{"node_id": p.Node.ID}
+	// The exemplar's labels are copied by the histogram, so one map per
+	// goroutine at a time does for every answer.
+	ex := exemplarLabels.Get().(prometheus.Labels)
+	defer func() {
+		clear(ex)
+		exemplarLabels.Put(ex)
+	}()
+	ex["node_id"] = p.Node.ID
 	if m.cfg.TraceID != nil {
 		if id := m.cfg.TraceID(p); id != "" {
 			ex["trace_id"] = id
@@ -301,6 +308,8 @@ func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p t
 	}
 	observeWithExemplar(m.ackSeconds.WithLabelValues(append(l, result)...), d.Seconds(), ex)
 }
+
+var exemplarLabels = sync.Pool{New: func() any { return prometheus.Labels{} }}
 
 // maxExemplarRunes is OpenMetrics' limit on an exemplar's label names and
 // values together.
@@ -333,6 +342,9 @@ func observeWithExemplar(o prometheus.Observer, v float64, ex prometheus.Labels)
 func (m *Metrics) labels(typeURL, node string) []string {
 	t := codec.ShortType(typeURL)
 	if !m.cfg.NodeLabel {
+		if l, ok := typeLabelValues[t]; ok {
+			return l
+		}
 		return []string{t}
 	}
 	m.mu.Lock()
@@ -350,6 +362,17 @@ func (m *Metrics) labels(typeURL, node string) []string {
 	}
 	return []string{t, node}
 }
+
+// typeLabelValues are the label values of codec.ShortType's fixed set, made
+// once. They are shared: their capacity is their length, so that appending
+// a label value copies them.
+var typeLabelValues = func() map[string][]string {
+	m := map[string][]string{}
+	for _, t := range knownShortTypes {
+		m[t] = []string{t}[:1:1]
+	}
+	return m
+}()
 
 // relayCollector reads the relay's own counters at scrape time: they count
 // every frame, observed or not.
