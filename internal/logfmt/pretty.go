@@ -3,7 +3,6 @@ package logfmt
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -35,35 +34,49 @@ func NewPretty(w io.Writer, level slog.Leveler) *Pretty {
 
 func (h *Pretty) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level.Level() }
 
+// lineBufs hold lines being formatted: the live log writes one per push and
+// per ACK, and a fresh buffer for each would be garbage at the same rate.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
 func (h *Pretty) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
+	bp := lineBufs.Get().(*[]byte)
+	b := (*bp)[:0]
 	t := r.Time
 	if t.IsZero() {
 		t = time.Now()
 	}
-	b.WriteString(t.Format("15:04:05.000"))
-	b.WriteByte(' ')
-	fmt.Fprintf(&b, "%-5s ", r.Level.String())
-	b.WriteString(r.Message)
-	b.WriteString(h.attrs)
+	b = t.AppendFormat(b, "15:04:05.000")
+	b = append(b, ' ')
+	level := r.Level.String()
+	b = append(b, level...)
+	for i := len(level); i < 5; i++ {
+		b = append(b, ' ')
+	}
+	b = append(b, ' ')
+	b = append(b, r.Message...)
+	b = append(b, h.attrs...)
 	r.Attrs(func(a slog.Attr) bool {
-		writeAttr(&b, h.group, a)
+		b = appendAttr(b, h.group, a)
 		return true
 	})
-	b.WriteByte('\n')
+	b = append(b, '\n')
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
+	_, err := h.w.Write(b)
+	h.mu.Unlock()
+	if cap(b) <= 64<<10 { // a huge line once should not pin its buffer
+		*bp = b
+		lineBufs.Put(bp)
+	}
 	return err
 }
 
 func (h *Pretty) WithAttrs(attrs []slog.Attr) slog.Handler {
-	var b strings.Builder
+	var b []byte
 	for _, a := range attrs {
-		writeAttr(&b, h.group, a)
+		b = appendAttr(b, h.group, a)
 	}
 	c := *h
-	c.attrs += b.String()
+	c.attrs += string(b)
 	return &c
 }
 
@@ -73,34 +86,41 @@ func (h *Pretty) WithGroup(name string) slog.Handler {
 	return &c
 }
 
-func writeAttr(b *strings.Builder, prefix string, a slog.Attr) {
+func appendAttr(b []byte, prefix string, a slog.Attr) []byte {
 	a.Value = a.Value.Resolve()
 	if a.Equal(slog.Attr{}) {
-		return
+		return b
 	}
 	if a.Value.Kind() == slog.KindGroup {
 		if a.Key == DetailGroup {
-			return
+			return b
 		}
 		p := prefix
 		if a.Key != "" {
 			p += a.Key + "."
 		}
 		for _, g := range a.Value.Group() {
-			writeAttr(b, p, g)
+			b = appendAttr(b, p, g)
 		}
-		return
+		return b
 	}
-	b.WriteByte(' ')
-	b.WriteString(prefix)
-	b.WriteString(a.Key)
-	b.WriteByte('=')
+	b = append(b, ' ')
+	b = append(b, prefix...)
+	b = append(b, a.Key...)
+	b = append(b, '=')
+	switch v := a.Value; v.Kind() {
+	case slog.KindInt64:
+		return strconv.AppendInt(b, v.Int64(), 10)
+	case slog.KindUint64:
+		return strconv.AppendUint(b, v.Uint64(), 10)
+	case slog.KindBool:
+		return strconv.AppendBool(b, v.Bool())
+	case slog.KindTime:
+		return v.Time().AppendFormat(b, time.RFC3339Nano)
+	}
 	s := a.Value.String()
-	if a.Value.Kind() == slog.KindTime {
-		s = a.Value.Time().Format(time.RFC3339Nano)
-	}
 	if s == "" || strings.ContainsAny(s, " \"=\n\t") {
-		s = strconv.Quote(s)
+		return strconv.AppendQuote(b, s)
 	}
-	b.WriteString(s)
+	return append(b, s...)
 }
