@@ -6,6 +6,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
 )
 
 // cdsPush is a SotW CDS response of n Istio-like clusters.
@@ -57,6 +58,83 @@ func BenchmarkDecodeCDS10MB(b *testing.B) {
 	b.ReportMetric(float64(len(in))/float64(len(r.Resources)), "B/resource")
 }
 
+// grpcSegments cuts a message as gRPC hands it over: one buffer per HTTP/2
+// DATA frame of 16 KB, the first shorter by the 5-byte message header.
+func grpcSegments(b []byte) [][]byte {
+	var segs [][]byte
+	for n := 16<<10 - 5; len(b) > 0; n = 16 << 10 {
+		n = min(n, len(b))
+		segs = append(segs, b[:n:n])
+		b = b[n:]
+	}
+	return segs
+}
+
+func BenchmarkDecodeCDS10MBSegments(b *testing.B) {
+	in := cdsPush(b, 10_000)
+	segs := grpcSegments(in)
+	var r codec.Response
+	// The first decode grows the scratch space chunk by chunk, the second
+	// replaces the chunks with one: steady state starts at the third.
+	for range 2 {
+		if err := r.DecodeSegments(segs, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.DecodeSegments(segs, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(segs)), "segments")
+}
+
+// BenchmarkDecodeCDS10MBBuffers is the call the tracker makes with what
+// gRPC gives it.
+func BenchmarkDecodeCDS10MBBuffers(b *testing.B) {
+	in := cdsPush(b, 10_000)
+	var data mem.BufferSlice
+	for _, s := range grpcSegments(in) {
+		data = append(data, mem.SliceBuffer(s))
+	}
+	var r codec.Response
+	for range 2 {
+		if err := r.DecodeBuffers(data, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.DecodeBuffers(data, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeCDS10MBCopy is what DecodeSegments replaces: the segments
+// copied into one pooled buffer, as track.Observer did, then Decode.
+func BenchmarkDecodeCDS10MBCopy(b *testing.B) {
+	in := cdsPush(b, 10_000)
+	var data mem.BufferSlice
+	for _, s := range grpcSegments(in) {
+		data = append(data, mem.SliceBuffer(s))
+	}
+	var r codec.Response
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		if err := r.Decode(buf.ReadOnlyData(), false); err != nil {
+			b.Fatal(err)
+		}
+		r.Reset()
+		buf.Free()
+	}
+}
+
 func BenchmarkDecodeDeltaCDS10MB(b *testing.B) {
 	in := deltaCDSPush(b, 10_000)
 	var r codec.Response
@@ -89,7 +167,8 @@ func BenchmarkDecodeRequest(b *testing.B) {
 }
 
 // A reused Response decodes a push of any size with the same few allocations
-// (the version and nonce strings), none per resource.
+// (the version and nonce strings), none per resource, whether it is read in
+// one piece or in gRPC's segments.
 func TestResponseDecodeDoesNotAllocatePerResource(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -107,31 +186,55 @@ func TestResponseDecodeDoesNotAllocatePerResource(t *testing.T) {
 			return marshal(tb, resp)
 		}},
 	}
+	methods := []struct {
+		name   string
+		decode func(r *codec.Response, in []byte, delta bool) func() error
+	}{
+		{"Decode", func(r *codec.Response, in []byte, delta bool) func() error {
+			return func() error { return r.Decode(in, delta) }
+		}},
+		{"DecodeSegments", func(r *codec.Response, in []byte, delta bool) func() error {
+			segs := grpcSegments(in)
+			return func() error { return r.DecodeSegments(segs, delta) }
+		}},
+		{"DecodeBuffers", func(r *codec.Response, in []byte, delta bool) func() error {
+			var data mem.BufferSlice
+			for _, s := range grpcSegments(in) {
+				data = append(data, mem.SliceBuffer(s))
+			}
+			return func() error { return r.DecodeBuffers(data, delta) }
+		}},
+	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			small, large := tt.push(t, 10), tt.push(t, 10_000)
-			var r codec.Response
-			decode := func(in []byte, want int) func() {
-				return func() {
-					if err := r.Decode(in, tt.delta); err != nil {
-						t.Fatal(err)
-					}
-					if len(r.Resources) != want {
-						t.Fatalf("decoded %d resources, want %d", len(r.Resources), want)
+		smallPush, largePush := tt.push(t, 10), tt.push(t, 10_000)
+		for _, m := range methods {
+			t.Run(tt.name+"/"+m.name, func(t *testing.T) {
+				var r codec.Response
+				decode := func(in []byte, want int) func() {
+					decode := m.decode(&r, in, tt.delta)
+					return func() {
+						if err := decode(); err != nil {
+							t.Fatal(err)
+						}
+						if len(r.Resources) != want {
+							t.Fatalf("decoded %d resources, want %d", len(r.Resources), want)
+						}
 					}
 				}
-			}
-			// Grow r's slices once; after that the size of a push must not matter.
-			decode(large, 10_000)()
-			smallAllocs := testing.AllocsPerRun(20, decode(small, 10))
-			largeAllocs := testing.AllocsPerRun(5, decode(large, 10_000))
-			if largeAllocs != smallAllocs {
-				t.Errorf("allocations: %v with 10 resources, %v with 10,000: Decode allocates per resource", smallAllocs, largeAllocs)
-			}
-			// version_info and nonce; the type URL and control plane are reused.
-			if smallAllocs > 2 {
-				t.Errorf("allocations per Decode: %v, want at most 2", smallAllocs)
-			}
-		})
+				small, large := decode(smallPush, 10), decode(largePush, 10_000)
+				// Grow r's slices and scratch space once; after that the
+				// size of a push must not matter.
+				large()
+				smallAllocs := testing.AllocsPerRun(20, small)
+				largeAllocs := testing.AllocsPerRun(5, large)
+				if largeAllocs != smallAllocs {
+					t.Errorf("allocations: %v with 10 resources, %v with 10,000: %s allocates per resource", smallAllocs, largeAllocs, m.name)
+				}
+				// version_info and nonce; the type URL and control plane are reused.
+				if smallAllocs > 2 {
+					t.Errorf("allocations per %s: %v, want at most 2", m.name, smallAllocs)
+				}
+			})
+		}
 	}
 }

@@ -48,8 +48,12 @@ type Request struct {
 }
 
 // Response is a DiscoveryResponse or a DeltaDiscoveryResponse. It is meant to
-// be reused across decodes: Decode keeps its slices, so a steady stream of
-// pushes decodes without allocating per resource.
+// be reused across decodes: Decode and DecodeSegments keep its slices (and
+// the scratch space of DecodeSegments), so a steady stream of pushes decodes
+// without allocating per resource.
+//
+// Response has unexported fields: compare Responses with
+// cmpopts.IgnoreUnexported(codec.Response{}).
 type Response struct {
 	Delta bool
 	// TypeURL is the response's type_url, which names the type of every
@@ -64,12 +68,16 @@ type Response struct {
 	// RemovedResources holds removed_resources and the names of
 	// removed_resource_names (Delta only).
 	RemovedResources []string
+
+	scratch segScratch
 }
 
 // Resource is one resource of a response, described without decoding it.
 type Resource struct {
 	// Name and Version are views into the decoded buffer, valid only until
-	// that buffer is released; copy them to keep them.
+	// that buffer is released; copy them to keep them. After DecodeSegments
+	// the views of a resource that straddled segments are into a copy the
+	// Response owns instead, which its next decode overwrites.
 	//
 	// Name is the Delta (or SotW TTL wrapper) Resource's name, falling back
 	// to the name in its resource_name, and otherwise field 1 of the resource
@@ -345,82 +353,95 @@ func (r *Response) Decode(b []byte, delta bool) error {
 	controlPlane := r.ControlPlane
 	r.Reset()
 	r.Delta = delta
-	if delta {
-		if err := r.decodeDelta(b, controlPlane); err != nil {
-			return fmt.Errorf("decoding DeltaDiscoveryResponse %w", err)
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if rd.typ != protowire.BytesType {
+			continue
 		}
-	} else if err := r.decodeSotW(b, controlPlane); err != nil {
-		return fmt.Errorf("decoding DiscoveryResponse %w", err)
+		if err := r.field(rd.num, rd.b, controlPlane); err != nil {
+			return r.wrap(err)
+		}
+	}
+	if rd.err != nil {
+		return r.wrap(rd.err)
 	}
 	return nil
 }
 
+func (r *Response) wrap(err error) error {
+	if r.Delta {
+		return fmt.Errorf("decoding DeltaDiscoveryResponse %w", err)
+	}
+	return fmt.Errorf("decoding DiscoveryResponse %w", err)
+}
+
 // Reset empties r and drops its views into the last decoded buffer, so that
-// the buffer can be released and collected, while keeping r's slices for the
-// next Decode.
+// the buffer can be released and collected, while keeping r's slices and
+// scratch space for the next decode.
 func (r *Response) Reset() {
 	// Entries past len were cleared by the Reset that shortened the slice.
 	clear(r.Resources)
 	clear(r.RemovedResources)
-	*r = Response{Resources: r.Resources[:0], RemovedResources: r.RemovedResources[:0]}
+	r.scratch.reset()
+	*r = Response{Resources: r.Resources[:0], RemovedResources: r.RemovedResources[:0], scratch: r.scratch}
 }
 
-func (r *Response) decodeSotW(b []byte, prevControlPlane string) error {
-	rd := fieldReader{buf: b}
-	for rd.next() {
-		switch {
-		case rd.bytesField(respVersionInfo):
-			r.VersionInfo = string(rd.b)
-		case rd.bytesField(respResources):
-			var res Resource
-			if err := decodeSotWResource(rd.b, &res); err != nil {
-				return fmt.Errorf("resources[%d]: %w", len(r.Resources), err)
-			}
-			r.Resources = append(r.Resources, res)
-		case rd.bytesField(respTypeURL):
-			r.TypeURL = internTypeURL(rd.b)
-		case rd.bytesField(respNonce):
-			r.Nonce = string(rd.b)
-		case rd.bytesField(respControlPlane):
-			if err := r.decodeControlPlane(rd.b, prevControlPlane); err != nil {
-				return err
-			}
-		}
+// field decodes one length-delimited top-level field; every field the tap
+// reads is one. Decode and DecodeSegments share it so that a message read in
+// segments cannot decode differently from the same message in one piece.
+func (r *Response) field(num protowire.Number, b []byte, prevControlPlane string) error {
+	if r.Delta {
+		return r.deltaField(num, b, prevControlPlane)
 	}
-	return rd.err
+	return r.sotwField(num, b, prevControlPlane)
 }
 
-func (r *Response) decodeDelta(b []byte, prevControlPlane string) error {
-	rd := fieldReader{buf: b}
-	for rd.next() {
-		switch {
-		case rd.bytesField(drespSystemVersionInfo):
-			r.VersionInfo = string(rd.b)
-		case rd.bytesField(drespResources):
-			var res Resource
-			if err := decodeResource(rd.b, &res); err != nil {
-				return fmt.Errorf("resources[%d]: Resource %w", len(r.Resources), err)
-			}
-			r.Resources = append(r.Resources, res)
-		case rd.bytesField(drespTypeURL):
-			r.TypeURL = internTypeURL(rd.b)
-		case rd.bytesField(drespNonce):
-			r.Nonce = string(rd.b)
-		case rd.bytesField(drespRemovedResources):
-			r.RemovedResources = append(r.RemovedResources, string(rd.b))
-		case rd.bytesField(drespControlPlane):
-			if err := r.decodeControlPlane(rd.b, prevControlPlane); err != nil {
-				return err
-			}
-		case rd.bytesField(drespRemovedResourceNames):
-			name, err := decodeName(rd.b, resourceNameName)
-			if err != nil {
-				return fmt.Errorf("removed_resource_names: ResourceName %w", err)
-			}
-			r.RemovedResources = append(r.RemovedResources, string(name))
+func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane string) error {
+	switch num {
+	case respVersionInfo:
+		r.VersionInfo = string(b)
+	case respResources:
+		var res Resource
+		if err := decodeSotWResource(b, &res); err != nil {
+			return fmt.Errorf("resources[%d]: %w", len(r.Resources), err)
 		}
+		r.Resources = append(r.Resources, res)
+	case respTypeURL:
+		r.TypeURL = internTypeURL(b)
+	case respNonce:
+		r.Nonce = string(b)
+	case respControlPlane:
+		return r.decodeControlPlane(b, prevControlPlane)
 	}
-	return rd.err
+	return nil
+}
+
+func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane string) error {
+	switch num {
+	case drespSystemVersionInfo:
+		r.VersionInfo = string(b)
+	case drespResources:
+		var res Resource
+		if err := decodeResource(b, &res); err != nil {
+			return fmt.Errorf("resources[%d]: Resource %w", len(r.Resources), err)
+		}
+		r.Resources = append(r.Resources, res)
+	case drespTypeURL:
+		r.TypeURL = internTypeURL(b)
+	case drespNonce:
+		r.Nonce = string(b)
+	case drespRemovedResources:
+		r.RemovedResources = append(r.RemovedResources, string(b))
+	case drespControlPlane:
+		return r.decodeControlPlane(b, prevControlPlane)
+	case drespRemovedResourceNames:
+		name, err := decodeName(b, resourceNameName)
+		if err != nil {
+			return fmt.Errorf("removed_resource_names: ResourceName %w", err)
+		}
+		r.RemovedResources = append(r.RemovedResources, string(name))
+	}
+	return nil
 }
 
 // decodeControlPlane reuses the previous response's identifier when it has

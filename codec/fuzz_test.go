@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/codec"
@@ -21,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz/FuzzDecode from marshalled messages")
+var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz/FuzzDecode and FuzzSegmentedDecode from marshalled messages")
 
 // seedMessages are the checked-in seed corpus of FuzzDecode: one real message
 // of each kind the decoder reads, so that the fuzzer starts from valid frames.
@@ -66,28 +67,55 @@ func seedMessages() map[string]proto.Message {
 	}
 }
 
+// segmentSizes are the splits of the FuzzSegmentedDecode seeds: every header
+// cut, uneven segments with an empty one, and segments longer than most
+// fields.
+var segmentSizes = map[string]string{
+	"1-byte": "\x01",
+	"uneven": "\x07\x00\x1d\x02",
+	"64":     "\x40",
+}
+
 // TestWriteSeeds regenerates the seed corpus when run with -write-seeds; the
 // files are checked in so that every go test run replays them.
 func TestWriteSeeds(t *testing.T) {
 	if !*writeSeeds {
-		t.Skip("run with -write-seeds to regenerate testdata/fuzz/FuzzDecode")
+		t.Skip("run with -write-seeds to regenerate testdata/fuzz/FuzzDecode and FuzzSegmentedDecode")
 	}
-	dir := filepath.Join("testdata", "fuzz", "FuzzDecode")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, m := range seedMessages() {
-		b := marshal(t, m)
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
+	write := func(fuzz, name string, args ...[]byte) {
+		dir := filepath.Join("testdata", "fuzz", fuzz)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		content := "go test fuzz v1\n"
+		for _, a := range args {
+			content += fmt.Sprintf("[]byte(%s)\n", strconv.Quote(string(a)))
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for name, m := range seedMessages() {
+		b := marshal(t, m)
+		write("FuzzDecode", name, b)
+		if !strings.Contains(name, "response") {
+			continue
+		}
+		for split, sizes := range segmentSizes {
+			write("FuzzSegmentedDecode", name+"-"+split, b, []byte(sizes))
+		}
+	}
+	// Groups are read by copying the rest of the message; a seed with them
+	// lets the fuzzer find its way there.
+	withGroups := append(marshal(t, seedMessages()["sotw-response-cds"]), unknownFields()...)
+	write("FuzzSegmentedDecode", "sotw-response-unknown-fields-uneven", withGroups, []byte(segmentSizes["uneven"]))
 }
 
 // FuzzDecode feeds every input to all four decoders. They must never panic,
 // and whenever protobuf accepts the input as that message, the decoder must
-// accept it too and read the same envelope.
+// accept it too and read the same envelope. Each input is also decoded in
+// segments of a size it picks, which must read as the whole does;
+// FuzzSegmentedDecode lets the fuzzer choose the cuts.
 func FuzzDecode(f *testing.F) {
 	var reused codec.Response
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -103,10 +131,11 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("fresh Response: %v, reused Response: %v", respErr, reusedErr)
 			}
 			if respErr == nil {
-				if diff := cmp.Diff(fresh, reused, cmpopts.EquateEmpty()); diff != "" {
+				if diff := cmp.Diff(fresh, reused, cmpopts.EquateEmpty(), ignoreScratch); diff != "" {
 					t.Fatalf("reused Response differs from a fresh one (-fresh +reused):\n%s", diff)
 				}
 			}
+			sameAsDecode(t, data, chunk(data, 1+len(data)%17), delta, nil)
 			if delta {
 				checkDeltaRequest(t, data, req, reqErr)
 				checkDeltaResponse(t, data, &fresh, respErr)
@@ -238,7 +267,7 @@ func checkResponse(t *testing.T, data []byte, got *codec.Response, err error) {
 	if err != nil {
 		t.Fatalf("protobuf reads a DiscoveryResponse, Decode fails: %v", err)
 	}
-	if diff := cmp.Diff(want, *got, cmpopts.EquateEmpty(), ignoreBody); diff != "" {
+	if diff := cmp.Diff(want, *got, cmpopts.EquateEmpty(), ignoreBody, ignoreScratch); diff != "" {
 		t.Fatalf("DiscoveryResponse mismatch (-protobuf +decoder):\n%s", diff)
 	}
 }
@@ -266,7 +295,7 @@ func checkDeltaResponse(t *testing.T, data []byte, got *codec.Response, err erro
 		}
 		want.Resources = append(want.Resources, wantResource(r, g))
 	}
-	if diff := cmp.Diff(want, *got, cmpopts.EquateEmpty(), sorted, ignoreBody); diff != "" {
+	if diff := cmp.Diff(want, *got, cmpopts.EquateEmpty(), sorted, ignoreBody, ignoreScratch); diff != "" {
 		t.Fatalf("DeltaDiscoveryResponse mismatch (-protobuf +decoder):\n%s", diff)
 	}
 }

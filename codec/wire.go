@@ -101,7 +101,11 @@ var errFieldNumber = errors.New("invalid field number")
 type fieldReader struct {
 	buf []byte
 	off int
-	err error
+	// base is the offset of buf in the message, for error messages: a
+	// message received in segments is read one segment at a time, and its
+	// errors must say the same byte as when it is read in one piece.
+	base int
+	err  error
 
 	num protowire.Number
 	typ protowire.Type
@@ -141,7 +145,7 @@ func (r *fieldReader) next() bool {
 }
 
 func (r *fieldReader) fail(err error) bool {
-	r.err = fmt.Errorf("at byte %d: %w", r.off, err)
+	r.err = fmt.Errorf("at byte %d: %w", r.base+r.off, err)
 	return false
 }
 
