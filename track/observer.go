@@ -63,11 +63,11 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	if f.Skipped > 0 {
 		o.emit([]Event{ObservationGap{StreamID: s.ID, Skipped: f.Skipped, At: f.Time}})
 	}
-	b, release := contiguous(f.Data)
-	defer release()
 	delta := proto == Delta
 	switch f.Direction {
 	case tap.Request:
+		b, release := contiguous(f.Data)
+		defer release()
 		req, err := codec.DecodeRequest(b, delta)
 		if err != nil {
 			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
@@ -77,7 +77,9 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	case tap.Response:
 		resp := o.responses.Get().(*codec.Response)
 		defer o.responses.Put(resp)
-		if err := resp.Decode(b, delta); err != nil {
+		// Read in the pieces gRPC received it in: a copy of a 10 MB push
+		// into one buffer cost as much as decoding it.
+		if err := resp.DecodeBuffers(f.Data, delta); err != nil {
 			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
 			return
 		}
@@ -120,8 +122,9 @@ func metaOf(s tap.StreamInfo) StreamMeta {
 	return m
 }
 
-// contiguous returns the frame's bytes in one slice: the buffer itself when
-// gRPC received the message in one piece, else a pooled copy.
+// contiguous returns a request's bytes in one slice: the buffer itself when
+// gRPC received the message in one piece, else a pooled copy (requests are
+// small).
 func contiguous(data mem.BufferSlice) ([]byte, func()) {
 	if len(data) == 1 {
 		return data[0].ReadOnlyData(), func() {}
