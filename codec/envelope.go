@@ -127,17 +127,17 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 	for rd.next() {
 		switch {
 		case rd.bytesField(reqVersionInfo):
-			r.VersionInfo = string(rd.b)
+			r.VersionInfo = Text(rd.b)
 		case rd.bytesField(reqNode):
 			if err := node.decode(rd.b); err != nil {
 				return fmt.Errorf("node: %w", err)
 			}
 		case rd.bytesField(reqResourceNames):
-			r.ResourceNames = append(r.ResourceNames, string(rd.b))
+			r.ResourceNames = append(r.ResourceNames, Text(rd.b))
 		case rd.bytesField(reqTypeURL):
 			r.TypeURL = internTypeURL(rd.b)
 		case rd.bytesField(reqResponseNonce):
-			r.ResponseNonce = string(rd.b)
+			r.ResponseNonce = Text(rd.b)
 		case rd.bytesField(reqErrorDetail):
 			if err := r.decodeErrorDetail(rd.b); err != nil {
 				return err
@@ -147,7 +147,7 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 			if err != nil {
 				return fmt.Errorf("resource_locators: ResourceLocator %w", err)
 			}
-			r.ResourceNames = append(r.ResourceNames, string(name))
+			r.ResourceNames = append(r.ResourceNames, Text(name))
 		}
 	}
 	return rd.err
@@ -164,9 +164,9 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 		case rd.bytesField(dreqTypeURL):
 			r.TypeURL = internTypeURL(rd.b)
 		case rd.bytesField(dreqSubscribe):
-			r.Subscribe = append(r.Subscribe, string(rd.b))
+			r.Subscribe = append(r.Subscribe, Text(rd.b))
 		case rd.bytesField(dreqUnsubscribe):
-			r.Unsubscribe = append(r.Unsubscribe, string(rd.b))
+			r.Unsubscribe = append(r.Unsubscribe, Text(rd.b))
 		case rd.bytesField(dreqInitialVersions):
 			k, v, err := decodeMapEntry(rd.b)
 			if err != nil {
@@ -175,9 +175,9 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 			if r.InitialVersions == nil {
 				r.InitialVersions = make(map[string]string)
 			}
-			r.InitialVersions[string(k)] = string(v)
+			r.InitialVersions[Text(k)] = Text(v)
 		case rd.bytesField(dreqResponseNonce):
-			r.ResponseNonce = string(rd.b)
+			r.ResponseNonce = Text(rd.b)
 		case rd.bytesField(dreqErrorDetail):
 			if err := r.decodeErrorDetail(rd.b); err != nil {
 				return err
@@ -187,13 +187,13 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 			if err != nil {
 				return fmt.Errorf("resource_locators_subscribe: ResourceLocator %w", err)
 			}
-			r.Subscribe = append(r.Subscribe, string(name))
+			r.Subscribe = append(r.Subscribe, Text(name))
 		case rd.bytesField(dreqLocatorsUnsubscribe):
 			name, err := decodeName(rd.b, locatorName)
 			if err != nil {
 				return fmt.Errorf("resource_locators_unsubscribe: ResourceLocator %w", err)
 			}
-			r.Unsubscribe = append(r.Unsubscribe, string(name))
+			r.Unsubscribe = append(r.Unsubscribe, Text(name))
 		}
 	}
 	return rd.err
@@ -212,7 +212,7 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 		case rd.varintField(statusCode):
 			r.ErrorDetail.Code = int32(rd.v)
 		case rd.bytesField(statusMessage):
-			r.ErrorDetail.Message = RedactText(string(rd.b))
+			r.ErrorDetail.Message = RedactText(Text(rd.b))
 		}
 	}
 	if rd.err != nil {
@@ -238,17 +238,17 @@ func (d *nodeDecoder) decode(b []byte) error {
 	for rd.next() {
 		switch {
 		case rd.bytesField(nodeID):
-			n.ID = string(rd.b)
+			n.ID = Text(rd.b)
 		case rd.bytesField(nodeCluster):
-			n.Cluster = string(rd.b)
+			n.Cluster = Text(rd.b)
 		case rd.bytesField(nodeLocality):
 			if err := decodeLocality(rd.b, &n.Locality); err != nil {
 				return fmt.Errorf("locality: Locality %w", err)
 			}
 		case rd.bytesField(nodeUserAgentName):
-			n.UserAgentName = string(rd.b)
+			n.UserAgentName = Text(rd.b)
 		case rd.bytesField(nodeUserAgentVersion):
-			n.UserAgentVersion = string(rd.b)
+			n.UserAgentVersion = Text(rd.b)
 			d.build = false
 		case rd.bytesField(nodeUserAgentBuildVersion):
 			// Switching the oneof starts a fresh message; staying on it merges.
@@ -281,11 +281,11 @@ func decodeLocality(b []byte, l *Locality) error {
 	for rd.next() {
 		switch {
 		case rd.bytesField(localityRegion):
-			l.Region = string(rd.b)
+			l.Region = Text(rd.b)
 		case rd.bytesField(localityZone):
-			l.Zone = string(rd.b)
+			l.Zone = Text(rd.b)
 		case rd.bytesField(localitySubZone):
-			l.SubZone = string(rd.b)
+			l.SubZone = Text(rd.b)
 		}
 	}
 	return rd.err
@@ -399,7 +399,7 @@ func (r *Response) field(num protowire.Number, b []byte, prevControlPlane string
 func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane string) error {
 	switch num {
 	case respVersionInfo:
-		r.VersionInfo = string(b)
+		r.VersionInfo = Text(b)
 	case respResources:
 		var res Resource
 		if err := decodeSotWResource(b, &res); err != nil {
@@ -409,7 +409,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 	case respTypeURL:
 		r.TypeURL = internTypeURL(b)
 	case respNonce:
-		r.Nonce = string(b)
+		r.Nonce = Text(b)
 	case respControlPlane:
 		return r.decodeControlPlane(b, prevControlPlane)
 	}
@@ -419,7 +419,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane string) error {
 	switch num {
 	case drespSystemVersionInfo:
-		r.VersionInfo = string(b)
+		r.VersionInfo = Text(b)
 	case drespResources:
 		var res Resource
 		if err := decodeResource(b, &res); err != nil {
@@ -429,9 +429,9 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 	case drespTypeURL:
 		r.TypeURL = internTypeURL(b)
 	case drespNonce:
-		r.Nonce = string(b)
+		r.Nonce = Text(b)
 	case drespRemovedResources:
-		r.RemovedResources = append(r.RemovedResources, string(b))
+		r.RemovedResources = append(r.RemovedResources, Text(b))
 	case drespControlPlane:
 		return r.decodeControlPlane(b, prevControlPlane)
 	case drespRemovedResourceNames:
@@ -439,7 +439,7 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 		if err != nil {
 			return fmt.Errorf("removed_resource_names: ResourceName %w", err)
 		}
-		r.RemovedResources = append(r.RemovedResources, string(name))
+		r.RemovedResources = append(r.RemovedResources, Text(name))
 	}
 	return nil
 }
@@ -456,7 +456,7 @@ func (r *Response) decodeControlPlane(b []byte, prev string) error {
 		if string(rd.b) == prev {
 			r.ControlPlane = prev
 		} else {
-			r.ControlPlane = string(rd.b)
+			r.ControlPlane = Text(rd.b)
 		}
 	}
 	if rd.err != nil {

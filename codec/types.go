@@ -123,7 +123,7 @@ func internTypeURL(b []byte) string {
 	case TypeSyncz:
 		return TypeSyncz
 	}
-	return string(b)
+	return Text(b)
 }
 
 // nameInField1 reports whether field 1 of a resource of this type is its name.
