@@ -2,14 +2,19 @@ package tap_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
@@ -90,6 +95,49 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 				t.Errorf("client read %q, want it to contain %q", reply, tc.wantReply)
 			}
 			waitFor(t, func() bool { return strings.Contains(logs.String(), tc.wantLog) })
+		})
+	}
+}
+
+func TestSilentClientsDoNotHoldUpOthers(t *testing.T) {
+	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}))
+	dir, err := os.MkdirTemp("", "guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	unixLis, err := net.Listen("unix", filepath.Join(dir, "tap.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, lis := range []net.Listener{listenTCP(t), unixLis} {
+		t.Run(lis.Addr().Network(), func(t *testing.T) {
+			_, addr := startTap(t, tap.Config{Upstream: up.addr}, lis)
+			// Connected first, and never a byte: the tap waits up to 10 s for
+			// their first bytes, which must not delay anyone else.
+			for range 3 {
+				silent, err := net.Dial(addr.Network, addr.Addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer silent.Close()
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s := openRaw(t, ctx, dial(t, addr), adsMethod)
+			if err := sendBytes(s, []byte("abc")); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			got, err := recvBytes(s)
+			if err != nil {
+				t.Fatalf("with silent clients connected, the RPC failed: %v", err)
+			}
+			if diff := cmp.Diff([]byte("cba"), got); diff != "" {
+				t.Errorf("reply (-want +got):\n%s", diff)
+			}
+			s.CloseSend()
 		})
 	}
 }

@@ -124,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(guardedListener{Listener: lis, tls: s.cfg.ListenTLS != nil, log: s.log})
+	err := s.grpc.Serve(newGuardedListener(lis, s.cfg.ListenTLS != nil, s.log, defaultPeekTimeout))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
