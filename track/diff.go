@@ -1,6 +1,8 @@
 package track
 
 import (
+	"slices"
+
 	"github.com/adstap/adstap/codec"
 	"github.com/cespare/xxhash/v2"
 )
@@ -43,72 +45,89 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// load copies a response's resources into the latest push. The names the
-// decoder hands over are views into a buffer about to be released, so they
-// are copied, except when the previous push or the acknowledged state already
-// holds the same name: then that string is reused, which makes a control
-// plane re-sending the same names free of allocations.
+// load makes a response the latest push. Each resource is looked up in the
+// acknowledged state once, here, and its position kept for diff and apply.
+// The lookup starts where the previous resource was found, so a push that
+// lists the acknowledged names in their order, as control planes do push
+// after push, costs a comparison of bytes per resource and no hashing.
+//
+// The names the decoder hands over are views into a buffer about to be
+// released; a name the stream does not hold yet (in the acknowledged state,
+// the previous push or the subscription) is interned.
 func (ts *typeState) load(resp *codec.Response) {
-	old := ts.p.res
+	p := &ts.p
+	old := p.res
 	res := old[:0]
+	if cap(res) < len(resp.Resources) {
+		res = make([]pushedRes, 0, len(resp.Resources)) // once, rather than by doubling
+	}
+	a, sub := &ts.acked, &ts.sub
+	var ac, sc cursor
 	for i := range resp.Resources {
 		r := &resp.Resources[i]
-		var name string
-		if i < len(old) && old[i].name == string(r.Name) {
-			name = old[i].name
-		} else if e, ok := ts.acked[string(r.Name)]; ok {
-			name = e.name
-		} else {
-			name = string(r.Name)
+		var n name
+		pos := a.findBytes(r.Name, ac.guess())
+		ac.found(pos)
+		switch {
+		case pos >= 0:
+			n = a.names[pos]
+		case i < len(old) && old[i].name.Value() == string(r.Name):
+			// Read before res overwrites it: res[i] is old[i].
+			n = old[i].name
+		default:
+			k := sub.findBytes(r.Name, sc.guess())
+			sc.found(k)
+			if k >= 0 {
+				n = sub.names[k]
+			} else {
+				n = intern(r.Name)
+			}
 		}
-		res = append(res, pushedRes{name: name, hash: r.Hash, heartbeat: r.Heartbeat})
+		res = append(res, pushedRes{name: n, hash: r.Hash, pos: int32(pos), heartbeat: r.Heartbeat})
 	}
-	ts.p.res = res
-	ts.p.removed = append(ts.p.removed[:0], resp.RemovedResources...)
+	p.res = res
+	p.removed = append(p.removed[:0], resp.RemovedResources...)
 }
 
 // diff compares the latest push with the acknowledged state and tells whether
 // it is a full sync: it carries the whole subscribed set, and something.
 func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
-	p := &ts.p
-	ts.mark++
-	seen := ts.mark
+	p, a := &ts.p, &ts.acked
+	seen := ts.sc.marksFor(len(a.names))
 	matched := 0
-	for _, r := range p.res {
-		e, ok := ts.acked[r.name]
-		if !ok {
+	for i := range p.res {
+		r := &p.res[i]
+		if r.pos < 0 {
 			// A heartbeat for something the client does not have adds nothing.
 			if !r.heartbeat {
 				d.Added++
-				d.AddedNames = appendCapped(d.AddedNames, r.name, maxNames)
+				d.AddedNames = appendCapped(d.AddedNames, r.name.Value(), maxNames)
 			}
 			continue
 		}
-		if e.mark == seen {
+		if seen[r.pos] != 0 {
 			continue // the same name twice in one push
 		}
-		e.mark = seen
-		ts.acked[r.name] = e
+		seen[r.pos] = 1
 		matched++
-		if r.heartbeat || e.hash == r.hash {
+		if r.heartbeat || a.hashes[r.pos] == r.hash {
 			d.Unchanged++
 		} else {
 			d.Changed++
-			d.ChangedNames = appendCapped(d.ChangedNames, r.name, maxNames)
+			d.ChangedNames = appendCapped(d.ChangedNames, r.name.Value(), maxNames)
 		}
 	}
 	switch {
 	case p.delta:
 		for _, name := range p.removed {
-			if e, ok := ts.acked[name]; ok && e.mark != seen {
-				e.mark = seen
-				ts.acked[name] = e
+			if k := a.findString(name, -1); k >= 0 && seen[k] == 0 {
+				seen[k] = 1
 				d.Removed++
 				d.RemovedNames = appendCapped(d.RemovedNames, name, maxNames)
 			}
 		}
 	case p.replace:
-		d.Removed = len(ts.acked) - matched
+		d.Removed = len(a.names) - matched
 		if d.Removed > 0 {
 			d.RemovedNames = ts.firstUnmarked(seen, maxNames)
 		}
@@ -126,7 +145,7 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 		// A Delta wildcard push is whole when it leaves nothing of the
 		// client's state untouched: istiod's LDS and RDS pushes carry
 		// every resource and remove the rest.
-		full = matched+d.Removed == len(ts.acked)
+		full = matched+d.Removed == len(a.names)
 	default:
 		full = ts.carriesSubscription()
 	}
@@ -136,30 +155,37 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 // carriesSubscription reports whether the latest push names every explicitly
 // subscribed resource.
 func (ts *typeState) carriesSubscription() bool {
-	if len(ts.sub) == 0 {
+	sub := &ts.sub
+	if len(sub.names) == 0 {
 		return false
 	}
-	ts.mark++
-	seen := ts.mark
+	seen := ts.sc.marksFor(len(sub.names))
 	n := 0
-	for _, r := range ts.p.res {
-		if v, ok := ts.sub[r.name]; ok && v != seen {
-			ts.sub[r.name] = seen
+	var c cursor
+	for i := range ts.p.res {
+		k := sub.findName(ts.p.res[i].name, c.guess())
+		c.found(k)
+		if k < 0 {
+			continue
+		}
+		if seen[k] == 0 {
+			seen[k] = 1
 			n++
 		}
 	}
-	return n == len(ts.sub)
+	return n == len(sub.names)
 }
 
 // firstUnmarked returns, sorted, the first maxNames acknowledged names not
 // marked seen: a stable sample of what a push removed, without sorting the
 // whole state.
-func (ts *typeState) firstUnmarked(seen uint64, maxNames int) []string {
+func (ts *typeState) firstUnmarked(seen []int32, maxNames int) []string {
 	var out []string
-	for name, e := range ts.acked {
-		if e.mark == seen {
+	for pos, n := range ts.acked.names {
+		if seen[pos] != 0 {
 			continue
 		}
+		name := n.Value()
 		if len(out) == maxNames && name >= out[len(out)-1] {
 			continue
 		}
@@ -179,39 +205,157 @@ func (ts *typeState) firstUnmarked(seen uint64, maxNames int) []string {
 // apply makes the latest push's result the acknowledged state.
 func (ts *typeState) apply() {
 	p := &ts.p
-	ts.mark++
-	seen := ts.mark
-	for _, r := range p.res {
-		e, ok := ts.acked[r.name]
-		if r.heartbeat {
-			if ok {
-				e.mark = seen
-				ts.acked[r.name] = e
-			}
-			continue
-		}
-		// A client keeps only what it asked for.
-		if !ts.subscribed(r.name) {
-			continue
-		}
-		if !ok {
-			e.name = r.name
-		}
-		e.hash, e.mark = r.hash, seen
-		ts.acked[e.name] = e
+	if p.gen != ts.gen {
+		ts.locate() // the state changed since the push was loaded
 	}
 	if p.replace {
-		for name, e := range ts.acked {
-			if e.mark != seen {
-				delete(ts.acked, name)
-			}
-		}
+		ts.applyWhole()
+	} else {
+		ts.applyMerge()
 	}
 	for _, name := range p.removed {
-		delete(ts.acked, name)
+		if k := ts.acked.findString(name, -1); k >= 0 {
+			ts.acked.removeAt(k)
+		}
 	}
 	ts.baseline = true
 	ts.gen++
+}
+
+// locate finds the latest push's resources in the acknowledged state again.
+func (ts *typeState) locate() {
+	var c cursor
+	for i := range ts.p.res {
+		r := &ts.p.res[i]
+		k := ts.acked.findName(r.name, c.guess())
+		c.found(k)
+		r.pos = int32(k)
+	}
+}
+
+// wants reports whether the client keeps the named resource: a client keeps
+// only what it asked for. c follows the walk over the subscription.
+func (ts *typeState) wants(n name, c *cursor) bool {
+	if ts.wildcard || !ts.requested {
+		return true
+	}
+	k := ts.sub.findName(n, c.guess())
+	c.found(k)
+	return k >= 0
+}
+
+// applyWhole applies a push that replaces the whole state: what it lacks is
+// removed, and the state takes the push's order, which the next push will
+// most likely follow. A name listed twice keeps its first position and its
+// last body; a heartbeat keeps what the client had.
+func (ts *typeState) applyWhole() {
+	p, a := &ts.p, &ts.acked
+	if ts.sameOrder() {
+		// Nothing added, removed or moved: only bodies change.
+		for i := range p.res {
+			if !p.res[i].heartbeat {
+				a.hashes[i] = p.res[i].hash
+			}
+		}
+		return
+	}
+	where := ts.sc.marksFor(len(a.names)) // position in the new state + 1
+	names, hashes, fresh := ts.sc.state(len(p.res))
+	var placed map[name]int32 // new names, for the rare one listed twice
+	var c cursor
+	for i := range p.res {
+		r := &p.res[i]
+		if r.pos < 0 {
+			if r.heartbeat || !ts.wants(r.name, &c) {
+				continue
+			}
+			if k, ok := placed[r.name]; ok {
+				hashes[k] = r.hash
+				continue
+			}
+			if placed == nil {
+				placed = make(map[name]int32)
+			}
+			placed[r.name] = int32(len(names))
+			fresh = append(fresh, int32(len(names)))
+			names = append(names, r.name)
+			hashes = append(hashes, r.hash)
+			continue
+		}
+		// The state holds only names the client wants (pruneUnsubscribed).
+		if w := where[r.pos]; w != 0 {
+			if !r.heartbeat {
+				hashes[w-1] = r.hash
+			}
+			continue
+		}
+		h := a.hashes[r.pos]
+		if !r.heartbeat {
+			h = r.hash
+		}
+		names = append(names, r.name)
+		hashes = append(hashes, h)
+		where[r.pos] = int32(len(names))
+	}
+	a.rewrite(names, hashes, where, fresh)
+	ts.sc.done(names, hashes, fresh)
+}
+
+// sameOrder reports whether the latest push lists exactly the acknowledged
+// names, in their order. The client wants them all: the state holds nothing
+// else.
+func (ts *typeState) sameOrder() bool {
+	p := &ts.p
+	if len(p.res) != len(ts.acked.names) {
+		return false
+	}
+	for i := range p.res {
+		if int(p.res[i].pos) != i {
+			return false
+		}
+	}
+	return true
+}
+
+// applyMerge applies a push that updates part of the state: new names are
+// appended, and what the push lacks is kept.
+func (ts *typeState) applyMerge() {
+	p, a := &ts.p, &ts.acked
+	fresh := 0
+	for i := range p.res {
+		if p.res[i].pos < 0 {
+			fresh++
+		}
+	}
+	if fresh > 1 {
+		// Grown once, to what the push may add, rather than by doubling.
+		a.names = slices.Grow(a.names, fresh)
+		a.hashes = slices.Grow(a.hashes, fresh)
+	}
+	var placed map[name]int32 // new names, for the rare one listed twice
+	var c cursor
+	for i := range p.res {
+		r := &p.res[i]
+		if r.heartbeat {
+			continue
+		}
+		if r.pos >= 0 {
+			a.hashes[r.pos] = r.hash // the state holds only names the client wants
+			continue
+		}
+		if !ts.wants(r.name, &c) {
+			continue
+		}
+		if k, ok := placed[r.name]; ok {
+			a.hashes[k] = r.hash
+			continue
+		}
+		if placed == nil {
+			placed = make(map[name]int32)
+		}
+		placed[r.name] = int32(len(a.names))
+		a.add(r.name, r.hash)
+	}
 }
 
 func appendCapped(names []string, name string, maxNames int) []string {

@@ -35,9 +35,30 @@ type push struct {
 }
 
 type pushedRes struct {
-	name      string
-	hash      uint64
+	name name
+	hash uint64
+	// pos is where the resource is in the acknowledged state as it was when
+	// the push was loaded (while push.gen is typeState.gen), -1 if absent.
+	pos       int32
 	heartbeat bool // a TTL refresh without a body: it keeps what the client has
+}
+
+// keptPushRes is the number of resources above which an acknowledged push's
+// slice is kept for the next push to reuse (see dropApplied).
+const keptPushRes = 1024
+
+// dropApplied lets go of what an acknowledged push no longer needs, so that
+// an idle stream holds its resources once: they are in the acknowledged state
+// now, and the diff's names were reported. A large slice is kept all the
+// same, since allocating it again would make garbage the size of the push at
+// every push.
+func (ts *typeState) dropApplied() {
+	p := &ts.p
+	if cap(p.res) <= keptPushRes {
+		p.res = nil
+	}
+	d := &p.ev.Diff
+	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
 }
 
 // send makes resp the type's latest push. A previous push still waiting for
@@ -113,6 +134,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	p.state = pushAnswered
 	if result == ResultACK {
 		ts.apply()
+		ts.dropApplied()
 		ts.acks++
 		ts.ackedVersion, ts.ackedNonce = p.ev.Version, p.ev.Nonce
 		ts.nacked = false
@@ -160,8 +182,8 @@ func (ts *typeState) errorNames(message string, maxNames int) []string {
 		if len(names) == maxNames {
 			break
 		}
-		if r.name != "" && strings.Contains(message, r.name) {
-			names = append(names, r.name)
+		if name := r.name.Value(); name != "" && strings.Contains(message, name) {
+			names = append(names, name)
 		}
 	}
 	*c = errNamesCache{ok: true, content: ts.p.content, n: len(ts.p.res), message: message, names: names}

@@ -1,6 +1,10 @@
 package track
 
-import "github.com/adstap/adstap/codec"
+import (
+	"unique"
+
+	"github.com/adstap/adstap/codec"
+)
 
 // classified is what one request meant for its type.
 type classified struct {
@@ -70,19 +74,14 @@ func (ts *typeState) subscribeSotW(names []string, first bool) (changed, unsubsc
 		if ts.replaceType || !ts.explicit {
 			wildcard = true
 		} else {
-			unsubscribed = len(ts.sub) > 0 || ts.wildcard
+			unsubscribed = len(ts.sub.names) > 0 || ts.wildcard
 		}
 	}
 	if wildcard == ts.wildcard && ts.sameNames(names) && !first {
 		return false, false
 	}
 	ts.wildcard = wildcard
-	clear(ts.sub)
-	for _, n := range names {
-		if n != "*" {
-			ts.sub[n] = 0
-		}
-	}
+	ts.setSub(names)
 	if named > 0 {
 		ts.explicit = true
 	}
@@ -92,23 +91,60 @@ func (ts *typeState) subscribeSotW(names []string, first bool) (changed, unsubsc
 
 // sameNames reports whether names, "*" aside, are the explicit subscription.
 func (ts *typeState) sameNames(names []string) bool {
-	ts.mark++
-	seen := ts.mark
+	sub := &ts.sub
+	seen := ts.sc.marksFor(len(sub.names))
 	n := 0
+	var c cursor
 	for _, name := range names {
 		if name == "*" {
 			continue
 		}
-		v, ok := ts.sub[name]
-		if !ok {
+		k := sub.findString(name, c.guess())
+		c.found(k)
+		if k < 0 {
 			return false
 		}
-		if v != seen {
-			ts.sub[name] = seen
+		if seen[k] == 0 {
+			seen[k] = 1
 			n++
 		}
 	}
-	return n == len(ts.sub)
+	return n == len(sub.names)
+}
+
+// setSub makes names, "*" aside and each once, the explicit subscription, in
+// their order. The names it had already are reused rather than interned
+// again.
+func (ts *typeState) setSub(names []string) {
+	old := &ts.sub
+	seen := ts.sc.marksFor(len(old.names))
+	out := make([]name, 0, len(names))
+	var placed map[name]struct{} // new names, for the rare one listed twice
+	var c cursor
+	for _, s := range names {
+		if s == "*" {
+			continue
+		}
+		k := old.findString(s, c.guess())
+		c.found(k)
+		if k >= 0 {
+			if seen[k] == 0 {
+				seen[k] = 1
+				out = append(out, old.names[k])
+			}
+			continue
+		}
+		n := unique.Make(s)
+		if _, dup := placed[n]; dup {
+			continue
+		}
+		if placed == nil {
+			placed = make(map[name]struct{})
+		}
+		placed[n] = struct{}{}
+		out = append(out, n)
+	}
+	ts.sub.reset(out)
 }
 
 // subscribeDelta applies a Delta request's subscribe and unsubscribe lists.
@@ -121,8 +157,8 @@ func (ts *typeState) subscribeDelta(req *codec.Request, first bool) (changed, un
 			ts.wildcard = true
 			continue
 		}
-		if _, ok := ts.sub[n]; !ok {
-			ts.sub[n] = 0
+		if ts.sub.findString(n, -1) < 0 {
+			ts.sub.add(unique.Make(n))
 			changed = true
 		}
 	}
@@ -132,8 +168,8 @@ func (ts *typeState) subscribeDelta(req *codec.Request, first bool) (changed, un
 			ts.wildcard = false
 			continue
 		}
-		if _, ok := ts.sub[n]; ok {
-			delete(ts.sub, n)
+		if k := ts.sub.findString(n, -1); k >= 0 {
+			ts.sub.removeAt(k)
 			changed = true
 		}
 	}
@@ -141,7 +177,7 @@ func (ts *typeState) subscribeDelta(req *codec.Request, first bool) (changed, un
 		ts.wildcard = true
 		changed = true
 	}
-	if len(ts.sub) > 0 {
+	if len(ts.sub.names) > 0 {
 		ts.explicit = true
 	}
 	if changed {

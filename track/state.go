@@ -104,14 +104,14 @@ func (ts *typeState) state(maxNames int) *TypeState {
 		RedundantPushes:  ts.redundant,
 		FullSyncs:        ts.fullSyncs,
 		Subscribed:       ts.subscribedNames(maxNames),
-		Resources:        len(ts.acked),
+		Resources:        len(ts.acked.names),
 	}
 }
 
 func (ts *typeState) subscribedNames(maxNames int) []string {
-	names := make([]string, 0, len(ts.sub)+1)
-	for name := range ts.sub {
-		names = append(names, name)
+	names := make([]string, 0, len(ts.sub.names)+1)
+	for _, n := range ts.sub.names {
+		names = append(names, n.Value())
 	}
 	slices.Sort(names)
 	if ts.wildcard {

@@ -24,6 +24,7 @@ type stream struct {
 	sync        fullSyncClock
 	// lastRound is when every subscribed type was last seen resent whole.
 	lastRound time.Time
+	sc        *scratch // the tracker's
 }
 
 // fullRoundWindow is how close together the pushes of one resync are: a
@@ -40,7 +41,7 @@ func (s *stream) fullRound(at time.Time) bool {
 	}
 	n := 0
 	for _, ts := range s.order {
-		if !ts.requested || ts.url == codec.TypeSyncz || (!ts.wildcard && len(ts.sub) == 0) {
+		if !ts.requested || ts.url == codec.TypeSyncz || ts.empty() {
 			continue
 		}
 		if ts.lastFull.IsZero() || at.Sub(ts.lastFull) > fullRoundWindow {
@@ -67,8 +68,8 @@ type fullSyncClock struct {
 	types     []string
 }
 
-func newStream(m StreamMeta) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState)}
+func newStream(m StreamMeta, sc *scratch) *stream {
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -83,7 +84,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url)
+	ts := newTypeState(url, s.sc)
 	s.types[url] = ts
 	s.order = append(s.order, ts)
 	return ts

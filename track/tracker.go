@@ -23,6 +23,7 @@ type Tracker struct {
 	streams map[uint64]*stream
 	det     detectors
 	ids     []uint64 // scratch for visiting streams in id order
+	sc      scratch
 }
 
 // New returns a Tracker; zero fields of cfg take their defaults.
@@ -46,7 +47,7 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 		// episodes must not stay active forever.
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
 	}
-	t.streams[m.ID] = newStream(m)
+	t.streams[m.ID] = newStream(m, &t.sc)
 	evs = append(evs, StreamOpened{Stream: m})
 	return t.det.opened(m.OpenedAt, evs)
 }

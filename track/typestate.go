@@ -7,7 +7,7 @@ import (
 )
 
 // typeState is what the tracker knows of one type on one stream. Its size is
-// bounded by the resources of the type: the acknowledged name->hash map, the
+// bounded by the resources of the type: the acknowledged names and hashes, the
 // subscription, and the latest push; nothing here grows with the number of
 // pushes.
 type typeState struct {
@@ -22,21 +22,19 @@ type typeState struct {
 	// on, in SotW, an empty name list for a non-LDS/CDS type is an
 	// unsubscribe rather than the legacy wildcard.
 	explicit bool
-	// sub holds the explicitly subscribed names; the value is scratch space
-	// for counting the names a push carries (see mark).
-	sub map[string]uint64
+	// sub holds the explicitly subscribed names.
+	sub nameSet
 
-	// acked is the client's acknowledged state: name -> content hash.
-	acked map[string]ackedRes
+	// acked is the client's acknowledged state: names and content hashes.
+	acked ackedSet
 	// baseline is set once acked means something: a push of the type was
-	// acknowledged (or assumed applied), so an empty map is a known empty state.
+	// acknowledged (or assumed applied), so an empty set is a known empty state.
 	baseline bool
 	// gen changes whenever acked or sub change, so a push identical to the
-	// previous one can reuse its diff.
+	// previous one can reuse its diff, and the positions load found in acked
+	// are known to be stale.
 	gen uint64
-	// mark is bumped for every pass over acked or sub that needs to know which
-	// names it has seen, so no per-push set is allocated.
-	mark uint64
+	sc  *scratch // the tracker's
 
 	sentVersion, sentNonce   string
 	ackedVersion, ackedNonce string
@@ -63,35 +61,17 @@ type typeState struct {
 	errNames errNamesCache
 }
 
-// ackedRes is one resource of the acknowledged state. It keeps its own name so
-// that a lookup by a decoded []byte yields a string without allocating.
-type ackedRes struct {
-	name string
-	hash uint64
-	mark uint64
-}
-
-func newTypeState(url string) *typeState {
+func newTypeState(url string, sc *scratch) *typeState {
 	return &typeState{
 		url:         url,
 		short:       codec.ShortType(url),
 		replaceType: url == codec.TypeListener || url == codec.TypeCluster,
-		sub:         make(map[string]uint64),
-		acked:       make(map[string]ackedRes),
+		sc:          sc,
 	}
-}
-
-// subscribed reports whether the client currently wants the named resource.
-func (ts *typeState) subscribed(name string) bool {
-	if ts.wildcard || !ts.requested {
-		return true
-	}
-	_, ok := ts.sub[name]
-	return ok
 }
 
 // empty reports whether the client wants nothing of the type.
-func (ts *typeState) empty() bool { return !ts.wildcard && len(ts.sub) == 0 }
+func (ts *typeState) empty() bool { return !ts.wildcard && len(ts.sub.names) == 0 }
 
 // pending reports whether the latest push still awaits its answer (including
 // one that timed out).
@@ -115,16 +95,28 @@ func (ts *typeState) stateName() string {
 // an unsubscribed resource leaves the client, so it must not count as
 // removed (or unchanged) in the next push.
 // It is called on every subscription change, which also invalidates the
-// diff a repeated push could otherwise reuse.
+// diff a repeated push could otherwise reuse. What remains keeps its order,
+// which the next push most likely follows.
 func (ts *typeState) pruneUnsubscribed() {
 	ts.gen++
 	if ts.wildcard {
 		return
 	}
-	for name := range ts.acked {
-		if _, ok := ts.sub[name]; !ok {
-			delete(ts.acked, name)
+	a := &ts.acked
+	keep := 0
+	var c cursor
+	for i, n := range a.names {
+		k := ts.sub.findName(n, c.guess())
+		c.found(k)
+		if k < 0 {
+			continue
 		}
+		a.names[keep], a.hashes[keep] = n, a.hashes[i]
+		keep++
+	}
+	if keep < len(a.names) {
+		clear(a.names[keep:])
+		a.reset(a.names[:keep], a.hashes[:keep])
 	}
 }
 

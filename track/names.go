@@ -1,0 +1,346 @@
+package track
+
+import (
+	"slices"
+	"unique"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// name is a resource name interned tap-wide. Every sidecar of a mesh is sent
+// the same cluster names, so a stream holding a handle rather than a copy
+// shares one copy with all the others; and since two handles are equal
+// exactly when their names are, comparing names costs a pointer comparison.
+type name = unique.Handle[string]
+
+// intern is only for names the stream does not hold yet: a name it already
+// holds is found by comparing bytes, which costs less than unique.Make's
+// lookup and its copy of the bytes.
+func intern(b []byte) name { return unique.Make(string(b)) }
+
+// The keys of nameSet's index. They are variables so that a test can make
+// every name collide.
+var (
+	nameKey       = xxhash.Sum64
+	nameKeyString = xxhash.Sum64String
+)
+
+// linearMax is the size up to which a nameSet is searched without an index:
+// a few comparisons cost less than hashing, and no index is held.
+const linearMax = 8
+
+// nameSet is a set of distinct names kept in the order the peer last sent
+// them in. Control planes list resources in the same order push after push,
+// and clients their subscriptions request after request, so a walk over the
+// next push or request finds nearly every name right after the previous
+// one, without hashing. An index, for the names found elsewhere, is built on
+// first need and kept up to date until the order is rewritten.
+type nameSet struct {
+	names []name
+	// slots is an open-addressing table with linear probing: the low 32 bits
+	// of a name's key in the high half, its position+1 in the low half, 0 for
+	// a free slot. It is nil until needed, and stays at most half full.
+	slots []uint64
+}
+
+// cursor follows a walk over a list that probably names a set's names in the
+// set's order, telling where the next name probably is. It stops guessing
+// when guesses keep failing, as over a list in an order of its own, where a
+// failed guess is a comparison for nothing, and resumes once a name turns up
+// where the walk expected it.
+type cursor struct {
+	next   int
+	misses int
+}
+
+// maxMisses failed guesses in a row stop the guessing: an insertion or a
+// removal costs one, a list in another order costs all.
+const maxMisses = 4
+
+func (c *cursor) guess() int {
+	if c.misses >= maxMisses {
+		return -1
+	}
+	return c.next
+}
+
+// found records where the name was found, -1 for nowhere.
+func (c *cursor) found(pos int) {
+	if pos == c.next {
+		c.misses = 0
+	} else {
+		c.misses++
+	}
+	if pos >= 0 {
+		c.next = pos + 1
+	}
+}
+
+// findBytes returns the position of b in the set, or -1. guess is where b
+// probably is; any value is safe.
+func (s *nameSet) findBytes(b []byte, guess int) int {
+	if uint(guess) < uint(len(s.names)) && s.names[guess].Value() == string(b) {
+		return guess
+	}
+	if len(s.names) <= linearMax {
+		for i, n := range s.names {
+			if n.Value() == string(b) {
+				return i
+			}
+		}
+		return -1
+	}
+	s.index()
+	k := uint32(nameKey(b))
+	mask := uint32(len(s.slots) - 1)
+	for i := k & mask; ; i = (i + 1) & mask {
+		v := s.slots[i]
+		if v == 0 {
+			return -1
+		}
+		// Equal keys are not equal names: the name decides.
+		if uint32(v>>32) == k {
+			if pos := int(uint32(v)) - 1; s.names[pos].Value() == string(b) {
+				return pos
+			}
+		}
+	}
+}
+
+// findString is findBytes for a string.
+func (s *nameSet) findString(str string, guess int) int {
+	if uint(guess) < uint(len(s.names)) && s.names[guess].Value() == str {
+		return guess
+	}
+	if len(s.names) <= linearMax {
+		for i, n := range s.names {
+			if n.Value() == str {
+				return i
+			}
+		}
+		return -1
+	}
+	s.index()
+	k := uint32(nameKeyString(str))
+	mask := uint32(len(s.slots) - 1)
+	for i := k & mask; ; i = (i + 1) & mask {
+		v := s.slots[i]
+		if v == 0 {
+			return -1
+		}
+		if uint32(v>>32) == k {
+			if pos := int(uint32(v)) - 1; s.names[pos].Value() == str {
+				return pos
+			}
+		}
+	}
+}
+
+// findName is findBytes for an interned name. Comparing two strings that
+// share their bytes stops at the pointers, so the interned copy costs no
+// byte comparison.
+func (s *nameSet) findName(n name, guess int) int {
+	if uint(guess) < uint(len(s.names)) && s.names[guess] == n {
+		return guess
+	}
+	return s.findString(n.Value(), -1)
+}
+
+// index builds the index if there is none.
+func (s *nameSet) index() {
+	if s.slots != nil {
+		return
+	}
+	size := 16
+	for size < 2*len(s.names) {
+		size *= 2
+	}
+	s.slots = make([]uint64, size)
+	for i, n := range s.names {
+		s.insertSlot(uint32(nameKeyString(n.Value())), i)
+	}
+}
+
+func (s *nameSet) insertSlot(k uint32, pos int) {
+	mask := uint32(len(s.slots) - 1)
+	i := k & mask
+	for s.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	s.slots[i] = uint64(k)<<32 | uint64(pos+1)
+}
+
+// slotOf returns the slot holding position pos.
+func (s *nameSet) slotOf(pos int) uint32 {
+	k := uint32(nameKeyString(s.names[pos].Value()))
+	mask := uint32(len(s.slots) - 1)
+	i := k & mask
+	for uint32(s.slots[i]) != uint32(pos+1) {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
+// deleteSlot frees slot i, moving back the entries after it that would no
+// longer be found past the gap, so that no tombstones accumulate.
+func (s *nameSet) deleteSlot(i uint32) {
+	mask := uint32(len(s.slots) - 1)
+	for j := (i + 1) & mask; s.slots[j] != 0; j = (j + 1) & mask {
+		home := uint32(s.slots[j]>>32) & mask
+		// The entry at j may fill the gap unless its home lies after the gap.
+		if (j-home)&mask >= (j-i)&mask {
+			s.slots[i] = s.slots[j]
+			i = j
+		}
+	}
+	s.slots[i] = 0
+}
+
+// add appends a name that is not in the set.
+func (s *nameSet) add(n name) {
+	s.names = append(s.names, n)
+	s.indexNew(len(s.names) - 1)
+}
+
+// removeAt removes the name at position k, moving the last name into its
+// place: a removal costs the same whatever the size of the set.
+func (s *nameSet) removeAt(k int) {
+	last := len(s.names) - 1
+	if s.slots != nil {
+		s.deleteSlot(s.slotOf(k))
+		if k != last {
+			i := s.slotOf(last)
+			s.slots[i] = s.slots[i]&^0xffffffff | uint64(k+1)
+		}
+	}
+	s.names[k] = s.names[last]
+	s.names[last] = name{}
+	s.names = s.names[:last]
+}
+
+// reset replaces the names, dropping the index.
+func (s *nameSet) reset(names []name) {
+	s.names, s.slots = names, nil
+}
+
+// droppedSlot marks, during remapIndex, an entry whose name is gone.
+const droppedSlot = 0xffffffff
+
+// remapIndex keeps the index valid across a rewrite of the set that moves,
+// drops and adds names: where[p] is the new position+1 of the name at old
+// position p, 0 if it is dropped. A slot depends only on the name's key, so
+// the names that stay keep their slots and need no hashing; the caller adds
+// the new names with indexNew once the set holds them.
+func (s *nameSet) remapIndex(where []int32) {
+	if s.slots == nil {
+		return
+	}
+	for i, v := range s.slots {
+		if v == 0 {
+			continue
+		}
+		w := uint64(uint32(where[uint32(v)-1]))
+		if w == 0 {
+			w = droppedSlot
+		}
+		s.slots[i] = v&^0xffffffff | w
+	}
+	// One pass is enough: a deletion moves entries back into the gap at i
+	// from after it, and into slots before i only from the start of the
+	// table, past its end, where every entry was visited already.
+	for i := range s.slots {
+		for uint32(s.slots[i]) == droppedSlot {
+			s.deleteSlot(uint32(i))
+		}
+	}
+}
+
+// indexNew indexes the name at position pos, which the index lacks.
+func (s *nameSet) indexNew(pos int) {
+	if s.slots == nil {
+		return
+	}
+	if 2*len(s.names) > len(s.slots) {
+		s.slots = nil // rebuilt, twice as large, on next need
+		return
+	}
+	s.insertSlot(uint32(nameKeyString(s.names[pos].Value())), pos)
+}
+
+// ackedSet is the acknowledged state of a type: names and, at the same
+// positions, the content hashes of their resources.
+type ackedSet struct {
+	nameSet
+	hashes []uint64
+}
+
+func (a *ackedSet) add(n name, hash uint64) {
+	a.nameSet.add(n)
+	a.hashes = append(a.hashes, hash)
+}
+
+func (a *ackedSet) removeAt(k int) {
+	last := len(a.hashes) - 1
+	a.hashes[k] = a.hashes[last]
+	a.hashes = a.hashes[:last]
+	a.nameSet.removeAt(k)
+}
+
+func (a *ackedSet) reset(names []name, hashes []uint64) {
+	a.nameSet.reset(names)
+	a.hashes = hashes
+}
+
+// rewrite makes names and hashes the state, copied into the set's own
+// slices when they are large enough. where maps old positions to new ones
+// (see remapIndex), and fresh lists the positions of the names new to the
+// set.
+func (a *ackedSet) rewrite(names []name, hashes []uint64, where, fresh []int32) {
+	a.remapIndex(where)
+	if cap(a.names) >= len(names) {
+		if len(a.names) > len(names) {
+			clear(a.names[len(names):])
+		}
+		a.names = append(a.names[:0], names...)
+		a.hashes = append(a.hashes[:0], hashes...)
+	} else {
+		a.names = slices.Clone(names)
+		a.hashes = slices.Clone(hashes)
+	}
+	for _, pos := range fresh {
+		a.indexNew(int(pos))
+	}
+}
+
+// scratch is working memory for the passes over a push or a subscription.
+// Every pass runs under the tracker's lock, so one scratch serves every
+// stream, and no stream holds memory for passes it is not running.
+type scratch struct {
+	marks  []int32
+	fresh  []int32
+	names  []name
+	hashes []uint64
+}
+
+// state returns empty slices to build a new acknowledged state in, for
+// ackedSet.rewrite to copy; done must be called after.
+func (sc *scratch) state(n int) ([]name, []uint64, []int32) {
+	return slices.Grow(sc.names[:0], n), slices.Grow(sc.hashes[:0], n), sc.fresh[:0]
+}
+
+// done keeps the slices a pass built for the next one, without the names,
+// which must not be kept alive.
+func (sc *scratch) done(names []name, hashes []uint64, fresh []int32) {
+	clear(names)
+	sc.names, sc.hashes, sc.fresh = names[:0], hashes[:0], fresh[:0]
+}
+
+// marksFor returns n zeroed marks, one per position of the set a pass walks.
+func (sc *scratch) marksFor(n int) []int32 {
+	if cap(sc.marks) < n {
+		sc.marks = make([]int32, n, n+n/4)
+	}
+	m := sc.marks[:n]
+	clear(m)
+	return m
+}
