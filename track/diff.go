@@ -2,6 +2,8 @@ package track
 
 import (
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/cespare/xxhash/v2"
@@ -130,6 +132,9 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 		d.Removed = len(a.names) - matched
 		if d.Removed > 0 {
 			d.RemovedNames = ts.firstUnmarked(seen, maxNames)
+			for i, n := range d.RemovedNames {
+				d.RemovedNames[i] = shown(n)
+			}
 		}
 	}
 	// Otherwise (SotW EDS, RDS, SDS with explicit names) a missing name is
@@ -362,5 +367,15 @@ func appendCapped(names []string, name string, maxNames int) []string {
 	if len(names) >= maxNames {
 		return names
 	}
-	return append(names, name)
+	return append(names, shown(name))
+}
+
+// shown is a resource name as events carry it. The tracker keys on the
+// bytes a control plane sent, which need not be UTF-8; what leaves the
+// tracker must be, or a span's attributes fail to export (see codec.Text).
+func shown(name string) string {
+	if utf8.ValidString(name) {
+		return name
+	}
+	return strings.ToValidUTF8(name, "\uFFFD")
 }
