@@ -35,7 +35,10 @@ func main() {
 		args = args[1:]
 	}
 	// The load generator collects garbage rarely, so its pauses stay out of
-	// the measurements as much as they can; the middles keep Go's defaults.
+	// the measurements as much as they can. SetGCPercent, not GOGC, so that
+	// the middles start with the environment they would have: the taps tune
+	// their collector as `adstap run` does (internal/gctune), the typed
+	// relay keeps Go's defaults.
 	debug.SetGCPercent(400)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -23,6 +23,8 @@ type command struct {
 	usage   string
 	fs      *flag.FlagSet
 	groups  []flagGroup
+	// epilog follows the flags in --help: what else sets the command up.
+	epilog string
 }
 
 func newCommand(name, summary, usage string) *command {
@@ -107,6 +109,9 @@ func (c *command) help(w io.Writer) {
 			}
 			fmt.Fprintf(w, "      (%s)\n", extra)
 		}
+	}
+	if c.epilog != "" {
+		fmt.Fprintf(w, "\n%s", c.epilog)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/gctune"
 	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
@@ -100,6 +102,12 @@ func runCommand(f *runFlags) *command {
 	c.group("Logging")
 	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	c.String(&f.logFormat, "log-format", "text", "`format` of the log on stderr: text or json")
+	c.epilog = fmt.Sprintf(`Memory (Go's own variables):
+  GOGC
+      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one
+  GOMEMLIMIT
+      soft memory limit; adstap defaults to %.0f%% of the container's memory limit (cgroup memory.max), so collecting less often never gets it killed
+`, gctune.DefaultPercent, gctune.LimitShare*100)
 	return c
 }
 
@@ -146,6 +154,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
 		return exitUsage
 	}
+	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
 	t, err := startTap(f, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
@@ -154,7 +163,19 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFailure
 	}
+	logGC(log, gc)
 	return t.wait(ctx, f.drainTimeout)
+}
+
+// logGC says how the garbage collector was set, since it decides how much
+// memory the tap may take (internal/gctune).
+func logGC(log *slog.Logger, s gctune.Settings) {
+	limit := "none"
+	if s.MemoryLimit != math.MaxInt64 {
+		b := byteSize(s.MemoryLimit)
+		limit = b.String()
+	}
+	log.Info("garbage collector", "gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/adstap/adstap/internal/gctune"
 )
 
 // The middle of paths 2–4 runs in a process of its own, so that its CPU time
@@ -60,6 +62,11 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	if *up == "" {
 		fmt.Fprintf(stderr, "%s: --upstream is required\n", subcommand)
 		return 2
+	}
+	if p != Typed {
+		// As `adstap run` does; the typed relay keeps Go's defaults, as
+		// istio-agent does.
+		gctune.Apply(os.Getenv, gctune.SystemCgroup())
 	}
 	srv, err := Serve(p, *up, *listen)
 	if err != nil {
