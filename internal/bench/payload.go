@@ -85,9 +85,14 @@ func mustMarshal(m proto.Message) []byte {
 	return b
 }
 
+// mustAny packs m deterministically. A control plane sends a resource that
+// did not change as the bytes it sent before (istiod and go-control-plane
+// marshal each resource once and cache it); proto.Marshal orders map
+// entries at random, and would make every cluster with metadata look changed
+// in every push.
 func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
 		panic("bench: any: " + err.Error())
 	}
 	return a
