@@ -59,7 +59,7 @@ func (p *pinger) handle(_ any, s grpc.ServerStream) error {
 		if _, err := rel.Recv(s); err != nil {
 			return nil
 		}
-		lat.Add(time.Since(sent))
+		lat.AddAt(sent, time.Since(sent))
 		select {
 		case <-tick.C:
 		case <-s.Context().Done():
@@ -99,6 +99,10 @@ type phaseResult struct {
 	controlP50, controlP99 time.Duration
 	n, controlN            int
 	dropped                uint64
+	// windowRatio is the median over the phase's windows of the tap's p99
+	// over its twin's in the same window (rel.PairedRatio).
+	windowRatio float64
+	windows     int
 }
 
 func startOTLPRig(t *testing.T, ctx context.Context, streams int) *otlpRig {
@@ -186,10 +190,13 @@ func (r *otlpRig) run(phase string, mode rel.ProxyMode, d time.Duration, until f
 	}
 	stop()
 	l, c := r.pinger.of(phase), r.pinger.of(phase+"-control")
+	window := rel.Pick(time.Second, 5*time.Second)
+	ratio, windows := rel.PairedRatio(l.Windows(start, window, 0.99), c.Windows(start, window, 0.99))
 	return phaseResult{
 		phase: phase, p50: l.Quantile(0.5), p99: l.Quantile(0.99), max: l.Quantile(1), n: l.Len(),
 		controlP50: c.Quantile(0.5), controlP99: c.Quantile(0.99), controlN: c.Len(),
-		dropped: r.tap.Tracing.Dropped() - before,
+		dropped:     r.tap.Tracing.Dropped() - before,
+		windowRatio: ratio, windows: windows,
 	}
 }
 
@@ -249,9 +256,10 @@ func TestCollectorDownOrSilent(t *testing.T) {
 		// The twins' ratio with the collector up is the floor the other
 		// phases are compared with.
 		ratio, floor := float64(res.p99)/float64(res.controlP99), float64(working.p99)/float64(working.controlP99)
-		rel.Figure(t, "otlp-"+res.phase, "push→ACK p50 %s, p99 %s, max %s over %d pushes; twin tap (collector up) p50 %s, p99 %s over %d: p99 ratio %.3f, %+.1f %% vs the ratio with the collector up (%.3f); %d spans dropped",
+		rel.Figure(t, "otlp-"+res.phase, "push→ACK p50 %s, p99 %s, max %s over %d pushes; twin tap (collector up) p50 %s, p99 %s over %d: p99 ratio %.3f, %+.1f %% vs the ratio with the collector up (%.3f); window by window (median of %d): %.3f, %+.1f %% vs %.3f; %d spans dropped",
 			rel.Ms(res.p50), rel.Ms(res.p99), rel.Ms(res.max), res.n, rel.Ms(res.controlP50), rel.Ms(res.controlP99), res.controlN,
-			ratio, (ratio/floor-1)*100, floor, res.dropped)
+			ratio, (ratio/floor-1)*100, floor,
+			res.windows, res.windowRatio, (res.windowRatio/working.windowRatio-1)*100, working.windowRatio, res.dropped)
 	}
 	// A span of the outage is dropped when the queue overflows, or when the
 	// export it is in fails, which can be in the next phase: count them over
