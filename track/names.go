@@ -78,20 +78,30 @@ func (c *cursor) found(pos int) {
 
 // findBytes returns the position of b in the set, or -1. guess is where b
 // probably is; any value is safe.
-func (s *nameSet) findBytes(b []byte, guess int) int {
-	if uint(guess) < uint(len(s.names)) && s.names[guess].Value() == string(b) {
+func (s *nameSet) findBytes(b []byte, guess int) int { return find(s, b, guess, nameKey) }
+
+// findString is findBytes for a string.
+func (s *nameSet) findString(str string, guess int) int {
+	return find(s, str, guess, nameKeyString)
+}
+
+// find is findBytes and findString: a name arrives as the decoder's view of
+// a push or as a request's string, and converting either to the other would
+// copy it.
+func find[T string | []byte](s *nameSet, key T, guess int, hash func(T) uint64) int {
+	if uint(guess) < uint(len(s.names)) && s.names[guess].Value() == string(key) {
 		return guess
 	}
 	if len(s.names) <= linearMax {
 		for i, n := range s.names {
-			if n.Value() == string(b) {
+			if n.Value() == string(key) {
 				return i
 			}
 		}
 		return -1
 	}
 	s.index()
-	k := uint32(nameKey(b))
+	k := uint32(hash(key))
 	mask := uint32(len(s.slots) - 1)
 	for i := k & mask; ; i = (i + 1) & mask {
 		v := s.slots[i]
@@ -100,36 +110,7 @@ func (s *nameSet) findBytes(b []byte, guess int) int {
 		}
 		// Equal keys are not equal names: the name decides.
 		if uint32(v>>32) == k {
-			if pos := int(uint32(v)) - 1; s.names[pos].Value() == string(b) {
-				return pos
-			}
-		}
-	}
-}
-
-// findString is findBytes for a string.
-func (s *nameSet) findString(str string, guess int) int {
-	if uint(guess) < uint(len(s.names)) && s.names[guess].Value() == str {
-		return guess
-	}
-	if len(s.names) <= linearMax {
-		for i, n := range s.names {
-			if n.Value() == str {
-				return i
-			}
-		}
-		return -1
-	}
-	s.index()
-	k := uint32(nameKeyString(str))
-	mask := uint32(len(s.slots) - 1)
-	for i := k & mask; ; i = (i + 1) & mask {
-		v := s.slots[i]
-		if v == 0 {
-			return -1
-		}
-		if uint32(v>>32) == k {
-			if pos := int(uint32(v)) - 1; s.names[pos].Value() == str {
+			if pos := int(uint32(v)) - 1; s.names[pos].Value() == string(key) {
 				return pos
 			}
 		}
