@@ -47,6 +47,12 @@ func (c *Capture) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	b := f.Data.Materialize()
 	r := capture.Record{Time: f.Time, Kind: capture.KindFrame, Stream: s.ID, Direction: f.Direction.String(), Size: f.Size}
 	delta := s.Protocol == codec.Delta
+	if s.Protocol != codec.Opaque {
+		// Read before redaction, which may drop an unreadable message.
+		if r.TypeURL = codec.TypeURLOf(b, delta, f.Direction == tap.Response); r.TypeURL == "" {
+			r.TypeURL = codec.DefaultTypeOf(s.Method) // a per-type service may leave it out
+		}
+	}
 	switch {
 	case s.Protocol == codec.Opaque:
 	case f.Direction == tap.Request:

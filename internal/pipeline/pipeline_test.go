@@ -157,8 +157,14 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	if spans.n.Load() == 0 {
 		t.Error("Close flushed no spans: want at least the push's")
 	}
-	if n := countFrames(t, capturePath); n < 3 {
-		t.Errorf("capture holds %d frames: want the request, the response and the ACK", n)
+	frames := captureFrames(t, capturePath)
+	if len(frames) < 3 {
+		t.Errorf("capture holds %d frames: want the request, the response and the ACK", len(frames))
+	}
+	for _, f := range frames {
+		if f.TypeURL != resource.ClusterType {
+			t.Errorf("captured %s frame has type_url %q, want %q", f.Direction, f.TypeURL, resource.ClusterType)
+		}
 	}
 }
 
@@ -197,7 +203,7 @@ func TestTracingError(t *testing.T) {
 	}
 }
 
-func countFrames(t *testing.T, path string) int {
+func captureFrames(t *testing.T, path string) []capture.Record {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -205,17 +211,17 @@ func countFrames(t *testing.T, path string) int {
 	}
 	defer f.Close()
 	rd := capture.NewReader(f, path)
-	n := 0
+	var frames []capture.Record
 	for {
 		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
-			return n
+			return frames
 		}
 		if err != nil {
 			t.Fatalf("reading capture: %v", err)
 		}
 		if rec.Kind == "frame" {
-			n++
+			frames = append(frames, rec)
 		}
 	}
 }
