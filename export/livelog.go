@@ -76,8 +76,12 @@ func (l *LiveLog) OnEvent(e track.Event) {
 			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID)),
 			"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency))
 	case track.RequestSeen:
-		if e.Kind == track.KindStale {
+		switch e.Kind {
+		case track.KindStale:
 			l.line(slog.LevelInfo, fmt.Sprintf("%s stale nonce %s on stream %d (the client answered an older push)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
+				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
+		case track.KindUnobserved:
+			l.line(slog.LevelInfo, fmt.Sprintf("%s answer to nonce %s on stream %d, a push adstap did not observe (frames were skipped)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		}
 	case track.FullSyncComplete:

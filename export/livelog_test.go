@@ -57,12 +57,17 @@ func TestLiveLogLines(t *testing.T) {
 		nack,
 		track.DetectorStarted{Detector: track.DetectorNACKStorm, Key: "stream 3 cds", At: t0, Count: 5, Detail: "5 NACKs of cds on stream 3 within 30s"},
 		track.FullSyncComplete{StreamID: 3, Node: track.Node{ID: node}, Elapsed: 1234 * time.Millisecond, Types: []string{codec.TypeCluster, codec.TypeListener}},
+		track.RequestSeen{StreamID: 3, TypeURL: codec.TypeCluster, Kind: track.KindStale, Nonce: "n41"},
+		track.RequestSeen{StreamID: 3, TypeURL: codec.TypeCluster, Kind: track.KindUnobserved, Nonce: "n44"},
+		track.RequestSeen{StreamID: 3, TypeURL: codec.TypeCluster, Kind: track.KindACK, Nonce: "n45"},
 	)
 	want := []string{
 		"INFO  CDS v=2026-11-30T09:00:00Z/42 +2 -0 ~1 =117 1.2MB node=" + node + " ACK 14ms stream=3",
 		"WARN  CDS v=2026-11-30T09:00:01Z/43 +2 -0 ~1 =117 1.2MB node=" + node + " NACK 3ms: cluster outbound|9080||ratings: unknown lb_policy stream=3",
 		"WARN  NACK storm started: 5 NACKs of cds on stream 3 within 30s",
 		"INFO  stream 3 full sync complete in 1.234s (CDS LDS) node=" + node,
+		"INFO  CDS stale nonce n41 on stream 3 (the client answered an older push)",
+		"INFO  CDS answer to nonce n44 on stream 3, a push adstap did not observe (frames were skipped)",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("live log (-want +got):\n%s", diff)

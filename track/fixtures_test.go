@@ -257,6 +257,11 @@ func closeStream(id uint64, code uint32, message string) action {
 	}
 }
 
+// gap: skipped frames of stream id were relayed unobserved.
+func gap(id uint64, skipped int) action {
+	return func(_ testing.TB, tr *track.Tracker, at time.Time) []track.Event { return tr.Gap(id, at, skipped) }
+}
+
 func tick() action {
 	return func(_ testing.TB, tr *track.Tracker, at time.Time) []track.Event { return tr.Tick(at) }
 }
@@ -331,6 +336,8 @@ func describe(e track.Event) string {
 		return fmt.Sprintf("fullsync %d %v at=%v %v", e.StreamID, e.Elapsed, e.At.Sub(t0), types)
 	case track.DecodeError:
 		return fmt.Sprintf("decode-error %d %s: %v", e.StreamID, e.Direction, e.Err)
+	case track.ObservationGap:
+		return fmt.Sprintf("gap %d skipped=%d", e.StreamID, e.Skipped)
 	case track.DetectorStarted:
 		return fmt.Sprintf("start %s %q count=%d", e.Detector, e.Key, e.Count)
 	case track.DetectorEnded:

@@ -61,7 +61,7 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 		return
 	}
 	if f.Skipped > 0 {
-		o.emit([]Event{ObservationGap{StreamID: s.ID, Skipped: f.Skipped, At: f.Time}})
+		o.emit(o.tracker.Gap(s.ID, f.Time, f.Skipped))
 	}
 	delta := proto == Delta
 	switch f.Direction {
@@ -90,7 +90,7 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 // OnStreamClose ends tracking of a stream.
 func (o *Observer) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 	if e.Skipped > 0 {
-		o.emit([]Event{ObservationGap{StreamID: s.ID, Skipped: e.Skipped, At: e.Time}})
+		o.emit(o.tracker.Gap(s.ID, e.Time, e.Skipped))
 	}
 	o.emit(o.tracker.CloseStream(s.ID, e.Time, uint32(e.Code), e.Message))
 }

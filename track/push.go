@@ -68,6 +68,7 @@ func (ts *typeState) dropApplied() {
 // unanswered one would be diffed against a state that misses the first.
 func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) []Event {
 	p := &ts.p
+	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)})
 	}

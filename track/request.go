@@ -35,6 +35,11 @@ func (ts *typeState) classify(req *codec.Request) classified {
 			c.kind = KindNACK
 		}
 		c.answers = ts.pending()
+	case ts.unsure:
+		c.kind = KindUnobserved
+		// The client may have accepted a push the tap never saw: what the
+		// tracker holds as its state is no longer known to be it.
+		ts.baseline = false
 	default:
 		c.kind = KindStale
 		ts.staleNonces++

@@ -25,6 +25,9 @@ type stream struct {
 	// lastRound is when every subscribed type was last seen resent whole.
 	lastRound time.Time
 	sc        *scratch // the tracker's
+	// unsure: frames of the stream went unobserved; a type first seen after
+	// that starts unsure too (see typeState.unsure).
+	unsure bool
 }
 
 // fullRoundWindow is how close together the pushes of one resync are: a
@@ -85,6 +88,7 @@ func (s *stream) typeFor(url string) *typeState {
 		return nil
 	}
 	ts := newTypeState(url, s.sc)
+	ts.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)
 	return ts

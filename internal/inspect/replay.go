@@ -145,8 +145,7 @@ func (r *replayer) record(rec *capture.Record) {
 		r.close(rec)
 	case capture.KindGap:
 		if s := r.streams[rec.Stream]; s != nil {
-			r.emit(&step{At: rec.Time, Rec: rec, Delta: s.delta},
-				[]track.Event{track.ObservationGap{StreamID: rec.Stream, Skipped: rec.Skipped, At: rec.Time}})
+			r.emit(&step{At: rec.Time, Rec: rec, Delta: s.delta}, r.tr.Gap(rec.Stream, rec.Time, rec.Skipped))
 		}
 	case capture.KindCapture:
 		// A capture record inside a file: two files concatenated.
