@@ -47,14 +47,14 @@ type Node struct {
 type RequestKind string
 
 const (
-	KindInitial      RequestKind = "initial"      // empty response nonce: first request of a type, or a re-request
-	KindACK          RequestKind = "ack"          // latest nonce, no error_detail
-	KindNACK         RequestKind = "nack"         // latest nonce, error_detail set
-	KindStale        RequestKind = "stale"        // a nonce that is not the latest sent for the type
+	KindInitial RequestKind = "initial" // empty response nonce: first request of a type, or a re-request
+	KindACK     RequestKind = "ack"     // latest nonce, no error_detail
+	KindNACK    RequestKind = "nack"    // latest nonce, error_detail set
+	KindStale   RequestKind = "stale"   // a nonce that is not the latest sent for the type
 	// KindUnobserved: a nonce the tap never saw sent, after frames of the
 	// stream went unobserved (ObservationGap): most likely the answer to a
 	// push that was relayed but not observed, so it is not counted as stale.
-	KindUnobserved RequestKind = "unobserved"
+	KindUnobserved   RequestKind = "unobserved"
 	KindSubscription RequestKind = "subscription" // Delta: (un)subscribe with an empty nonce, after the first request
 	KindUnsubscribe  RequestKind = "unsubscribe"  // the client dropped every name of the type
 )

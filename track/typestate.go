@@ -42,10 +42,10 @@ type typeState struct {
 	// unsure is set when frames of the stream went unobserved, until the
 	// next push of the type is observed: a nonce the tap does not know may
 	// then be that of a push it did not see.
-	unsure bool
-	lastError                string
-	fullSynced               bool      // the type has had its initial full sync on this stream
-	lastFull                 time.Time // the last repeated full sync of the type
+	unsure     bool
+	lastError  string
+	fullSynced bool      // the type has had its initial full sync on this stream
+	lastFull   time.Time // the last repeated full sync of the type
 
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
