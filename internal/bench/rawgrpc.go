@@ -108,32 +108,12 @@ func recvRequest(s msgStream, into proto.Message) error {
 
 // expectACK receives a SotW request and checks that it accepts nonce.
 func expectACK(s msgStream, nonce string) error {
-	var req discovery.DiscoveryRequest
-	if err := recvRequest(s, &req); err != nil {
-		return err
-	}
-	if req.ErrorDetail != nil {
-		return fmt.Errorf("NACK of %s: %s", req.ResponseNonce, req.ErrorDetail.GetMessage())
-	}
-	if req.ResponseNonce != nonce {
-		return fmt.Errorf("request answers nonce %q, want an ACK of %q", req.ResponseNonce, nonce)
-	}
-	return nil
+	return expectAnswer(s, new(discovery.DiscoveryRequest), nonce)
 }
 
 // expectDeltaACK receives a Delta request and checks that it accepts nonce.
 func expectDeltaACK(s msgStream, nonce string) error {
-	var req discovery.DeltaDiscoveryRequest
-	if err := recvRequest(s, &req); err != nil {
-		return err
-	}
-	if req.ErrorDetail != nil {
-		return fmt.Errorf("NACK of %s: %s", req.ResponseNonce, req.ErrorDetail.GetMessage())
-	}
-	if req.ResponseNonce != nonce {
-		return fmt.Errorf("delta request answers nonce %q, want an ACK of %q", req.ResponseNonce, nonce)
-	}
-	return nil
+	return expectAnswer(s, new(discovery.DeltaDiscoveryRequest), nonce)
 }
 
 // expectPush receives a response and checks it is want, byte for byte (by hash).

@@ -3,12 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/codec"
@@ -20,15 +17,17 @@ import (
 // every push.
 type W4 struct {
 	resources, churn int
-	initial          []byte
-	pushes           []Msg // [0] is the initial state, not measured
-	nonces           []string
-	acks             [][]byte
+	pushSequence
 }
 
 // NewW4 builds W4's pushes.
 func NewW4(s Sizes) *W4 {
-	w := &W4{resources: s.W4Resources, churn: s.W4Churn}
+	w := &W4{resources: s.W4Resources, churn: s.W4Churn, pushSequence: pushSequence{
+		method:    MethodDelta,
+		warmUp:    "the initial state", // not measured
+		expectACK: expectDeltaACK,
+	}}
+	w.checkInitial = w.checkInitialRequest
 	n := 1
 	for proto.Size(endpoints(clusterName(0), n+1, 0)) <= s.W4Size {
 		n++
@@ -75,95 +74,19 @@ func (w *W4) Describe() string {
 		w.resources, sizeMB(w.pushes[0].Len), len(w.pushes)-1, w.churn, sizeKB(w.pushes[1].Len))
 }
 
-func (w *W4) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
-	ctx, cancel := context.WithTimeout(ctx, runTimeout)
-	defer cancel()
-	errs := newFirstError()
-	var acks atomic.Int64
-	gate := make(chan struct{})
-	up, err := startUpstream(func(method string, s grpc.ServerStream) error {
-		if method != MethodDelta {
-			return wrongMethod(errs, method, MethodDelta)
-		}
-		var req discovery.DeltaDiscoveryRequest
-		if err := recvRequest(s, &req); err != nil {
-			return upstreamFailed(errs, err)
-		}
-		if req.TypeUrl != codec.TypeEndpoint || len(req.ResourceNamesSubscribe) != w.resources {
-			return upstreamFailed(errs, fmt.Errorf("first request for %q subscribes %d names, want %d", req.TypeUrl, len(req.ResourceNamesSubscribe), w.resources))
-		}
-		for k, p := range w.pushes {
-			if k == 1 {
-				if err := waitGate(s, gate); err != nil {
-					return err
-				}
-			}
-			if err := sendMsg(s, p); err != nil {
-				return upstreamFailed(errs, err)
-			}
-			if err := expectDeltaACK(s, w.nonces[k]); err != nil {
-				return upstreamFailed(errs, err)
-			}
-			acks.Add(1)
-		}
-		return nil
-	})
-	if err != nil {
-		return res, err
+func (w *W4) Run(ctx context.Context, start StartMiddle) (Result, error) { return w.run(ctx, start) }
+
+// checkInitialRequest wants the client's Delta EDS subscription to every
+// resource.
+func (w *W4) checkInitialRequest(s msgStream) error {
+	var req discovery.DeltaDiscoveryRequest
+	if err := recvRequest(s, &req); err != nil {
+		return err
 	}
-	defer up.Stop()
-	m, err := start(up.Addr())
-	if err != nil {
-		return res, err
+	if req.TypeUrl != codec.TypeEndpoint || len(req.ResourceNamesSubscribe) != w.resources {
+		return fmt.Errorf("first request for %q subscribes %d names, want %d", req.TypeUrl, len(req.ResourceNamesSubscribe), w.resources)
 	}
-	defer func() { err = firstOf(err, m.Close()) }()
-	cc, err := dialRaw(m.Addr())
-	if err != nil {
-		return res, err
-	}
-	defer cc.Close()
-	s, err := openRaw(ctx, cc, MethodDelta)
-	if err != nil {
-		return res, err
-	}
-	if err := sendBytes(s, w.initial); err != nil {
-		return res, err
-	}
-	if err := expectPush(s, w.pushes[0], "the initial state"); err != nil {
-		return res, firstOf(errs.get(), err)
-	}
-	if err := sendBytes(s, w.acks[0]); err != nil {
-		return res, err
-	}
-	if err := m.Begin(); err != nil {
-		return res, err
-	}
-	t0 := time.Now()
-	close(gate)
-	for k := 1; k < len(w.pushes); k++ {
-		if err := expectPush(s, w.pushes[k], fmt.Sprintf("push %d", k)); err != nil {
-			return res, firstOf(errs.get(), err)
-		}
-		if err := sendBytes(s, w.acks[k]); err != nil {
-			return res, err
-		}
-		res.Bytes += int64(w.pushes[k].Len)
-	}
-	res.Wall = time.Since(t0)
-	if res.Middle, err = m.End(); err != nil {
-		return res, err
-	}
-	if err := expectEnd(s); err != nil {
-		return res, firstOf(errs.get(), err)
-	}
-	if err := errs.get(); err != nil {
-		return res, err
-	}
-	res.Pushes, res.ACKs, res.Streams = len(w.pushes)-1, int(acks.Load()), 1
-	if res.ACKs != len(w.pushes) {
-		return res, fmt.Errorf("upstream counted %d ACKs, want %d", res.ACKs, len(w.pushes))
-	}
-	return res, nil
+	return nil
 }
 
 func sizeKB(n int) string { return fmt.Sprintf("%.0f KB", float64(n)/1e3) }
