@@ -70,21 +70,21 @@ func upstreamContext(ctx context.Context) context.Context {
 }
 
 func (r *typedRelay) StreamAggregatedResources(down grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) error {
-	cc, err := r.dial()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithCancel(upstreamContext(down.Context()))
-	defer cancel()
-	up, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	if err != nil {
-		return err
-	}
-	return relayTyped(&r.pumps, down, up)
+	return relayStream(r, down, func(c discovery.AggregatedDiscoveryServiceClient, ctx context.Context) (grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse], error) {
+		return c.StreamAggregatedResources(ctx)
+	})
 }
 
 func (r *typedRelay) DeltaAggregatedResources(down grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) error {
+	return relayStream(r, down, func(c discovery.AggregatedDiscoveryServiceClient, ctx context.Context) (grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse], error) {
+		return c.DeltaAggregatedResources(ctx)
+	})
+}
+
+// relayStream dials an upstream connection for one downstream stream, as
+// istio-agent does, opens the stream with open and relays it.
+func relayStream[Req, Resp any](r *typedRelay, down grpc.BidiStreamingServer[Req, Resp],
+	open func(discovery.AggregatedDiscoveryServiceClient, context.Context) (grpc.BidiStreamingClient[Req, Resp], error)) error {
 	cc, err := r.dial()
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func (r *typedRelay) DeltaAggregatedResources(down grpc.BidiStreamingServer[disc
 	defer cc.Close()
 	ctx, cancel := context.WithCancel(upstreamContext(down.Context()))
 	defer cancel()
-	up, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	up, err := open(discovery.NewAggregatedDiscoveryServiceClient(cc), ctx)
 	if err != nil {
 		return err
 	}
