@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/human"
 	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
@@ -92,14 +93,14 @@ func (l *LiveLog) OnEvent(e track.Event) {
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), nodeSuffix(e.Node.ID)),
 			"stream", e.StreamID, "node", e.Node.ID, "full_sync_seconds", e.Elapsed.Seconds(), "types", e.Types)
 	case track.DetectorStarted:
-		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", detectorName(e.Detector), e.Detail),
+		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", human.Detector(e.Detector), e.Detail),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count)
 	case track.DetectorEnded:
-		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", detectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
+		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", human.Detector(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count, "duration_seconds", e.Duration.Seconds())
 	case track.UpstreamConnected:
 		c := e.UpstreamConnect
-		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", latency(c.DNS), latency(c.TCP), latency(c.TLS))
+		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", human.Latency(c.DNS), human.Latency(c.TCP), human.Latency(c.TLS))
 		if c.Err != nil {
 			l.line(slog.LevelWarn, fmt.Sprintf("upstream %s unreachable for connection %d: %s failed (%s): %v", c.Upstream, c.ConnID, c.FailedPhase, phases, c.Err),
 				"conn", c.ConnID, "upstream", c.Upstream, "failed_phase", c.FailedPhase, "error", c.Err.Error(),
@@ -177,7 +178,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	b = append(b, " ="...)
 	b = strconv.AppendInt(b, int64(d.Unchanged), 10)
 	b = append(b, ' ')
-	b = appendHumanBytes(b, p.Bytes)
+	b = human.AppendBytes(b, p.Bytes)
 	if p.FullSync {
 		if p.Initial {
 			b = append(b, " full"...)
@@ -195,10 +196,10 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	switch e.Result {
 	case track.ResultACK:
 		b = append(b, " ACK "...)
-		b = appendLatency(b, e.Latency)
+		b = human.AppendLatency(b, e.Latency)
 	case track.ResultNACK:
 		b = append(b, " NACK "...)
-		b = appendLatency(b, e.Latency)
+		b = human.AppendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
 		if suppressed > 0 {
@@ -283,20 +284,6 @@ var typeLabels = func() map[string]string {
 	return m
 }()
 
-func detectorName(d string) string {
-	switch d {
-	case track.DetectorNACKStorm:
-		return "NACK storm"
-	case track.DetectorNACKLoop:
-		return "NACK loop"
-	case track.DetectorRepeatedFullSync:
-		return "repeated full syncs"
-	case track.DetectorReconnectHerd:
-		return "reconnect herd"
-	}
-	return d
-}
-
 func shortMethod(m string) string {
 	if i := strings.LastIndex(m, "/"); i >= 0 {
 		return m[i+1:]
@@ -318,39 +305,6 @@ func quoteIf(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// latency is short and keeps sub-millisecond answers visible: 0.31ms, 14ms, 1.2s.
-func latency(d time.Duration) string { return string(appendLatency(nil, d)) }
-
-func appendLatency(b []byte, d time.Duration) []byte {
-	switch {
-	case d < time.Millisecond:
-		b = strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 2, 64)
-		return append(b, "ms"...)
-	case d < time.Second:
-		// Whole milliseconds under a second print as Duration.String
-		// prints them ("14ms"), without its string.
-		if r := d.Round(time.Millisecond); r < time.Second {
-			b = strconv.AppendInt(b, int64(r/time.Millisecond), 10)
-			return append(b, "ms"...)
-		}
-		return append(b, d.Round(time.Millisecond).String()...)
-	}
-	return append(b, d.Round(100*time.Millisecond).String()...)
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func appendHumanBytes(b []byte, n int) []byte {
-	switch {
-	case n >= 1<<20:
-		b = strconv.AppendFloat(b, float64(n)/(1<<20), 'f', 1, 64)
-		return append(b, "MB"...)
-	case n >= 1<<10:
-		b = strconv.AppendFloat(b, float64(n)/(1<<10), 'f', 1, 64)
-		return append(b, "KB"...)
-	}
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, 'B')
-}
 
 func codeName(c uint32) string { return codes.Code(c).String() }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/internal/human"
 	"github.com/adstap/adstap/track"
 )
 
@@ -238,7 +239,7 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 	fmt.Fprintf(w, "version %s: %s on %s\n", p.version, plural(len(found), "push", "pushes"), plural(len(streams), "stream", "streams"))
 	for _, r := range found {
 		fmt.Fprintf(w, "\nstream %d  %s  node=%s  %s  %s, %s  +%d -%d ~%d =%d", r.Stream, r.Type, orDash(r.Node), stamp(r.At),
-			plural(r.Resources, "resource", "resources"), humanBytes(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)
+			plural(r.Resources, "resource", "resources"), human.Bytes(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)
 		if r.FullSync {
 			fmt.Fprint(w, "  full")
 		}
@@ -249,9 +250,9 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 		case "":
 			fmt.Fprint(w, "  unanswered at the end of the capture")
 		case string(track.ResultACK), string(track.ResultNACK):
-			fmt.Fprintf(w, "  %s %s", strings.ToUpper(r.Result), fmtLatency(r.Latency))
+			fmt.Fprintf(w, "  %s %s", strings.ToUpper(r.Result), human.Latency(r.Latency))
 		default:
-			fmt.Fprintf(w, "  %s after %s", strings.ToUpper(r.Result), fmtLatency(r.Latency))
+			fmt.Fprintf(w, "  %s after %s", strings.ToUpper(r.Result), human.Latency(r.Latency))
 		}
 		fmt.Fprintln(w)
 		if r.Error != "" {
@@ -309,16 +310,6 @@ func fileList(files []FileRead) string {
 		names = append(names, f.Name)
 	}
 	return strings.Join(names, ", ")
-}
-
-func humanBytes(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1fKB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%dB", n)
 }
 
 func plural(n int, one, many string) string {

@@ -93,18 +93,6 @@ func sortedIDs[V any](m map[uint64]V) []uint64 {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// fmtLatency is the live log's: short, and sub-millisecond answers stay
-// visible (0.31ms, 14ms, 1.2s).
-func fmtLatency(d time.Duration) string {
-	switch {
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000)
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(100 * time.Millisecond).String()
-}
-
 // stamp formats a recorded time with its date.
 func stamp(t time.Time) string {
 	if t.IsZero() {
