@@ -66,4 +66,3 @@ func TestAppendBytesMatchesFmt(t *testing.T) {
 		}
 	}
 }
-
