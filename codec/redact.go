@@ -16,7 +16,6 @@ import (
 	status "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Redaction is the one step every output of adstap that shows resource
@@ -71,63 +70,17 @@ func RedactResponse(b []byte, delta bool) ([]byte, bool, error) {
 // reports whether it found any.
 func RedactMessage(m proto.Message) bool { return redactMessage(m.ProtoReflect()) }
 
-func redactMessage(m protoreflect.Message) bool {
-	if m.Descriptor().FullName() == "google.protobuf.Any" {
-		return redactAny(m)
-	}
-	changed := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
-		}
-		secret := secretFields[fd.Name()] && fd.Message().FullName() == dataSourceName
-		visit := func(child protoreflect.Message) {
-			if secret {
-				changed = redactDataSource(child) || changed
-			} else {
-				changed = redactMessage(child) || changed
-			}
-		}
-		switch {
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				visit(l.Get(i).Message())
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					visit(mv.Message())
-					return true
-				})
-			}
-		default:
-			visit(v.Message())
-		}
-		return true
-	})
-	return changed
-}
+func redactMessage(m protoreflect.Message) bool { return EditNested(m, redactEdit) }
 
-// redactAny opens an Any of a known type, redacts it, and packs it again.
-func redactAny(m protoreflect.Message) bool {
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		return false
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		return false
-	}
-	if !redactMessage(inner.ProtoReflect()) {
-		return false
-	}
-	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner)
-	if err != nil {
-		return false
-	}
-	a.Value = value
-	return true
+// redactEdit replaces the key material of the DataSource fields that hold
+// secrets, wherever they are.
+var redactEdit = NestedEdit{
+	Field: func(fd protoreflect.FieldDescriptor, child protoreflect.Message) (changed, descend bool) {
+		if secretFields[fd.Name()] && fd.Message().FullName() == dataSourceName {
+			return redactDataSource(child), false
+		}
+		return false, true
+	},
 }
 
 // redactDataSource replaces inline key material with its fingerprint. A

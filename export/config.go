@@ -252,6 +252,9 @@ func showResource(r retained) json.RawMessage {
 		return b
 	}
 	codec.RedactMessage(m)
+	// An Any inside of a type this binary does not know would fail the
+	// whole resource: it shows as its type URL and base64 bytes instead.
+	codec.StandInUnknownAnys(m.ProtoReflect())
 	a, err := anypb.New(m)
 	if err != nil {
 		return json.RawMessage(`{}`)

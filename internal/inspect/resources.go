@@ -11,9 +11,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -74,10 +72,6 @@ func wrapped(r *discovery.Resource) body {
 	return body{name: r.GetName(), typeURL: r.GetResource().GetTypeUrl(), value: r.GetResource().GetValue()}
 }
 
-// unknownKey marks the stand-in for an Any of a type this binary does not
-// know, so that the JSON can show it as its type URL and base64 bytes.
-const unknownKey = "adstap.unknown_type_url"
-
 // resourceJSON renders a resource as JSON: protojson with proto field names,
 // through go-control-plane's registered types. A resource of an unknown
 // type, or an unknown Any inside a known one, shows as its type URL and its
@@ -97,7 +91,7 @@ func resourceJSON(b body) (jsonValue, error) {
 	if !b.redacted {
 		codec.RedactMessage(m)
 	}
-	standInUnknownAnys(m.ProtoReflect())
+	codec.StandInUnknownAnys(m.ProtoReflect())
 	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s as JSON: %w", typeURL, err)
@@ -113,71 +107,6 @@ func unknownJSON(typeURL string, value []byte) jsonValue {
 	return jsonObject{{"@type", typeURL}, {"value_base64", base64.StdEncoding.EncodeToString(value)}}
 }
 
-// standInUnknownAnys replaces, at any depth, every Any that protojson could
-// not resolve (which would fail the whole resource) with a Struct holding
-// its type URL and bytes; restoreUnknown turns it back into that.
-func standInUnknownAnys(m protoreflect.Message) bool {
-	changed := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
-		}
-		visit := func(child protoreflect.Message) {
-			if child.Descriptor().FullName() == "google.protobuf.Any" {
-				changed = standInAny(child) || changed
-			} else {
-				changed = standInUnknownAnys(child) || changed
-			}
-		}
-		switch {
-		case fd.IsList():
-			for i := 0; i < v.List().Len(); i++ {
-				visit(v.List().Get(i).Message())
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					visit(mv.Message())
-					return true
-				})
-			}
-		default:
-			visit(v.Message())
-		}
-		return true
-	})
-	return changed
-}
-
-func standInAny(m protoreflect.Message) bool {
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		return false
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		st, err := structpb.NewStruct(map[string]any{unknownKey: a.GetTypeUrl(), "value_base64": base64.StdEncoding.EncodeToString(a.GetValue())})
-		if err != nil {
-			return false
-		}
-		packed, err := anypb.New(st)
-		if err != nil {
-			return false
-		}
-		a.TypeUrl, a.Value = packed.TypeUrl, packed.Value
-		return true
-	}
-	if !standInUnknownAnys(inner.ProtoReflect()) {
-		return false
-	}
-	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner)
-	if err != nil {
-		return false
-	}
-	a.Value = value
-	return true
-}
-
 // restoreUnknown turns the stand-ins back into {"@type": URL, "value_base64": ...}.
 func restoreUnknown(v jsonValue) jsonValue {
 	switch v := v.(type) {
@@ -185,7 +114,7 @@ func restoreUnknown(v jsonValue) jsonValue {
 		if url, ok := v.get("@type"); ok && url == "type.googleapis.com/google.protobuf.Struct" {
 			if inner, ok := v.get("value"); ok {
 				if o, ok := inner.(jsonObject); ok {
-					if u, ok := o.get(unknownKey); ok {
+					if u, ok := o.get(codec.UnknownTypeKey); ok {
 						b, _ := o.get("value_base64")
 						return jsonObject{{"@type", u}, {"value_base64", b}}
 					}

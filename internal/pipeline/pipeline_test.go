@@ -20,6 +20,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
@@ -74,7 +75,13 @@ func (a *acks) count(r track.PushResult) int {
 func TestEveryOutputSeesAPush(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const nodeID = "pipeline-node"
-	clusters := map[resource.Type][]types.Resource{resource.ClusterType: {xdsconfig.Cluster("outbound|80||svc.default.svc.cluster.local", false)}}
+	cluster := xdsconfig.Cluster("outbound|80||svc.default.svc.cluster.local", false)
+	// An extension of a type adstap does not know: /debug/config must show
+	// it as its type URL and bytes, not give up on the whole cluster.
+	cluster.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+		"acme.filters.widget": {TypeUrl: "type.googleapis.com/acme.Widget", Value: []byte{0x0a, 0x01, 'w'}},
+	}
+	clusters := map[resource.Type][]types.Resource{resource.ClusterType: {cluster}}
 	cp.SetSnapshot(t, nodeID, "v1", clusters)
 
 	capturePath := filepath.Join(t.TempDir(), "xds.capture")
@@ -127,6 +134,7 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	for _, c := range []struct{ pattern, path, want string }{
 		{"GET /debug/streams", "/debug/streams", nodeID},
 		{"GET /debug/config", "/debug/config?stream=1&type=cds", "outbound|80||svc.default.svc.cluster.local"},
+		{"GET /debug/config", "/debug/config?stream=1&type=cds", `"adstap.unknown_type_url": "type.googleapis.com/acme.Widget"`},
 		{"GET /metrics", "/metrics", `adstap_acks_total`},
 		// The relay's own counters reach /metrics through Start.
 		{"GET /metrics", "/metrics", `adstap_messages_total{direction="response",protocol="sotw"} 1`},
