@@ -1,7 +1,6 @@
 package tap_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -10,33 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
-
-// syncBuffer is a log sink that tests can read while the tap writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 	ca := xdstest.NewCA(t)
@@ -80,7 +61,7 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			_, addr := startTap(t, tap.Config{Upstream: up.addr, ListenTLS: tc.listenTLS,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
 			c, err := net.Dial("tcp", addr.Addr)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -62,7 +63,7 @@ func TestAdminExposesOnlyWhatItIsToldTo(t *testing.T) {
 		{"--pprof", []string{"--pprof"}, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log lockedBuffer
+			var log syncbuf.Buffer
 			_, admin := startTracedTap(t, cp.Addr(), &log, tc.flags...)
 			resp, err := http.Get("http://" + admin + "/debug/pprof/")
 			if err != nil {
@@ -78,7 +79,7 @@ func TestAdminExposesOnlyWhatItIsToldTo(t *testing.T) {
 		})
 	}
 	t.Run("non-loopback admin warns", func(t *testing.T) {
-		var log lockedBuffer
+		var log syncbuf.Buffer
 		srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}})
 		if err != nil {
 			t.Fatal(err)

@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 // TestDemoShowsPushesNACKsAStormAndRecovery runs `adstap demo` fast and reads
 // its live log for what the README promises a newcomer.
 func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runCLI(ctx, []string{"demo", "--interval=300ms", "--admin=127.0.0.1:0"}, &out, &out)

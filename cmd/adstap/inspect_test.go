@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
+	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 // recordCapture runs the real tap, capturing, through inspecttest's
@@ -140,7 +141,7 @@ func TestInspectFollowStopsOnCtrlC(t *testing.T) {
 	sc := recordCapture(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	exited := make(chan int, 1)
 	go func() { exited <- runCLI(ctx, []string{"inspect", "--follow", sc.Path}, &out, &errOut) }()
 	deadline := time.Now().Add(10 * time.Second)

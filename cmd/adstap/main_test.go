@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,29 +17,12 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// lockedBuffer is stderr for an adstap running in the test's process.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func withEnv(t *testing.T, env map[string]string) {
 	t.Helper()
@@ -160,7 +142,7 @@ func TestRunRelaysARealClient(t *testing.T) {
 	withEnv(t, map[string]string{"ADSTAP_UPSTREAM": cp.Addr()})
 
 	ctx, stop := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- runCLI(ctx, []string{"run", "--listen=unix://" + sock, "--admin=127.0.0.1:0", "--drain-timeout=5s"}, &stderr, &stderr)

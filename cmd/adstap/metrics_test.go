@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -89,7 +90,7 @@ func value(t *testing.T, text []byte, series string) float64 {
 // full resyncs within a minute — and checks the scrape says exactly that.
 func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, admin := startObservedTap(t, cp.Addr(), &log)
 	const node = "sidecar~10.0.0.5~reviews-v1.default~default.svc.cluster.local"
 	clusters := func(n int) map[resource.Type][]types.Resource {

@@ -10,13 +10,14 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // startObservedTap starts the tap as adstap run does, in front of upstream,
 // with its admin server on loopback, and returns the tap's and admin's addresses.
-func startObservedTap(t *testing.T, upstream string, log *lockedBuffer) (tapAddr, admin string) {
+func startObservedTap(t *testing.T, upstream string, log *syncbuf.Buffer) (tapAddr, admin string) {
 	t.Helper()
 	return startTracedTap(t, upstream, log)
 }
@@ -42,7 +43,7 @@ func TestNACKFromGRPCGoShowsInDebugStreams(t *testing.T) {
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const node = "proxyless~10.0.0.3~client.default~default.svc.cluster.local"
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, admin := startObservedTap(t, cp.Addr(), &log)
 
 	cp.SetSnapshot(t, node, "2026-11-30T09:00:00Z/1", xdsconfig.ResolverResourcesMaglev("greeter", backend))

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -69,7 +70,7 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	capturePath := filepath.Join(t.TempDir(), "xds.capture")
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, admin := startTracedTap(t, cp.Addr(), &log,
 		"--otlp-endpoint=http://"+j.OTLPGRPC, "--capture="+capturePath, "--retain-resources", "--log-level=debug")
 	const node = "sidecar~10.0.0.6~reviews-v1.default~default.svc.cluster.local"

@@ -21,13 +21,14 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // startTracedTap starts the tap as adstap run does, with flags added to the
 // listen, admin and upstream ones, and stops it at cleanup.
-func startTracedTap(t *testing.T, upstream string, log *lockedBuffer, flags ...string) (tapAddr, admin string) {
+func startTracedTap(t *testing.T, upstream string, log *syncbuf.Buffer, flags ...string) (tapAddr, admin string) {
 	t.Helper()
 	var f runFlags
 	args := append([]string{"--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--upstream=" + upstream}, flags...)
@@ -88,7 +89,7 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 	const nodeB = "sidecar~10.0.0.2~reviews-v2-5d8b.default~default.svc.cluster.local"
 	const rejection = "Error adding/updating cluster(s) outbound|9080||ratings.default.svc.cluster.local: unknown lb_policy"
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--otlp-endpoint=http://"+j.OTLPGRPC, "--trace-scope=mesh-test")
 
 	good := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(3, 0)}
@@ -254,7 +255,7 @@ func TestUnreachableCollectorsNeverTouchTheRelay(t *testing.T) {
 					mu <- struct{}{}
 				},
 			}))
-			var log lockedBuffer
+			var log syncbuf.Buffer
 			tapAddr, admin := startTracedTap(t, cp.Addr(), &log, "--otlp-endpoint=http://"+tc.endpoint)
 			const node = "sidecar~10.0.0.9~app.default~default.svc.cluster.local"
 			cp.SetSnapshot(t, node, "v0", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)})
@@ -307,7 +308,7 @@ func TestSpansOverOTLPHTTPFromTheStandardVariables(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+j.OTLPHTTP)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--trace-grouping=stream")
 	const node = "sidecar~10.0.0.3~details-v1.default~default.svc.cluster.local"
 	cp.SetSnapshot(t, node, "1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)})
@@ -343,7 +344,7 @@ func TestDetectorEpisodesAreSearchableSpans(t *testing.T) {
 	service := fmt.Sprintf("adstap-detect-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--otlp-endpoint=http://"+j.OTLPGRPC)
 	const node = "sidecar~10.0.0.4~ratings-v1.default~default.svc.cluster.local"
 	cp.SetSnapshot(t, node, "2026-11-30T09:01:00Z/7", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)})

@@ -32,6 +32,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/track"
 )
@@ -632,25 +633,7 @@ func TestWhatIsNotACaptureIsAnInputError(t *testing.T) {
 	}
 }
 
-// lockedBuffer is the output of a Run on another goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitFor(t *testing.T, out *lockedBuffer, want string) {
+func waitFor(t *testing.T, out *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), want) {
@@ -662,7 +645,7 @@ func waitFor(t *testing.T, out *lockedBuffer, want string) {
 }
 
 // follow runs Run with Follow on path until stop is called.
-func follow(t *testing.T, path string, out, errOut *lockedBuffer) (stop func() error) {
+func follow(t *testing.T, path string, out, errOut *syncbuf.Buffer) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -713,7 +696,7 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Join(lines[:split], nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	stop := follow(t, path, &out, &errOut)
 	waitFor(t, &out, "stream 1 open")
 	time.Sleep(50 * time.Millisecond) // a few polls with nothing new
@@ -766,7 +749,7 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 // writes it and rotates it every few records.
 func TestFollowAcrossRotation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "capture.jsonl")
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	var stop func() error
 	inspecttest.Record(t, path, inspecttest.Options{MaxBytes: 1500, MaxFiles: 100, BeforeClients: func() {
 		stop = follow(t, path, &out, &errOut)
