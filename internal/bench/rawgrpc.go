@@ -29,6 +29,25 @@ type upstream struct {
 }
 
 // startUpstream serves handler for every method on a loopback port.
+// startPath starts an upstream serving handler and, in front of it, the
+// middle of the path being measured. stop closes the middle, then the
+// upstream, and returns the middle's error.
+func startPath(start StartMiddle, handler func(method string, s grpc.ServerStream) error) (m Middle, stop func() error, err error) {
+	up, err := startUpstream(handler)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m, err = start(up.Addr()); err != nil {
+		up.Stop()
+		return nil, nil, err
+	}
+	return m, func() error {
+		err := m.Close()
+		up.Stop()
+		return err
+	}, nil
+}
+
 func startUpstream(handler func(method string, s grpc.ServerStream) error) (*upstream, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -33,7 +33,7 @@ func (q *pushSequence) run(ctx context.Context, start StartMiddle) (res Result, 
 	errs := newFirstError()
 	var acks atomic.Int64
 	gate := make(chan struct{})
-	up, err := startUpstream(func(method string, s grpc.ServerStream) error {
+	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
 		if method != q.method {
 			return wrongMethod(errs, method, q.method)
 		}
@@ -59,12 +59,7 @@ func (q *pushSequence) run(ctx context.Context, start StartMiddle) (res Result, 
 	if err != nil {
 		return res, err
 	}
-	defer up.Stop()
-	m, err := start(up.Addr())
-	if err != nil {
-		return res, err
-	}
-	defer func() { err = firstOf(err, m.Close()) }()
+	defer func() { err = firstOf(err, stop()) }()
 	cc, err := dialRaw(m.Addr())
 	if err != nil {
 		return res, err

@@ -82,7 +82,7 @@ func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		// its stream end.
 		latencies = make(chan []time.Duration, w.streams)
 	)
-	up, err := startUpstream(func(method string, s grpc.ServerStream) error {
+	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
 		if method != MethodSotW {
 			return wrongMethod(errs, method, MethodSotW)
 		}
@@ -126,12 +126,7 @@ func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	if err != nil {
 		return res, err
 	}
-	defer up.Stop()
-	m, err := start(up.Addr())
-	if err != nil {
-		return res, err
-	}
-	defer func() { err = firstOf(err, m.Close()) }()
+	defer func() { err = firstOf(err, stop()) }()
 
 	var clients sync.WaitGroup
 	clientErrs := newFirstError()

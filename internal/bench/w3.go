@@ -75,7 +75,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		released = sync.OnceFunc(func() { close(release) })
 	)
 	defer released()
-	up, err := startUpstream(func(method string, s grpc.ServerStream) error {
+	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
 		if method != MethodSotW {
 			return wrongMethod(errs, method, MethodSotW)
 		}
@@ -115,12 +115,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	if err != nil {
 		return res, err
 	}
-	defer up.Stop()
-	m, err := start(up.Addr())
-	if err != nil {
-		return res, err
-	}
-	defer func() { err = firstOf(err, m.Close()) }()
+	defer func() { err = firstOf(err, stop()) }()
 	// The middle as it starts, before any client: give its start-up a
 	// moment to settle.
 	time.Sleep(min(w.settle, 500*time.Millisecond))
