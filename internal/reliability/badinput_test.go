@@ -73,17 +73,10 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 		}
 	})
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr})
-	cc, err := rel.Dial(tp.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := tp.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := rel.OpenRaw(ctx, cc, rel.ADSMethod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := rel.OpenADS(t, ctx, cc)
 	requests := [][]byte{rel.RequestFrame(&core.Node{Id: "bad-input"}, rel.ClusterType, "", "", "")}
 	requests = append(requests, badRequests...)
 	requests = append(requests, rel.RequestFrame(nil, rel.ClusterType, "v1", "nonce-1", "")) // the ACK, last

@@ -62,19 +62,12 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 		return nil
 	})
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr})
-	cc, err := rel.Dial(tp.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := tp.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	before := rel.HeapAfterGC()
-	s, err := rel.OpenRaw(ctx, cc, rel.ADSMethod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := rel.OpenADS(t, ctx, cc)
 	if err := rel.Send(s, rel.RequestFrame(&core.Node{Id: "stops-reading"}, rel.ClusterType, "", "", "")); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
@@ -133,6 +134,28 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// Client dials the tap as a client would; the connection is closed at
+// cleanup.
+func (tp *Tap) Client(t testing.TB) *grpc.ClientConn {
+	t.Helper()
+	cc, err := Dial(tp.Addr)
+	if err != nil {
+		t.Fatalf("reliability: dialing the tap: %v", err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// OpenADS opens a raw SotW ADS stream on cc, or fails the test.
+func OpenADS(t testing.TB, ctx context.Context, cc *grpc.ClientConn) grpc.ClientStream {
+	t.Helper()
+	s, err := OpenRaw(ctx, cc, ADSMethod)
+	if err != nil {
+		t.Fatalf("reliability: opening an ADS stream: %v", err)
+	}
+	return s
 }
 
 // SotW is what the relay counted on SotW streams.

@@ -31,11 +31,7 @@ func TestUpstreamKilledMidPush(t *testing.T) {
 	child := rel.StartChild(t, rel.ChildOptions{PushBytes: pushBytes, BytesPerSecond: throttle})
 	addr := child.Addr
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: tap.Address{Network: "tcp", Addr: addr}})
-	cc, err := rel.Dial(tp.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := tp.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

@@ -95,17 +95,10 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		return nil
 	})
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + j.OTLPGRPC}})
-	cc, err := rel.Dial(tp.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := tp.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := rel.OpenRaw(ctx, cc, rel.ADSMethod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := rel.OpenADS(t, ctx, cc)
 	for i, req := range requests {
 		if err := rel.Send(s, req); err != nil {
 			t.Fatalf("request %d: %v", i, err)
