@@ -41,7 +41,7 @@ const (
 const benchRounds = 64
 
 func benchMeta(stream uint64) track.StreamMeta {
-	return track.StreamMeta{ID: stream, ConnID: stream, Method: benchMethod, Protocol: track.SotW, Peer: "10.0.0.7:41234", OpenedAt: t0}
+	return track.StreamMeta{ID: stream, ConnID: stream, Method: benchMethod, Protocol: codec.SotW, Peer: "10.0.0.7:41234", OpenedAt: t0}
 }
 
 func benchPush(stream uint64, i int) track.Push {

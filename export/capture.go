@@ -102,7 +102,7 @@ func (c *Capture) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 }
 
 // OnUpstreamConnect is not recorded.
-func (c *Capture) OnUpstreamConnect(tap.UpstreamConnect) {}
+func (c *Capture) OnUpstreamConnect(codec.UpstreamConnect) {}
 
 func (c *Capture) write(r capture.Record) {
 	if err := c.w.Write(r); err != nil {

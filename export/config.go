@@ -125,7 +125,7 @@ func (c *ConfigStore) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) {
 	}
 }
 
-func (c *ConfigStore) OnUpstreamConnect(tap.UpstreamConnect) {}
+func (c *ConfigStore) OnUpstreamConnect(codec.UpstreamConnect) {}
 
 // OnEvent applies a push once the tracker says how it ended.
 func (c *ConfigStore) OnEvent(e track.Event) {

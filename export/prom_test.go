@@ -42,8 +42,8 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.DetectorEnded{Detector: track.DetectorNACKLoop, TypeURL: codec.TypeCluster},
 		track.DetectorStarted{Detector: track.DetectorRepeatedFullSync, Node: node},
 		track.DecodeError{StreamID: 3, Direction: "request", Err: fmt.Errorf("truncated")},
-		track.UpstreamConnected{UpstreamConnect: tap.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
-		track.UpstreamConnected{UpstreamConnect: tap.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
+		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
+		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
 	}
 	for _, e := range events {
 		m.OnEvent(e)

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -30,7 +31,7 @@ func BenchmarkPush20MB(b *testing.B) {
 		}
 	})
 	_, tapAddr := startTap(b, tap.Config{Upstream: up.addr}, nil)
-	observer := track.NewObserver(track.New(track.DefaultConfig()))
+	observer := pipeline.NewObserver(track.New(track.DefaultConfig()))
 	_, observedAddr := startTap(b, tap.Config{Upstream: up.addr, Observer: observer}, nil)
 	for _, path := range []struct {
 		name string

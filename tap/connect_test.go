@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -19,20 +20,20 @@ import (
 // connects records the upstream connects a tap reports.
 type connects struct {
 	mu  sync.Mutex
-	got []tap.UpstreamConnect
+	got []codec.UpstreamConnect
 }
 
 func (c *connects) observer() tap.Observer {
-	return tap.ObserverFuncs{UpstreamConnectFunc: func(u tap.UpstreamConnect) {
+	return tap.ObserverFuncs{UpstreamConnectFunc: func(u codec.UpstreamConnect) {
 		c.mu.Lock()
 		c.got = append(c.got, u)
 		c.mu.Unlock()
 	}}
 }
 
-func (c *connects) wait(t *testing.T) tap.UpstreamConnect {
+func (c *connects) wait(t *testing.T) codec.UpstreamConnect {
 	t.Helper()
-	var u tap.UpstreamConnect
+	var u codec.UpstreamConnect
 	waitFor(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()

@@ -46,7 +46,7 @@ type Config struct {
 // Pipeline is the observation side of one tap.
 type Pipeline struct {
 	Tracker  *track.Tracker
-	Observer *track.Observer
+	Observer *Observer
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
@@ -100,7 +100,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
-	p.Observer = track.NewObserver(p.Tracker, sinks...)
+	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
 		// After the tracker: a push's bytes are kept before its ACK is judged.

@@ -37,7 +37,7 @@ type TapOptions struct {
 type Tap struct {
 	Addr     tap.Address
 	Server   *tap.Server
-	Observer *track.Observer
+	Observer *pipeline.Observer
 	Tracker  *track.Tracker
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing // nil without TapOptions.Tracing
