@@ -15,7 +15,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -136,7 +135,7 @@ func BenchmarkTracingPush(b *testing.B) {
 // line, in each --log-format.
 func BenchmarkLiveLogPush(b *testing.B) {
 	b.Run("pretty", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(logfmt.NewPretty(io.Discard, slog.LevelInfo))))
+		runPushes(b, export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
 	})
 	b.Run("json", func(b *testing.B) {
 		runPushes(b, export.NewLiveLog(slog.New(slog.NewJSONHandler(io.Discard, nil))))
@@ -162,7 +161,7 @@ func BenchmarkAllSinksPush(b *testing.B) {
 	all := func(b *testing.B) track.Sink {
 		tr := newBenchTracing(b, export.GroupByVersion)
 		sinks := []track.Sink{
-			export.NewLiveLog(slog.New(logfmt.NewPretty(io.Discard, slog.LevelInfo))),
+			export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
 			export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
 			tr,
 		}

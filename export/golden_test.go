@@ -21,7 +21,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -297,7 +296,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// A logger carrying its own attributes and group, as a caller may
 		// hand one over.
 		var buf bytes.Buffer
-		l := export.NewLiveLog(slog.New(logfmt.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
+		l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
 		for _, e := range story() {
 			l.OnEvent(e)
 		}
