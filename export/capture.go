@@ -6,6 +6,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -32,7 +33,7 @@ func NewCapture(w *capture.Writer, log *slog.Logger) *Capture {
 // OnStreamOpen records the stream, its headers redacted.
 func (c *Capture) OnStreamOpen(s tap.StreamInfo) {
 	r := capture.Record{Time: s.OpenedAt, Kind: capture.KindOpen, Stream: s.ID, Conn: s.ConnID, Method: s.Method,
-		Protocol: string(s.Protocol), Headers: codec.RedactHeaders(s.Header)}
+		Protocol: string(s.Protocol), Headers: redact.Headers(s.Header)}
 	if s.Peer != nil {
 		r.Peer = s.Peer.String()
 	}
@@ -68,7 +69,7 @@ func (c *Capture) OnFrame(s tap.StreamInfo, f tap.Frame) {
 			}
 		}
 		r.Node = node
-		red, redacted, err := codec.RedactRequest(b, delta)
+		red, redacted, err := redact.Request(b, delta)
 		if err != nil {
 			b, r.Redacted = nil, true
 		} else {
@@ -78,7 +79,7 @@ func (c *Capture) OnFrame(s tap.StreamInfo, f tap.Frame) {
 		c.mu.Lock()
 		r.Node = c.nodes[s.ID]
 		c.mu.Unlock()
-		red, redacted, err := codec.RedactResponse(b, delta)
+		red, redacted, err := redact.Response(b, delta)
 		if err != nil {
 			// A response that cannot be opened cannot be shown safely.
 			b, r.Redacted = nil, true

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -251,10 +252,10 @@ func showResource(r retained) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
 		return b
 	}
-	codec.RedactMessage(m)
+	redact.Message(m)
 	// An Any inside of a type this binary does not know would fail the
 	// whole resource: it shows as its type URL and base64 bytes instead.
-	codec.StandInUnknownAnys(m.ProtoReflect())
+	redact.StandInUnknownAnys(m.ProtoReflect())
 	a, err := anypb.New(m)
 	if err != nil {
 		return json.RawMessage(`{}`)
