@@ -104,10 +104,10 @@ func New(cfg Config) (*Pipeline, error) {
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
 		// After the tracker: a push's bytes are kept before its ACK is judged.
-		observers = append(observers, p.Retained)
+		observers = append(observers, retainObserver{p.Retained})
 	}
 	if p.Capture != nil {
-		observers = append(observers, export.NewCapture(p.Capture, log))
+		observers = append(observers, captureObserver{export.NewCapture(p.Capture, log)})
 	}
 	p.observer = tap.Observers(observers...)
 	return p, nil
@@ -123,7 +123,7 @@ func (p *Pipeline) Start(srv *tap.Server) {
 	p.stop = p.Observer.StartClock(time.Second)
 }
 
-func (p *Pipeline) relayStats() map[codec.Protocol]tap.ProtocolStats {
+func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 	if srv := p.relay.Load(); srv != nil {
 		return srv.Stats()
 	}
