@@ -90,7 +90,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 		r.info.Peer = p.Addr
 	}
 	if s.cfg.Observer != nil {
-		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, &s.workers)
+		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, s.abandon, &s.workers)
 	}
 	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
 

@@ -71,6 +71,10 @@ type Server struct {
 	// workers counts the goroutines a stream leaves behind its handler: the
 	// request pump and the observation queue.
 	workers sync.WaitGroup
+	// abandon is closed when Shutdown's deadline passes: the observation
+	// goroutines drop what they still hold (counted as skipped) and end.
+	abandon  chan struct{}
+	connects connectReports
 }
 
 // New builds a tap from cfg; Serve starts it.
@@ -98,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		upstream: cfg.Upstream,
 		log:      cfg.Logger,
 		budget:   byteBudget{limit: cfg.ObserveQueueBytes},
+		abandon:  make(chan struct{}),
 		conns:    make(map[*downstreamConn]struct{}),
 		streams:  make(map[*context.CancelCauseFunc]struct{}),
 	}
@@ -142,8 +147,9 @@ func (s *Server) Draining() bool {
 }
 
 // Shutdown stops accepting clients, ends every open stream with Unavailable so
-// that clients reconnect elsewhere, and waits for the streams to finish until
-// ctx is done, when it closes whatever is left.
+// that clients reconnect elsewhere, and waits for the streams to finish and
+// their frames to be observed until ctx is done, when it closes whatever is
+// left and returns: it never outlasts ctx.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.draining = true
@@ -177,8 +183,26 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, c := range conns {
 		c.close()
 	}
-	s.workers.Wait()
+	// The observers may still hold frames (up to --observe-queue-bytes of
+	// them); they get what is left of ctx. Past it they drop the rest
+	// (counted as skipped) and end once the frame in hand is done, without
+	// Shutdown waiting for them.
+	workersDone := make(chan struct{})
+	go func() {
+		s.workers.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-workersDone:
+	case <-ctx.Done():
+		close(s.abandon)
+	}
+	s.connects.close(ctx)
 }
+
+// DroppedConnectReports counts the upstream connect reports dropped because
+// the observer had fallen more than a thousand behind.
+func (s *Server) DroppedConnectReports() uint64 { return s.connects.dropped.Load() }
 
 // track registers a stream so that Shutdown can end it; it refuses new
 // streams once draining.

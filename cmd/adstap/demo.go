@@ -49,11 +49,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap demo: %v (see adstap demo --help)\n", err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		return exitUsage
 	}
+	defer closeLog(logOut, time.Second)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -77,7 +78,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rf.listen = "127.0.0.1:0"
 	rf.upstream = cp.Addr()
 	rf.admin = f.admin
-	t, err := startTap(rf, log)
+	t, err := startTap(rf, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		if errors.As(err, new(usageError)) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"bytes"
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/gctune"
@@ -37,6 +38,7 @@ type runFlags struct {
 	metricsMaxNodes                                                     int
 	otlpEndpoint, traceScope, traceGrouping                             string
 	capturePath                                                         string
+	outputQueueBytes                                                    byteSize
 	captureMaxBytes                                                     byteSize
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
@@ -92,6 +94,8 @@ func runCommand(f *runFlags) *command {
 	f.captureMaxFiles = capture.DefaultMaxFiles
 	c.Var(intValue{&f.captureMaxFiles}, "capture-max-files", "keep at most this many capture files (`count`), the current one included")
 
+	f.outputQueueBytes = export.DefaultOutputQueueBytes
+	c.Var(&f.outputQueueBytes, "output-queue-bytes", "`bytes` of capture records, and of pushes to retain, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
 	c.Bool(&f.retainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
 	f.retainMaxBytes = 128 << 20
 	c.Var(&f.retainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
@@ -148,13 +152,14 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
 		return exitUsage
 	}
+	defer closeLog(logOut, time.Second) // after wait, which closes it within the drain
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
-	t, err := startTap(f, log)
+	t, err := startTap(f, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
 		if errors.As(err, new(usageError)) {
@@ -177,6 +182,34 @@ func logGC(log *slog.Logger, s gctune.Settings) {
 	log.Info("garbage collector", "gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource)
 }
 
+// logQueueBytes bounds the log lines waiting for stderr.
+const logQueueBytes = 4 << 20
+
+// newLog is the tap's log on stderr, through an export.LogWriter: a stderr
+// that blocks costs log lines, counted, never a wait in the relay or the
+// tracker. Close the writer last (closeLog), to write out what waits.
+func newLog(stderr io.Writer, level, format string) (*slog.Logger, *export.LogWriter, error) {
+	if _, err := newLogger(io.Discard, level, format); err != nil {
+		return nil, nil, err
+	}
+	out := export.NewLogWriter(stderr, logQueueBytes, func(n uint64) []byte {
+		// Said in the log's own format, once stderr takes lines again.
+		var b bytes.Buffer
+		l, _ := newLogger(&b, level, format)
+		l.Warn(fmt.Sprintf("log: %d lines dropped while stderr was blocked", n), "dropped", n, "metric", `adstap_output_dropped_total{output="log"}`)
+		return b.Bytes()
+	})
+	log, _ := newLogger(out, level, format)
+	return log, out, nil
+}
+
+// closeLog writes out the log lines that wait, for at most d.
+func closeLog(out *export.LogWriter, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out.Close(ctx)
+}
+
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -195,6 +228,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // runningTap is a started tap with its listener, observer and admin server.
 type runningTap struct {
 	log       *slog.Logger
+	logOut    *export.LogWriter // nil when the log is written in place
 	srv       *tap.Server
 	lis       net.Listener
 	admin     *adminServer
@@ -205,7 +239,7 @@ type runningTap struct {
 // startTap checks the configuration, opens every listener, and starts
 // serving. Everything that can be wrong with the configuration fails here,
 // before the first client connects.
-func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
+func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningTap, error) {
 	if f.upstream == "" {
 		return nil, usagef("--upstream is required: the control plane's host:port, e.g. istiod.istio-system.svc:15012")
 	}
@@ -246,9 +280,13 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		Detect:           f.detect,
 		MetricsNodeLabel: f.metricsNodeLabel,
 		MetricsMaxNodes:  f.metricsMaxNodes,
+		OutputQueueBytes: int64(f.outputQueueBytes),
 		Tracing: &export.TracingConfig{
 			Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping, Getenv: osEnv,
 		},
+	}
+	if logOut != nil {
+		pcfg.LogDropped = logOut.Dropped
 	}
 	if f.retainResources {
 		pcfg.RetainMaxBytes = int64(f.retainMaxBytes)
@@ -272,7 +310,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		return nil, usagef("%v", err)
 	}
 	observing.Start(srv)
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observing: observing}
+	t := &runningTap{log: log, logOut: logOut, srv: srv, served: make(chan error, 1), observing: observing}
 	if f.admin != "off" && f.admin != "" {
 		pages := observing.Pages()
 		if f.pprof {
@@ -331,6 +369,10 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 		t.admin.close()
 	}
 	t.log.Info("stopped")
+	if t.logOut != nil {
+		// What the log still holds goes out within what is left of the drain.
+		t.logOut.Close(drainCtx)
+	}
 	return code
 }
 

@@ -35,7 +35,7 @@ func startTracedTap(t *testing.T, upstream string, log *syncbuf.Buffer, flags ..
 	if err := runCommand(&f).parse(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := startTap(f, slog.New(slog.NewJSONHandler(log, nil)))
+	rt, err := startTap(f, slog.New(slog.NewJSONHandler(log, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

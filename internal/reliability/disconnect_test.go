@@ -115,7 +115,7 @@ func (u *soakUpstream) push(rng *rand.Rand, id string, i int) []byte {
 	for range n {
 		res = append(res, u.resources[rng.IntN(len(u.resources))])
 	}
-	return rel.PushFrame(rel.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), res)
+	return xdstest.PushFrame(xdstest.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), res)
 }
 
 func (u *soakUpstream) handle(_ any, s grpc.ServerStream) error {
@@ -224,9 +224,9 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 	streams := rel.Pick(20, 200)
 
 	up := &soakUpstream{attempts: map[string]*serverAttempt{}}
-	up.resources = append(up.resources, rel.ClusterAnys(40, 300)...)
-	up.resources = append(up.resources, rel.ClusterAnys(20, 4_000)...)
-	up.resources = append(up.resources, rel.ClusterAnys(4, 60_000)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(40, 300)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(20, 4_000)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(4, 60_000)...)
 	up.up = xdstest.StartRawUpstream(t, up.handle)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.up.Addr})
 	// Every goroutine from here on must be gone once the clients are, but
@@ -384,7 +384,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 		return xdstest.Send(s, b)
 	}
 	var end error
-	if err := send(rel.RequestFrame(&core.Node{Id: id, Cluster: "soak"}, rel.ClusterType, "", "", "")); err != nil {
+	if err := send(xdstest.RequestFrame(&core.Node{Id: id, Cluster: "soak"}, xdstest.ClusterType, "", "", "")); err != nil {
 		end = err
 	}
 	for end == nil && got.Len() < p.pushes {
@@ -403,7 +403,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 			c.cc.Close()
 			break
 		}
-		if err := send(rel.RequestFrame(nil, rel.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), "")); err != nil {
+		if err := send(xdstest.RequestFrame(nil, xdstest.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), "")); err != nil {
 			// The stream is over; RecvMsg says how.
 			continue
 		}
@@ -415,7 +415,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 		var ts *track.TypeState
 		if !rel.WaitUntil(10*time.Second, func() bool {
 			for _, st := range c.tp.Tracker.Streams(id) {
-				ts = st.Types[rel.ClusterType]
+				ts = st.Types[xdstest.ClusterType]
 				return ts != nil && ts.State == "SYNCED" && ts.LastAckedNonce == last && ts.Pushes == p.pushes
 			}
 			return false

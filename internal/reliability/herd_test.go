@@ -206,7 +206,7 @@ func syncOnce(ctx context.Context, cc *grpc.ClientConn, node, version string, sy
 func syncedStreams(tp *rel.Tap, version string) int {
 	n := 0
 	for _, s := range tp.Tracker.Streams("") {
-		if ts := s.Types[rel.ClusterType]; ts != nil && ts.State == "SYNCED" && ts.LastAckedVersion == version {
+		if ts := s.Types[xdstest.ClusterType]; ts != nil && ts.State == "SYNCED" && ts.LastAckedVersion == version {
 			n++
 		}
 	}

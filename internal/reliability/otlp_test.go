@@ -47,12 +47,12 @@ func (p *pinger) handle(_ any, s grpc.ServerStream) error {
 	if _, err := xdstest.Recv(s); err != nil {
 		return err
 	}
-	resources := rel.ClusterAnys(3, 500)
+	resources := xdstest.ClusterAnys(3, 500)
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	for i := 0; ; i++ {
 		// Versions are unique, as istiod's are: one trace per push.
-		b := rel.PushFrame(rel.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
+		b := xdstest.PushFrame(xdstest.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
 		sent := time.Now()
 		if err := xdstest.Send(s, b); err != nil {
 			return nil
@@ -149,7 +149,7 @@ func (r *otlpRig) load(phase string) (stop func()) {
 				t.Errorf("%s: open: %v", phase, err)
 				return
 			}
-			if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "otlp-" + phase}, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "otlp-" + phase}, xdstest.ClusterType, "", "", "")); err != nil {
 				t.Errorf("%s: %v", phase, err)
 				return
 			}
@@ -160,7 +160,7 @@ func (r *otlpRig) load(phase string) (stop func()) {
 					}
 					return
 				}
-				if err := xdstest.Send(s, rel.RequestFrame(nil, rel.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
+				if err := xdstest.Send(s, xdstest.RequestFrame(nil, xdstest.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
 					return
 				}
 			}

@@ -31,7 +31,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	const window = 16 << 20
 	const bound = 4*window + 4*pushSize
 
-	resource := rel.ClusterAnys(1, pushSize-200)
+	resource := xdstest.ClusterAnys(1, pushSize-200)
 	var sent atomic.Int64
 	var lastSent atomic.Int64 // unix nanoseconds of the last send that returned
 	sentChain := rel.NewChain(true)
@@ -43,7 +43,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 		}
 		err := func() error {
 			for i := range total {
-				b := rel.PushFrame(rel.ClusterType, "v"+strconv.Itoa(i), strconv.Itoa(i), []*anypb.Any{resource[0]})
+				b := xdstest.PushFrame(xdstest.ClusterType, "v"+strconv.Itoa(i), strconv.Itoa(i), []*anypb.Any{resource[0]})
 				chainMu.Lock()
 				sentChain.Add(b)
 				chainMu.Unlock()
@@ -69,7 +69,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 
 	before := rel.HeapAfterGC()
 	s := rel.OpenADS(t, ctx, cc)
-	if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "stops-reading"}, rel.ClusterType, "", "", "")); err != nil {
+	if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "stops-reading"}, xdstest.ClusterType, "", "", "")); err != nil {
 		t.Fatal(err)
 	}
 	// The client reads nothing. Wait until the control plane has sent

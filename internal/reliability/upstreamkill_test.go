@@ -43,7 +43,7 @@ func TestUpstreamKilledMidPush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+		if err := xdstest.Send(s, xdstest.RequestFrame(node, xdstest.ClusterType, "", "", "")); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -131,7 +131,7 @@ func fetchPush(ctx context.Context, cc *grpc.ClientConn, node *core.Node) (attem
 			if err != nil {
 				return nil, err
 			}
-			if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, xdstest.RequestFrame(node, xdstest.ClusterType, "", "", "")); err != nil {
 				return nil, err
 			}
 			return xdstest.Recv(s)

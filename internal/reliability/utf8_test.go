@@ -37,13 +37,13 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 	cluster := func(name string, statName byte) []byte {
 		return field(field(nil, 1, []byte(name)), 28, []byte{'a' + statName}) // name, alt_stat_name
 	}
-	anyOf := func(body []byte) []byte { return field(field(nil, 1, []byte(rel.ClusterType)), 2, body) }
+	anyOf := func(body []byte) []byte { return field(field(nil, 1, []byte(xdstest.ClusterType)), 2, body) }
 	push := func(version, nonce string, clusters ...[]byte) []byte {
 		b := field(nil, 1, []byte(version))
 		for _, c := range clusters {
 			b = field(b, 2, anyOf(c))
 		}
-		return field(field(b, 4, []byte(rel.ClusterType)), 5, []byte(nonce))
+		return field(field(b, 4, []byte(xdstest.ClusterType)), 5, []byte(nonce))
 	}
 	answer := func(node, version, nonce, nack string) []byte {
 		var b []byte
@@ -53,7 +53,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		if node != "" {
 			b = field(b, 2, field(nil, 1, []byte(node)))
 		}
-		b = field(b, 4, []byte(rel.ClusterType))
+		b = field(b, 4, []byte(xdstest.ClusterType))
 		if nonce != "" {
 			b = field(b, 5, []byte(nonce))
 		}
