@@ -35,6 +35,7 @@ Usage:
 Commands:
   demo      a control plane and two clients talking through a tap on loopback: see pushes, ACKs, NACKs at once
   inspect   replay a capture file (run --capture): timeline, summary per stream, a version's diff, every NACK
+  probe     exit 0 if the tap in this pod is ready (or healthy): Kubernetes exec probes in a distroless image
   run       relay and observe xDS streams: adstap run --upstream=istiod.istio-system.svc:15012 ...
   version   print the version, commit and Go version
 
@@ -56,6 +57,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdout, stderr)
+	case "probe":
+		return runProbe(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout)
 		return exitOK
