@@ -234,7 +234,13 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		}
 	}
 	if f.upstreamTLS || f.upstreamCA != "" || f.upstreamServerName != "" || f.upstreamCert != "" || f.upstreamKey != "" {
-		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, f.upstreamServerName, f.upstreamCert, f.upstreamKey); err != nil {
+		serverName := f.upstreamServerName
+		if serverName == "" && upstream.Network == "tcp" {
+			// What gRPC would check anyway; said here because an IP address
+			// is never sent as SNI, and the reloadable CA check needs a name.
+			serverName, _, _ = net.SplitHostPort(upstream.Addr)
+		}
+		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, serverName, f.upstreamCert, f.upstreamKey); err != nil {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
