@@ -140,6 +140,9 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
+	if p.Capture != nil {
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.Capture)
+	}
 	return pages
 }
 
