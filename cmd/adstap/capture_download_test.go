@@ -46,7 +46,7 @@ func TestCaptureDownload(t *testing.T) {
 		s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 	}
 	// The last ACK is written once observed.
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "the stream SYNCED", func() bool {
 		return bytes.Contains(get(t, "http://"+admin+"/debug/streams"), []byte(`"state": "SYNCED"`))
 	})
 
