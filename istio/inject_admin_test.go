@@ -22,6 +22,7 @@ import (
 	"istio.io/istio/pilot/cmd/pilot-agent/status"
 	"istio.io/istio/pkg/model"
 
+	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
@@ -32,8 +33,8 @@ import (
 // container of the pod, so the pod's wiring is kept.
 
 // podPorts are the pod's ports this test moves: adstap's listener and
-// admin, the app's metrics, istio-agent's status port.
-var podPorts = []string{"15100", "15101", "9080", "15020"}
+// admin, the app's metrics.
+var podPorts = []string{"15100", "15101", "9080"}
 
 // remap moves the pod's ports and paths for one test.
 type remap struct {
@@ -83,29 +84,43 @@ type runningTap struct {
 }
 
 // startInjectedTap starts pod's adstap container and returns once it logged
-// that it relays; the process is stopped with SIGTERM at cleanup.
+// that it relays; the process is stopped with SIGTERM at cleanup. A port
+// taken between choosing it and adstap binding it is chosen again.
 func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
 	t.Helper()
 	c := container(t, pod, "adstap")
-	caDir, captureDir := t.TempDir(), t.TempDir()
-	xdstest.WriteFiles(t, caDir, "root-cert.pem", xdstest.NewCA(t).CertPEM())
-	rt := &runningTap{bin: buildAdstap(t), remap: newRemap(t, caDir, captureDir)}
-	remap := rt.remap.of
-	for _, e := range c.Env {
-		// Variables from the downward API have no value here, and no
-		// collector runs for OTEL_EXPORTER_OTLP_ENDPOINT to reach.
-		if e.ValueFrom != nil || strings.HasPrefix(e.Name, "OTEL_") {
-			continue
-		}
-		rt.env = append(rt.env, e.Name+"="+remap(e.Value))
-	}
 	if len(c.Command) > 0 {
 		t.Fatalf("adstap's container sets command %q: the image's entrypoint is /adstap", c.Command)
 	}
-	args := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		args[i] = remap(a)
+	caDir, captureDir := t.TempDir(), t.TempDir()
+	xdstest.WriteFiles(t, caDir, "root-cert.pem", xdstest.NewCA(t).CertPEM())
+	bin := buildAdstap(t)
+	for attempt := 1; ; attempt++ {
+		rt := &runningTap{bin: bin, remap: newRemap(t, caDir, captureDir)}
+		for _, e := range c.Env {
+			// Variables from the downward API have no value here, and no
+			// collector runs for OTEL_EXPORTER_OTLP_ENDPOINT to reach.
+			if e.ValueFrom != nil || strings.HasPrefix(e.Name, "OTEL_") {
+				continue
+			}
+			rt.env = append(rt.env, e.Name+"="+rt.remap.of(e.Value))
+		}
+		args := make([]string, len(c.Args))
+		for i, a := range c.Args {
+			args[i] = rt.remap.of(a)
+		}
+		log, err := rt.start(t, args)
+		if err == nil {
+			return rt
+		}
+		if attempt == 3 || !strings.Contains(log, "address already in use") {
+			t.Fatalf("adstap run %s: %v\n%s", strings.Join(args, " "), err, log)
+		}
 	}
+}
+
+func (rt *runningTap) start(t *testing.T, args []string) (string, error) {
+	t.Helper()
 	cmd := exec.Command(rt.bin, args...)
 	cmd.Env = rt.env
 	stderr, err := cmd.StderrPipe()
@@ -117,19 +132,19 @@ func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
 	}
 	exited := make(chan error, 1)
 	logged := make(chan string, 1)
-	var log strings.Builder
+	var log syncbuf.Buffer
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			log.WriteString(line + "\n")
+			log.Write([]byte(line + "\n"))
 			if strings.Contains(line, `"adstap relaying"`) {
 				logged <- line
 			}
 		}
 		exited <- cmd.Wait()
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -138,20 +153,22 @@ func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
 			<-exited
 			t.Errorf("adstap did not stop within 15s of SIGTERM")
 		}
-	})
+	}
 	select {
 	case line := <-logged:
+		t.Cleanup(stop)
 		_, after, ok := strings.Cut(line, `"admin":"http://`)
 		if !ok {
 			t.Fatalf("adstap's start line names no admin address: %s", line)
 		}
 		rt.admin, _, _ = strings.Cut(after, `"`)
+		return log.String(), nil
 	case err := <-exited:
-		t.Fatalf("adstap run %s exited: %v\n%s", strings.Join(args, " "), err, log.String())
+		return log.String(), fmt.Errorf("exited: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("adstap did not start within 30s\n%s", log.String())
+		stop()
+		return log.String(), fmt.Errorf("did not start within 30s")
 	}
-	return rt
 }
 
 // probe runs one of the container's exec probes, as kubelet runs it.
@@ -207,6 +224,17 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 				t.Errorf("adstap's admin listens on %s, want a loopback address", rt.admin)
 			}
 			c := container(t, pod, "adstap")
+			// Unknown flags stop adstap run (above); unknown variables would
+			// be ignored, so they are checked against its help.
+			help, err := exec.Command(rt.bin, "run", "--help").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "ADSTAP_") && !strings.Contains(string(help), "(env "+e.Name) {
+					t.Errorf("the template sets %s, which adstap run does not read", e.Name)
+				}
+			}
 			for _, p := range probes(c) {
 				if code, out := rt.probe(t, p.p); code != 0 {
 					t.Errorf("adstap's %s probe %q exits %d: %s", p.kind, p.p.Exec.Command, code, out)
@@ -275,18 +303,10 @@ func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 				t.Cleanup(func() { srv.Close() })
 			}
 			t.Setenv(status.PrometheusScrapingConfig.Name, rt.remap.of(scrape))
-			statusPort, _ := strconv.Atoi(rt.remap.ports["15020"])
-			agent, err := status.NewServer(status.Options{NodeType: model.SidecarProxy, StatusPort: uint16(statusPort), NoEnvoy: true, PodIP: "127.0.0.1"})
-			if err != nil {
-				t.Fatalf("istio-agent's status server refuses the injected configuration: %v", err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { agent.Run(ctx); close(done) }()
-			t.Cleanup(func() { cancel(); <-done })
+			agentPort := startAgentStatus(t)
 
 			own := string(getOK(t, "http://"+rt.admin+"/metrics", time.Second))
-			merged := string(getOK(t, "http://127.0.0.1:"+rt.remap.ports["15020"]+"/stats/prometheus", 30*time.Second))
+			merged := string(getOK(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus", 30*time.Second))
 			families := 0
 			for line := range strings.SplitSeq(own, "\n") {
 				if name, ok := strings.CutPrefix(line, "# TYPE adstap_"); ok {
@@ -305,6 +325,53 @@ func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 			t.Logf("%d adstap metric families in istio-agent's /stats/prometheus (%s)", families, os.Getenv(status.PrometheusScrapingConfig.Name))
 		})
 	}
+}
+
+// startAgentStatus runs istio-agent's status server as pilot-agent does
+// and returns its port. It listens on every address (":PORT"), where a port
+// chosen free may be taken meanwhile: it then stops at once and another port
+// is tried.
+func startAgentStatus(t *testing.T) string {
+	t.Helper()
+	for attempt := 1; attempt <= 3; attempt++ {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		l.Close()
+		n, _ := strconv.Atoi(port)
+		agent, err := status.NewServer(status.Options{NodeType: model.SidecarProxy, StatusPort: uint16(n), NoEnvoy: true, PodIP: "127.0.0.1"})
+		if err != nil {
+			t.Fatalf("istio-agent's status server refuses the injected configuration: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { agent.Run(ctx); close(done) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-done: // the port was taken
+				cancel()
+			default:
+				conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+				if err != nil {
+					// Run opens the port in the background; this waits
+					// for it as kubelet waits for a probe to pass.
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				conn.Close()
+				t.Cleanup(func() { cancel(); <-done })
+				return port
+			}
+			break
+		}
+		cancel()
+		<-done
+	}
+	t.Fatal("istio-agent's status server did not open its port in 3 tries")
+	return ""
 }
 
 // getOK fetches url until it answers 200, within d.

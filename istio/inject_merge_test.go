@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
@@ -75,6 +76,7 @@ func TestAdstapTemplateChangesOnlyWhatItMust(t *testing.T) {
 		"traffic.sidecar.istio.io/includeInboundPorts":  "9080",
 		"traffic.sidecar.istio.io/excludeInterfaces":    "eth1",
 		"sidecar.istio.io/agentLogLevel":                "debug",
+		"proxy.istio.io/config":                         "concurrency: 3\nproxyMetadata:\n  ISTIO_META_DNS_CAPTURE: \"true\"\n",
 	}
 	for _, in := range installs {
 		for _, native := range sidecarModes {
@@ -100,6 +102,13 @@ func TestAdstapTemplateChangesOnlyWhatItMust(t *testing.T) {
 					if !equality.Semantic.DeepEqual(a, b) {
 						t.Errorf("istio-init differs beyond -o:\nIstio alone: %q\nwith adstap: %q", a.Args, b.Args)
 					}
+				}
+				// PROXY_CONFIG: the same ProxyConfig but for where and how the
+				// agent dials.
+				pcPlain, pcTapped := agentProxyConfig(t, plain), agentProxyConfig(t, tapped)
+				pcTapped.DiscoveryAddress, pcTapped.ControlPlaneAuthPolicy = pcPlain.DiscoveryAddress, pcPlain.ControlPlaneAuthPolicy
+				if !proto.Equal(pcPlain, pcTapped) {
+					t.Errorf("istio-agent's ProxyConfig differs beyond discoveryAddress and controlPlaneAuthPolicy:\nIstio alone: %v\nwith adstap: %v", pcPlain, pcTapped)
 				}
 				a, b := container(t, plain, "istio-proxy").DeepCopy(), container(t, tapped, "istio-proxy").DeepCopy()
 				for _, c := range []*corev1.Container{a, b} {
