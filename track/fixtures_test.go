@@ -396,12 +396,12 @@ func names(prefix string, n int) []string {
 	return slices.Clip(out)
 }
 
-// wantType checks one type's state as Streams reports it, but for the
-// times of its latest push, ACK and NACK (TestStreams checks those).
+// wantType checks one type's state as Streams reports it, but for its short
+// name and the times of its latest push, ACK and NACK (TestStreams checks those).
 func wantType(id uint64, typeURL string, want track.TypeState) func(*testing.T, *track.Tracker) {
 	return func(t *testing.T, tr *track.Tracker) {
 		t.Helper()
-		times := cmpopts.IgnoreFields(track.TypeState{}, "LastSentAt", "LastACKAt", "LastNACKAt")
+		times := cmpopts.IgnoreFields(track.TypeState{}, "Type", "LastSentAt", "LastACKAt", "LastNACKAt")
 		if diff := cmp.Diff(want, typeState(t, tr, id, typeURL), times); diff != "" {
 			t.Errorf("stream %d %s state (-want +got):\n%s", id, codec.ShortType(typeURL), diff)
 		}

@@ -34,6 +34,7 @@ type TypeState struct {
 	// push was rejected, NOT_SENT before any push, SYNCED when the last
 	// acknowledged nonce is the last sent one, STALE otherwise.
 	State            string `json:"state"`
+	Type             string `json:"type"` // the short name: cds, eds, ... (codec.ShortType)
 	LastSentVersion  string `json:"last_sent_version"`
 	LastSentNonce    string `json:"last_sent_nonce"`
 	LastAckedVersion string `json:"last_acked_version"`
@@ -102,6 +103,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 func (ts *typeState) state(maxNames int) *TypeState {
 	return &TypeState{
 		State:            ts.stateName(),
+		Type:             ts.short,
 		LastSentVersion:  ts.sentVersion,
 		LastSentNonce:    ts.sentNonce,
 		LastAckedVersion: ts.ackedVersion,

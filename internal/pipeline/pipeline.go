@@ -143,6 +143,9 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
+	for pattern, h := range export.Page() {
+		pages[pattern] = h
+	}
 	return pages
 }
 
