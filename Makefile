@@ -38,13 +38,13 @@ test: lint rules dashboard jaeger-bin chromium
 chromium:
 	@bash scripts/ensure-chromium.sh
 
-# The Grafana dashboard (deploy/grafana-dashboard.json): deploy/dashboard, a
+# The Grafana dashboard (deploy/grafana/dashboard.json): deploy/grafana, a
 # module of its own so that Prometheus's parser and its dependencies stay out
 # of adstap's, checks that the file is what its generator writes, that it is a
 # valid dashboard, and that every query parses and names only series a real
 # scrape of a running tap has. DASHBOARD_UPDATE=1 rewrites the file.
 dashboard:
-	cd deploy/dashboard && $(GO) test -count=1 ./...
+	cd deploy/grafana && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 # The Istio compatibility suite (istio/, its own Go module pinned to one
 # istio.io/istio): Istio's real injector, istiod's xDS engine, istio-agent and
