@@ -1,6 +1,7 @@
 package track
 
 import (
+	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,11 +19,11 @@ type StreamState struct {
 	IstioVersion string `json:"istio_version,omitempty"`
 	// ControlPlane is the control_plane.identifier of the latest response
 	// that carried one (istiod sends a JSON object naming its pod).
-	ControlPlane string    `json:"control_plane,omitempty"`
-	Peer         string    `json:"peer"`
-	Method       string    `json:"method"`
-	Protocol     Protocol  `json:"protocol"`
-	OpenedAt     time.Time `json:"opened_at"`
+	ControlPlane string         `json:"control_plane,omitempty"`
+	Peer         string         `json:"peer"`
+	Method       string         `json:"method"`
+	Protocol     codec.Protocol `json:"protocol"`
+	OpenedAt     time.Time      `json:"opened_at"`
 	// FullSyncSeconds is the time to full sync, null until it is known.
 	FullSyncSeconds *float64              `json:"full_sync_seconds"`
 	Types           map[string]*TypeState `json:"types"` // by type URL

@@ -16,7 +16,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/human"
 	"github.com/adstap/adstap/track"
 )
 
@@ -246,7 +245,7 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 		if wide {
 			fs := "-"
 			if r.FullSync != nil {
-				fs = human.Latency(time.Duration(*r.FullSync * float64(time.Second)))
+				fs = export.Latency(time.Duration(*r.FullSync * float64(time.Second)))
 			}
 			line = append(line, fs)
 		}
@@ -281,7 +280,7 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 	if len(rep.Detectors) > 0 {
 		fmt.Fprintln(w, "\nActive detectors:")
 		for _, d := range rep.Detectors {
-			fmt.Fprintf(w, "  %s: %s, for %s (%d)\n", human.Detector(d.Detector), printable(d.Key), age(rep.Now, d.Since), d.Count)
+			fmt.Fprintf(w, "  %s: %s, for %s (%d)\n", export.DetectorName(d.Detector), printable(d.Key), age(rep.Now, d.Since), d.Count)
 		}
 	}
 }

@@ -86,7 +86,7 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: m.rejection}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "the good proxy SYNCED and the other NACKED", func() bool {
 		page := getStreams(t, admin, "")
 		synced, nacked := 0, 0
 		for _, s := range page.Streams {

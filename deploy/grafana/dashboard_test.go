@@ -30,6 +30,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
 )
 
@@ -408,7 +409,7 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	t.Helper()
 	good := rel.ClusterAnys(3, 200)
 	bad := rel.ClusterAnys(4, 200) // other content, rejected every time: a loop
-	up := rel.StartRawUpstream(t, scriptedUpstream(good, bad))
+	up := xdstest.StartRawUpstream(t, scriptedUpstream(good, bad))
 	spans := tracetest.NewInMemoryExporter()
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Exporter: spans}, Detect: track.Config{
 		NACKStormThreshold: 3, NACKLoopThreshold: 3, RepeatedFullSyncLimit: 1,
@@ -425,13 +426,13 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	main := rel.OpenADS(t, ctx, cc)
 	send := func(s grpc.ClientStream, b []byte) {
 		t.Helper()
-		if err := rel.Send(s, b); err != nil {
+		if err := xdstest.Send(s, b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	recv := func(s grpc.ClientStream) (version, nonce string) {
 		t.Helper()
-		b, err := rel.Recv(s)
+		b, err := xdstest.Recv(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -590,7 +591,7 @@ func scriptedUpstream(good, bad []*anypb.Any) grpc.StreamHandler {
 	return func(_ any, s grpc.ServerStream) error {
 		n := 0
 		for {
-			b, err := rel.Recv(s)
+			b, err := xdstest.Recv(s)
 			if err == io.EOF {
 				return nil
 			}
@@ -606,7 +607,7 @@ func scriptedUpstream(good, bad []*anypb.Any) grpc.StreamHandler {
 			if v >= 3 && v <= 6 {
 				res = bad
 			}
-			if err := rel.Send(s, rel.PushFrame(rel.ClusterType, fmt.Sprintf("v%d", v), fmt.Sprintf("nonce-%d", v), res)); err != nil {
+			if err := xdstest.Send(s, rel.PushFrame(rel.ClusterType, fmt.Sprintf("v%d", v), fmt.Sprintf("nonce-%d", v), res)); err != nil {
 				return err
 			}
 		}
