@@ -43,6 +43,13 @@ func ParseStreamFilter(q map[string][]string) (StreamFilter, error) {
 		return ""
 	}
 	f := StreamFilter{Node: get("node"), Type: get("type"), State: strings.ToUpper(get("state"))}
+	// adstap status's words for the same states.
+	switch f.State {
+	case "ERROR":
+		f.State = "NACKED"
+	case "NOT SENT":
+		f.State = "NOT_SENT"
+	}
 	if f.State != "" && !slices.Contains(TypeStates, f.State) {
 		return f, fmt.Errorf("state %q: want one of %s", get("state"), strings.Join(TypeStates, ", "))
 	}

@@ -46,7 +46,9 @@ func TestStreamFilter(t *testing.T) {
 		{"state=nacked", map[uint64][]string{1: {"cds"}}, ""},
 		{"type=cds&state=SYNCED", map[uint64][]string{2: {"cds"}}, ""},
 		{"type=rds", map[uint64][]string{}, ""},
-		{"state=ERROR", nil, `state "ERROR": want one of SYNCED, STALE, NACKED, NOT_SENT`},
+		{"state=ERROR", map[uint64][]string{1: {"cds"}}, ""},
+		{"state=NOT+SENT", map[uint64][]string{}, ""},
+		{"state=broken", nil, `state "broken": want one of SYNCED, STALE, NACKED, NOT_SENT`},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			q, _ := url.ParseQuery(tc.query)
