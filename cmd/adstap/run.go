@@ -74,7 +74,7 @@ func runCommand(f *runFlags) *command {
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
 	c.group("Admin (health, readiness, metrics, debug pages)")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
