@@ -82,6 +82,8 @@ type Metrics struct {
 	storms, loops                                   *prometheus.CounterVec
 	resyncActive                                    prometheus.Gauge
 	resyncAlarms                                    prometheus.Counter
+	herdActive                                      prometheus.Gauge
+	herds                                           prometheus.Counter
 	decodeErrors                                    *prometheus.CounterVec
 	connectSeconds                                  *prometheus.HistogramVec
 	connectFailures                                 *prometheus.CounterVec
@@ -147,7 +149,9 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.resyncActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_repeated_full_sync_active", Help: "Nodes resent their whole configuration more than --full-sync-limit times within --full-sync-window, now."})
 	m.resyncAlarms = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_repeated_full_sync_alarms_total", Help: "Repeated full sync alarms raised."})
 	m.nodeOverflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_metrics_node_overflow_total", Help: "Events of nodes past --metrics-max-nodes, counted under node=\"other\"."})
-	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow)
+	m.herdActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_reconnect_herd_active", Help: "1 while a reconnect herd is on (--herd-threshold streams opened within --herd-window), else 0."})
+	m.herds = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_reconnect_herds_total", Help: "Reconnect herds started."})
+	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow, m.herdActive, m.herds)
 	m.decodeErrors = counter("adstap_decode_errors_total", "Frames whose envelope could not be decoded; they were relayed unchanged.", "type")
 	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
 	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
@@ -298,6 +302,11 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 		m.resyncActive.Add(delta)
 		if delta > 0 {
 			m.resyncAlarms.Inc()
+		}
+	case track.DetectorReconnectHerd:
+		m.herdActive.Add(delta)
+		if delta > 0 {
+			m.herds.Inc()
 		}
 	}
 }

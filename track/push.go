@@ -71,6 +71,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)})
+		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if ts.pending() {
 		ts.apply()
@@ -99,6 +100,11 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.SentAt = at
 	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
 	p.state = pushOpen
+	if s.recent == nil {
+		s.recent = new(pushRing)
+	}
+	ts.recent = s.recent
+	ts.seq = s.recent.add(&p.ev)
 
 	ts.pushes++
 	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
@@ -134,6 +140,8 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	}
 	p.state = pushAnswered
 	if result == ResultACK {
+		ts.recent.end(ts.seq, result, latency, "")
+		ts.ackedAt = at
 		ts.apply()
 		ts.dropApplied()
 		ts.acks++
@@ -142,6 +150,8 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		ts.lastError = ""
 		return evs
 	}
+	ts.recent.end(ts.seq, result, latency, req.ErrorDetail.Message)
+	ts.nackedAt = at
 	ts.nacks++
 	ts.nacked = true
 	ts.lastError = req.ErrorDetail.Message
@@ -156,6 +166,7 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 		return evs
 	}
 	p.state = pushTimedOut
+	ts.recent.end(ts.seq, ResultTimeout, now.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
@@ -166,6 +177,7 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 		return evs
 	}
 	p.state = pushAnswered
+	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt)})
 }
 

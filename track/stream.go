@@ -28,6 +28,12 @@ type stream struct {
 	// unsure: frames of the stream went unobserved; a type first seen after
 	// that starts unsure too (see typeState.unsure).
 	unsure bool
+	// controlPlane is the control_plane.identifier of the latest response
+	// that carried one: the control-plane replica serving the stream.
+	controlPlane string
+	// istioVersion is the node metadata's ISTIO_VERSION.
+	istioVersion string
+	recent       *pushRing // nil before the first push
 }
 
 // fullRoundWindow is how close together the pushes of one resync are: a
@@ -101,6 +107,7 @@ func (s *stream) setNode(n *codec.Node) {
 		return
 	}
 	s.hasNode = true
+	s.istioVersion = n.IstioVersion
 	s.node = Node{ID: n.ID, Cluster: n.Cluster, Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
 	switch {
 	case n.UserAgentVersion != "":

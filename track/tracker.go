@@ -91,6 +91,9 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	if resp.ControlPlane != "" {
+		s.controlPlane = resp.ControlPlane
+	}
 	ts := s.typeFor(resp.TypeURL)
 	if ts == nil {
 		return evs

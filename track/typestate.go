@@ -50,6 +50,13 @@ type typeState struct {
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
 	p push // the latest push; p.state says whether there is one
+	// recent is the stream's ring of latest pushes (nil before the type's
+	// first push), and seq the number of p in it.
+	recent *pushRing
+	seq    uint64
+	// ackedAt and nackedAt are when the latest ACK and NACK arrived, for
+	// the ages the pages show (the latest push's is p.ev.SentAt).
+	ackedAt, nackedAt time.Time
 
 	// NACK storm: the last NACK times, enough to tell a storm from a burst;
 	// allocated on the first NACK, since most types never see one.

@@ -76,7 +76,7 @@ func runCommand(f *runFlags) *command {
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
 	c.group("Admin (health, readiness, metrics, debug pages)")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics and /debug/streams; \"off\" disables it")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
@@ -88,7 +88,7 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
 	c.group("Capture and retained configuration (secrets are always redacted)")
-	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints")
+	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
 	f.captureMaxBytes = capture.DefaultMaxBytes
 	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
 	f.captureMaxFiles = capture.DefaultMaxFiles
@@ -267,7 +267,13 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		}
 	}
 	if f.upstreamTLS || f.upstreamCA != "" || f.upstreamServerName != "" || f.upstreamCert != "" || f.upstreamKey != "" {
-		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, f.upstreamServerName, f.upstreamCert, f.upstreamKey); err != nil {
+		serverName := f.upstreamServerName
+		if serverName == "" && upstream.Network == "tcp" {
+			// What gRPC would check anyway; said here because an IP address
+			// is never sent as SNI, and the reloadable CA check needs a name.
+			serverName, _, _ = net.SplitHostPort(upstream.Addr)
+		}
+		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, serverName, f.upstreamCert, f.upstreamKey); err != nil {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
