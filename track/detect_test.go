@@ -216,8 +216,12 @@ func TestNACKLoop(t *testing.T) {
 	}
 	// The events themselves are the only allocations left: two slices and
 	// three boxed events per cycle.
-	if perLate > 8 {
-		t.Errorf("allocations per push+NACK = %.2f, want at most 8", perLate)
+	limit := 8.0
+	if raceEnabled {
+		limit++ // the scratch space's pool drops some of what it holds
+	}
+	if perLate > limit {
+		t.Errorf("allocations per push+NACK = %.2f, want at most %v", perLate, limit)
 	}
 }
 

@@ -161,8 +161,9 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 	if delta {
 		method = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 	}
-	var sc scratch
-	s := newStream(StreamMeta{ID: 1, Method: method}, &sc)
+	s := newStream(StreamMeta{ID: 1, Method: method})
+	s.sc.borrow()
+	defer s.sc.giveBack()
 	ts := s.typeFor(url)
 	ref := newRefState(url)
 	pending := false

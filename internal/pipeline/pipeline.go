@@ -58,9 +58,11 @@ type Pipeline struct {
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
 	Capture  *export.Capture     // nil without Config.Capture
-	relay    atomic.Pointer[tap.Server]
-	observer tap.Observer
-	stop     func()
+	// captureFile is Config.Capture, whose files /debug/capture lists.
+	captureFile *capture.Writer
+	relay       atomic.Pointer[tap.Server]
+	observer    tap.Observer
+	stop        func()
 }
 
 // New builds the pipeline. Its only errors are tracing's (a bad OTEL_*
@@ -96,6 +98,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Capture != nil {
 		p.Capture = export.NewCapture(cfg.Capture, log, cfg.OutputQueueBytes)
+		p.captureFile = cfg.Capture
 		dropped["capture"] = p.Capture.Dropped
 	}
 	p.Metrics = export.NewMetrics(export.MetricsConfig{
@@ -160,7 +163,7 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
 	if p.Capture != nil {
-		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.Capture)
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.captureFile)
 	}
 	for pattern, h := range export.Page() {
 		pages[pattern] = h
