@@ -34,7 +34,11 @@ type MetricsConfig struct {
 	// OutputDropped counts, per output that does I/O ("capture", "config",
 	// "log"), the work its queue dropped because the output fell behind.
 	OutputDropped map[string]func() uint64
-	Logger        *slog.Logger
+	// Refused counts, per limit of the relay ("max_concurrent_streams",
+	// "max_streams_per_connection", "max_pending_connections"), what it
+	// turned away.
+	Refused map[string]func() uint64
+	Logger  *slog.Logger
 }
 
 const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
@@ -171,6 +175,11 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,
 				ConstLabels: prometheus.Labels{"output": name}}, func() float64 { return float64(n()) }))
 		}
+	}
+	for limit, n := range cfg.Refused {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_refused_total",
+			Help:        "Streams (ResourceExhausted) and connections (closed unread) the tap turned away at a limit: --max-concurrent-streams, --max-streams-per-connection, --max-pending-connections.",
+			ConstLabels: prometheus.Labels{"limit": limit}}, func() float64 { return float64(n()) }))
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)

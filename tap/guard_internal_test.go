@@ -135,7 +135,7 @@ func TestGuardHandsGRPCTheConnItself(t *testing.T) {
 			if tc.peeked {
 				needPeek(t)
 			}
-			l := newGuardedListener(tc.listen(t), false, discardLog, time.Minute)
+			l := newGuardedListener(tc.listen(t), false, discardLog, time.Minute, DefaultMaxPendingConnections, new(limits))
 			defer l.Close()
 			client := dialTo(t, l)
 			io.WriteString(client, clientPreface)
@@ -183,7 +183,7 @@ func TestGuardJudgesFirstBytesThatArriveInPieces(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newGuardedListener(listenTCP(t), tc.tls, discardLog, time.Minute)
+			l := newGuardedListener(listenTCP(t), tc.tls, discardLog, time.Minute, DefaultMaxPendingConnections, new(limits))
 			defer l.Close()
 			client := dialTo(t, l)
 			go func() {
@@ -210,7 +210,7 @@ func TestGuardJudgesFirstBytesThatArriveInPieces(t *testing.T) {
 
 func TestGuardPassesASilentClientOnAfterTheBound(t *testing.T) {
 	needPeek(t)
-	l := newGuardedListener(listenTCP(t), false, discardLog, 100*time.Millisecond)
+	l := newGuardedListener(listenTCP(t), false, discardLog, 100*time.Millisecond, DefaultMaxPendingConnections, new(limits))
 	defer l.Close()
 	client := dialTo(t, l)
 
@@ -233,7 +233,7 @@ func TestGuardPassesASilentClientOnAfterTheBound(t *testing.T) {
 func TestGuardCloseWithASilentClientLeavesNoGoroutine(t *testing.T) {
 	needPeek(t)
 	before := goleak.IgnoreCurrent()
-	l := newGuardedListener(listenTCP(t), false, discardLog, time.Hour)
+	l := newGuardedListener(listenTCP(t), false, discardLog, time.Hour, DefaultMaxPendingConnections, new(limits))
 	dialTo(t, l) // sends nothing
 
 	deadline := time.Now().Add(5 * time.Second)

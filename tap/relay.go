@@ -53,11 +53,15 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 
 	upCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	untrack, ok := s.track(cancel)
-	if !ok {
-		return errDraining
+	untrack, err := s.track(cancel)
+	if err != nil {
+		return err
 	}
 	defer untrack()
+	if !conn.openStream(s.cfg.MaxStreamsPerConnection) {
+		return s.refuseStream(true)
+	}
+	defer conn.closeStream()
 
 	cc, err := conn.upstream(first(header.Get("user-agent")))
 	if err != nil {

@@ -47,6 +47,15 @@ type Config struct {
 	ObserveQueueBytes  int64
 	ObserveQueueFrames int
 
+	// MaxConcurrentStreams bounds the streams open at once, over every
+	// connection; MaxStreamsPerConnection those of one connection. Streams
+	// past either end with ResourceExhausted. MaxPendingConnections bounds
+	// the connections accepted but not yet judged by the protocol guard;
+	// past it new connections are closed at once. Zero means the default.
+	MaxConcurrentStreams    int
+	MaxStreamsPerConnection int
+	MaxPendingConnections   int
+
 	Logger *slog.Logger
 }
 
@@ -75,6 +84,7 @@ type Server struct {
 	// goroutines drop what they still hold (counted as skipped) and end.
 	abandon  chan struct{}
 	connects connectReports
+	limits   limits
 }
 
 // New builds a tap from cfg; Serve starts it.
@@ -90,6 +100,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ObserveQueueBytes <= 0 {
 		cfg.ObserveQueueBytes = DefaultObserveQueueBytes
+	}
+	if cfg.MaxConcurrentStreams <= 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.MaxStreamsPerConnection <= 0 {
+		cfg.MaxStreamsPerConnection = DefaultMaxStreamsPerConnection
+	}
+	if cfg.MaxPendingConnections <= 0 {
+		cfg.MaxPendingConnections = DefaultMaxPendingConnections
 	}
 	if cfg.ObserveQueueFrames <= 0 {
 		cfg.ObserveQueueFrames = DefaultObserveQueueFrames
@@ -129,7 +148,8 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(newGuardedListener(lis, s.cfg.ListenTLS != nil, s.log, defaultPeekTimeout))
+	g := newGuardedListener(lis, s.cfg.ListenTLS != nil, s.log, defaultPeekTimeout, s.cfg.MaxPendingConnections, &s.limits)
+	err := s.grpc.Serve(g)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -205,12 +225,16 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) DroppedConnectReports() uint64 { return s.connects.dropped.Load() }
 
 // track registers a stream so that Shutdown can end it; it refuses new
-// streams once draining.
-func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), ok bool) {
+// streams once draining, or past MaxConcurrentStreams, with the status the
+// stream should end with.
+func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
-		return nil, false
+		return nil, errDraining
+	}
+	if len(s.streams) >= s.cfg.MaxConcurrentStreams {
+		return nil, s.refuseStream(false)
 	}
 	key := &cancel
 	s.streams[key] = struct{}{}
@@ -218,5 +242,5 @@ func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), ok bool)
 		s.mu.Lock()
 		delete(s.streams, key)
 		s.mu.Unlock()
-	}, true
+	}, nil
 }

@@ -109,6 +109,11 @@ func New(cfg Config) (*Pipeline, error) {
 		TraceID:       p.Tracing.TraceIDFor,
 		Dropped:       p.Tracing.Dropped,
 		OutputDropped: dropped,
+		Refused: map[string]func() uint64{
+			"max_concurrent_streams":     func() uint64 { return p.refused().Streams },
+			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
+			"max_pending_connections":    func() uint64 { return p.refused().Connections },
+		},
 	}, export.RelayStatsFunc(p.relayStats))
 	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics}
 	if p.Tracing != nil {
@@ -140,6 +145,13 @@ func (p *Pipeline) TapObserver() tap.Observer { return p.observer }
 func (p *Pipeline) Start(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.stop = p.Observer.StartClock(time.Second)
+}
+
+func (p *Pipeline) refused() tap.Refused {
+	if srv := p.relay.Load(); srv != nil {
+		return srv.Refused()
+	}
+	return tap.Refused{}
 }
 
 func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
