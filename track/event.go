@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -134,6 +135,9 @@ type PushEnded struct {
 	ErrorCode  int32
 	Error      string
 	ErrorNames []string
+	// Rejected is what the NACK rejected and the Istio objects it came from,
+	// decoded from the push on first use, off the tracker.
+	Rejected *origin.Rejection
 }
 
 // LateAnswer: the client answered a push after it had timed out.
@@ -142,6 +146,8 @@ type LateAnswer struct {
 	Result  PushResult // ack or nack
 	At      time.Time
 	Latency time.Duration
+	// Rejected is set for a NACK, as in PushEnded.
+	Rejected *origin.Rejection
 }
 
 // FullSyncComplete: every type the client subscribed to at the start of the

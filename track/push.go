@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 )
 
 type pushState uint8
@@ -121,19 +122,28 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		result = ResultNACK
 	}
 	latency := at.Sub(p.ev.SentAt)
+	var names []string
+	var rejected *origin.Rejection
+	if result == ResultNACK {
+		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
+		rejected = ts.rejected(req.ErrorDetail.Message, names)
+	}
 	if p.state == pushTimedOut {
-		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency})
+		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected})
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
 			e.Error = req.ErrorDetail.Message
-			e.ErrorNames = ts.errorNames(req.ErrorDetail.Message, maxNames)
+			e.ErrorNames = names
+			e.Rejected = rejected
 		}
 		evs = append(evs, e)
 	}
 	p.state = pushAnswered
 	if result == ResultACK {
+		ts.keep.drop(&ts.held)
+		ts.rejection = nil
 		ts.apply()
 		ts.dropApplied()
 		ts.acks++
@@ -146,6 +156,20 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	ts.nacked = true
 	ts.lastError = req.ErrorDetail.Message
 	return evs
+}
+
+// rejected returns the Rejection of the latest push by a NACK with message
+// naming names. The same content rejected with the same message again (a
+// NACK loop) shares the previous one, which is decoded at most once.
+func (ts *typeState) rejected(message string, names []string) *origin.Rejection {
+	p := &ts.p
+	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
+		ts.keep.drop(&ts.held)
+		return ts.rejection
+	}
+	ts.rejection = ts.keep.reject(&ts.held, p.delta, names)
+	ts.rejContent, ts.rejMessage = p.content, message
+	return ts.rejection
 }
 
 // expire ends a push that has waited too long. It stays the latest push, so

@@ -1,0 +1,234 @@
+package origin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	// The resource types istiod stamps, and the filter that can carry an
+	// inline route configuration, so their Anys can be opened.
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// Resource is one resource a NACK rejected and the Istio objects it records
+// as its source, in the order they appear in it (none: the control plane
+// recorded nothing, as go-control-plane never does).
+type Resource struct {
+	Name    string
+	Objects []Object
+}
+
+// Rejection is what a NACK rejected: the resources of the push it answers
+// that its message names (all of them when it names none) and the Istio
+// objects each records. The push's bytes are decoded once, by the first
+// caller of Resources, whichever goroutine that is: a NACK is rare, and the
+// tracker that makes the Rejection must not spend its time decoding.
+type Rejection struct {
+	once    sync.Once
+	data    mem.BufferSlice
+	delta   bool
+	names   []string
+	release func()
+
+	resources []Resource
+	err       error
+}
+
+// ErrNotKept is the error of a Rejection whose push's bytes were not kept.
+var ErrNotKept = errors.New("the rejected push was not kept")
+
+// NewRejection makes the Rejection of a push whose bytes are data, a
+// response (delta: a DeltaDiscoveryResponse) held by reference. names are
+// the pushed names the NACK mentions; none means the whole push. The
+// Rejection owns data from now on: it frees it once decoded, then calls
+// release (which may be nil).
+func NewRejection(data mem.BufferSlice, delta bool, names []string, release func()) *Rejection {
+	return &Rejection{data: data, delta: delta, names: names, release: release}
+}
+
+// NotKept is the Rejection of a push whose bytes are not at hand; why says
+// why, for the reader.
+func NotKept(names []string, why string) *Rejection {
+	r := &Rejection{names: names, err: fmt.Errorf("%w: %s", ErrNotKept, why)}
+	r.once.Do(func() {})
+	return r
+}
+
+// Resources returns the rejected resources and their objects, decoding the
+// push on the first call. The result is shared: do not modify it.
+func (r *Rejection) Resources() ([]Resource, error) {
+	if r == nil {
+		return nil, nil
+	}
+	r.once.Do(r.decode)
+	return r.resources, r.err
+}
+
+// Named reports whether the NACK's message named the rejected resources,
+// rather than the whole push being under suspicion.
+func (r *Rejection) Named() bool { return r != nil && len(r.names) > 0 }
+
+func (r *Rejection) decode() {
+	defer func() {
+		r.data.Free()
+		r.data = nil
+		if r.release != nil {
+			r.release()
+		}
+	}()
+	var resp codec.Response
+	if err := resp.DecodeBuffers(r.data, r.delta); err != nil {
+		r.err = err
+		return
+	}
+	for _, res := range resp.Resources {
+		name := string(res.Name)
+		if res.Heartbeat || (len(r.names) > 0 && !slices.Contains(r.names, name)) {
+			continue
+		}
+		objs, err := objectsOf(string(res.TypeURL), res.Body)
+		if err != nil {
+			r.err = fmt.Errorf("resource %q: %w", name, err)
+			continue
+		}
+		r.resources = append(r.resources, Resource{Name: name, Objects: objs})
+	}
+}
+
+// objectsOf opens one resource and collects the objects recorded in every
+// Metadata inside it, at any depth: istiod stamps clusters, filter chains
+// and routes, each where it builds them.
+func objectsOf(typeURL string, body []byte) ([]Object, error) {
+	m, err := (&anypb.Any{TypeUrl: typeURL, Value: body}).UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	var objs []Object
+	codec.EditNested(m.ProtoReflect(), codec.NestedEdit{
+		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
+			md, ok := child.Interface().(*core.Metadata)
+			if !ok {
+				return false, true
+			}
+			p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
+			if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
+				objs = append(objs, o)
+			}
+			return false, false
+		},
+	})
+	return objs, nil
+}
+
+// Where istiod writes the object a resource was built from
+// (pilot/pkg/networking/util: IstioMetadataKey, AddConfigInfoMetadata).
+const (
+	istioKey    = "istio"
+	configField = "config"
+)
+
+// Objects returns every object of the rejected resources, each once.
+func (r *Rejection) Objects() []Object {
+	res, _ := r.Resources()
+	var out []Object
+	for _, x := range res {
+		for _, o := range x.Objects {
+			if !slices.Contains(out, o) {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// maxShown is how many objects a one-line summary names before "and N more".
+const maxShown = 3
+
+// Summary is the rejection in words for one line, e.g. "from
+// DestinationRule shop/reviews", or why no object can be named. It is empty
+// for a nil Rejection.
+func (r *Rejection) Summary() string {
+	if r == nil {
+		return ""
+	}
+	res, err := r.Resources()
+	objs := r.Objects()
+	if len(objs) > 0 {
+		names := make([]string, 0, min(len(objs), maxShown))
+		for _, o := range objs[:min(len(objs), maxShown)] {
+			names = append(names, o.String())
+		}
+		s := strings.Join(names, ", ")
+		if len(objs) > maxShown {
+			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
+		}
+		if !r.Named() && len(res) > 1 {
+			// Which resource is at fault is unknown: these are every
+			// object the push came from.
+			return "the message names no resource; the push comes from " + s
+		}
+		return "from " + s
+	}
+	switch {
+	case err != nil && len(res) == 0:
+		return "Istio source unknown: " + err.Error()
+	case len(res) == 0:
+		return "Istio source unknown: the push holds no resource the message names"
+	case len(res) == 1:
+		return "no Istio config recorded in " + res[0].Name
+	case r.Named():
+		return fmt.Sprintf("no Istio config recorded in the %d resources the message names", len(res))
+	default:
+		return fmt.Sprintf("no Istio config recorded in any of the %d pushed resources", len(res))
+	}
+}
+
+// MarshalJSON writes the rejected resources and their objects, decoding the
+// push if no one has yet:
+//
+//	{"resources":[{"name":"outbound|9080||reviews.shop.svc.cluster.local",
+//	  "istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"reviews",
+//	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
+//	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
+func (r *Rejection) MarshalJSON() ([]byte, error) {
+	type object struct {
+		Kind      string `json:"kind"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		Path      string `json:"path"`
+		Kubectl   string `json:"kubectl"`
+	}
+	type resource struct {
+		Name        string   `json:"name"`
+		IstioConfig []object `json:"istio_config"`
+	}
+	out := struct {
+		Resources []resource `json:"resources"`
+		Summary   string     `json:"summary"`
+		Error     string     `json:"error,omitempty"`
+	}{Resources: []resource{}, Summary: r.Summary()}
+	res, err := r.Resources()
+	for _, x := range res {
+		j := resource{Name: x.Name, IstioConfig: []object{}}
+		for _, o := range x.Objects {
+			j.IstioConfig = append(j.IstioConfig, object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})
+		}
+		out.Resources = append(out.Resources, j)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return json.Marshal(out)
+}

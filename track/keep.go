@@ -1,0 +1,87 @@
+package track
+
+import (
+	"sync/atomic"
+
+	"google.golang.org/grpc/mem"
+
+	"github.com/adstap/adstap/origin"
+)
+
+// DefaultKeepBytes bounds the bytes of unanswered pushes the tracker keeps
+// for their NACKs (Config.KeepBytes).
+const DefaultKeepBytes = 64 << 20
+
+// keeper holds, by reference, the bytes of each type's latest push until the
+// client answers it, so that a NACK can name the resources it rejected and
+// the Istio objects they came from. The tracker keeps only hashes of what it
+// was sent; without these bytes the rejected push would be gone when its
+// NACK arrives. An ACK, a newer push or the stream's end lets go of them;
+// a NACK hands them to an origin.Rejection, which lets go once decoded.
+type keeper struct {
+	limit int64 // <0: keep nothing
+	held  atomic.Int64
+	// skipped counts pushes not kept because the bound was reached.
+	skipped atomic.Uint64
+}
+
+// KeptStats is what the keeper holds and has had to give up.
+type KeptStats struct {
+	Bytes   int64  // held now, awaiting an answer or a Rejection's decoding
+	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
+}
+
+// Kept returns the keeper's figures, for metrics.
+func (t *Tracker) Kept() KeptStats {
+	return KeptStats{Bytes: t.keep.held.Load(), Skipped: t.keep.skipped.Load()}
+}
+
+// kept is one push's bytes, held by reference.
+type kept struct {
+	data mem.BufferSlice
+	size int64
+	// skipped: the push was not kept because of the bound.
+	skipped bool
+}
+
+// hold keeps data (Ref'd) as the type's latest push, letting go of the
+// previous one. A nil data (the caller has no bytes to give) keeps nothing.
+func (k *keeper) hold(slot *kept, data mem.BufferSlice) {
+	k.drop(slot)
+	if data == nil || k.limit < 0 {
+		return
+	}
+	size := int64(data.Len())
+	if k.held.Add(size) > k.limit {
+		k.held.Add(-size)
+		k.skipped.Add(1)
+		slot.skipped = true
+		return
+	}
+	data.Ref()
+	*slot = kept{data: data, size: size}
+}
+
+// drop lets go of what slot holds.
+func (k *keeper) drop(slot *kept) {
+	if slot.data != nil {
+		slot.data.Free()
+		k.held.Add(-slot.size)
+	}
+	*slot = kept{}
+}
+
+// reject hands what slot holds to the Rejection of a NACK naming names.
+func (k *keeper) reject(slot *kept, delta bool, names []string) *origin.Rejection {
+	defer func() { *slot = kept{} }()
+	switch {
+	case slot.data != nil:
+		size := slot.size
+		return origin.NewRejection(slot.data, delta, names, func() { k.held.Add(-size) })
+	case slot.skipped:
+		return origin.NotKept(names, "adstap's bound on unanswered pushes (--keep-push-bytes) was reached when it was sent")
+	case k.limit < 0:
+		return origin.NotKept(names, "keeping pushes is off (--keep-push-bytes)")
+	}
+	return origin.NotKept(names, "its bytes were not given to the tracker")
+}
