@@ -79,9 +79,9 @@ func (k *keeper) reject(slot *kept, delta bool, names []string) *origin.Rejectio
 		size := slot.size
 		return origin.NewRejection(slot.data, delta, names, func() { k.held.Add(-size) })
 	case slot.skipped:
-		return origin.NotKept(names, "adstap's bound on unanswered pushes (--keep-push-bytes) was reached when it was sent")
+		return origin.NotKept(names, "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent")
 	case k.limit < 0:
-		return origin.NotKept(names, "keeping pushes is off (--keep-push-bytes)")
+		return origin.NotKept(names, "keeping pushes is off (--nack-keep-bytes 0)")
 	}
 	return origin.NotKept(names, "its bytes were not given to the tracker")
 }
