@@ -174,10 +174,15 @@ func (r *Rejection) Summary() string {
 		if len(objs) > maxShown {
 			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
 		}
-		if !r.Named() && len(res) > 1 {
+		switch {
+		case !r.Named() && len(res) > 1:
 			// Which resource is at fault is unknown: these are every
 			// object the push came from.
 			return "the message names no resource; the push comes from " + s
+		case len(objs) > 1:
+			// A route configuration gathers the routes of every
+			// VirtualService on its port: one of them is at fault.
+			return "from one of " + s
 		}
 		return "from " + s
 	}

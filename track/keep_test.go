@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -26,20 +26,18 @@ import (
 // does, in buffers of a pool that scribbles over what is given back to it:
 // a tracker or a Rejection reading bytes it let go of would read garbage.
 
-// istioConfig is the metadata istiod stamps on what it builds from an object
-// (pilot/pkg/networking/util.AddConfigInfoMetadata).
+// istioConfig is the metadata istiod stamps on what it builds from the
+// object at path (pilot/pkg/networking/util.AddConfigInfoMetadata).
 func istioConfig(path string) *corev3.Metadata {
-	s, err := structpb.NewStruct(map[string]any{"config": path})
-	if err != nil {
-		panic(err)
-	}
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": s}}
+	parts := strings.Split(path, "/") // "", apis, group, version, namespaces, ns, kind, name
+	return xdsconfig.IstioConfig(parts[6], parts[5], parts[7])
 }
 
 const (
-	drPath = "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews-maglev"
-	vsPath = "/apis/networking.istio.io/v1/namespaces/shop/virtual-service/reviews"
-	scPath = "/apis/networking.istio.io/v1/namespaces/shop/sidecar/default"
+	drPath    = "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews-maglev"
+	vsPath    = "/apis/networking.istio.io/v1/namespaces/shop/virtual-service/reviews"
+	scPath    = "/apis/networking.istio.io/v1/namespaces/shop/sidecar/default"
+	ratingsVS = "/apis/networking.istio.io/v1/namespaces/shop/virtual-service/ratings"
 )
 
 func stampedCluster(name, path string) proto.Message {
@@ -159,7 +157,7 @@ func resourcesOf(t *testing.T, r *origin.Rejection) []rejectedResource {
 }
 
 const (
-	maglev  = "outbound|9080||reviews.shop.example.com"
+	maglev         = "outbound|9080||reviews.shop.example.com"
 	ratingsCluster = "outbound|9080||ratings.shop.svc.cluster.local"
 )
 
@@ -212,6 +210,18 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 		nack:    nack(rds, 1, 0, "route config 9080: bad regex"),
 		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/reviews"}}},
 		summary: "from VirtualService shop/reviews",
+	}, {
+		name:    "a route configuration gathers the VirtualServices of its port",
+		method:  adsSotW,
+		typeURL: rds,
+		push: push(rds, 1, &routev3.RouteConfiguration{Name: "9080", VirtualHosts: []*routev3.VirtualHost{
+			vhost("reviews.shop.svc.cluster.local:9080", vsRoute),
+			vhost("ratings.shop.svc.cluster.local:9080", &routev3.Route{Name: "ratings.shop", Metadata: istioConfig(ratingsVS),
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}}),
+		}}),
+		nack:    nack(rds, 1, 0, "route config 9080: RE2 program size of 157 > max program size of 100"),
+		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/reviews", "VirtualService shop/ratings"}}},
+		summary: "from one of VirtualService shop/reviews, VirtualService shop/ratings",
 	}, {
 		name:    "a Delta listener records its Sidecar on a filter chain",
 		method:  adsDelta,
