@@ -340,3 +340,25 @@ func TestNACKLoopSharesItsRejection(t *testing.T) {
 		t.Errorf("%d buffers returned to the pool, want 3", got)
 	}
 }
+
+// A NACK that comes after its push timed out still names what it rejected:
+// the push stays kept while it is the latest.
+func TestLateNACKNamesTheIstioObjects(t *testing.T) {
+	h := newKeepHarness(t, track.Config{PushTimeout: time.Second}, adsSotW)
+	h.send(initial(cds))
+	h.send(push(cds, 1, stampedCluster(maglev, drPath)))
+	h.tr.Tick(h.now().Add(2 * time.Second))
+	h.at += 300
+	var late *track.LateAnswer
+	for _, e := range h.send(nack(cds, 1, 0, "resource "+maglev+": unexpected lbPolicy MAGLEV")) {
+		if e, ok := e.(track.LateAnswer); ok {
+			late = &e
+		}
+	}
+	if late == nil || late.Result != track.ResultNACK {
+		t.Fatalf("no late NACK: %+v", late)
+	}
+	if got, want := late.Rejected.Summary(), "from DestinationRule shop/reviews-maglev"; got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+}
