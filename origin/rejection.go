@@ -44,6 +44,9 @@ type Rejection struct {
 
 	resources []Resource
 	err       error
+	// summary is set on a Rejection read back from JSON, which has no
+	// bytes to decode.
+	summary string
 }
 
 // ErrNotKept is the error of a Rejection whose push's bytes were not kept.
@@ -164,6 +167,9 @@ func (r *Rejection) Summary() string {
 		return ""
 	}
 	res, err := r.Resources()
+	if r.summary != "" {
+		return r.summary
+	}
 	objs := r.Objects()
 	if len(objs) > 0 {
 		names := make([]string, 0, min(len(objs), maxShown))
@@ -208,27 +214,12 @@ func (r *Rejection) Summary() string {
 //	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
 //	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
 func (r *Rejection) MarshalJSON() ([]byte, error) {
-	type object struct {
-		Kind      string `json:"kind"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-		Path      string `json:"path"`
-		Kubectl   string `json:"kubectl"`
-	}
-	type resource struct {
-		Name        string   `json:"name"`
-		IstioConfig []object `json:"istio_config"`
-	}
-	out := struct {
-		Resources []resource `json:"resources"`
-		Summary   string     `json:"summary"`
-		Error     string     `json:"error,omitempty"`
-	}{Resources: []resource{}, Summary: r.Summary()}
+	out := rejectionJSON{Resources: []resourceJSON{}, Summary: r.Summary()}
 	res, err := r.Resources()
 	for _, x := range res {
-		j := resource{Name: x.Name, IstioConfig: []object{}}
+		j := resourceJSON{Name: x.Name, IstioConfig: []objectJSON{}}
 		for _, o := range x.Objects {
-			j.IstioConfig = append(j.IstioConfig, object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})
+			j.IstioConfig = append(j.IstioConfig, objectJSON{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})
 		}
 		out.Resources = append(out.Resources, j)
 	}
@@ -237,3 +228,50 @@ func (r *Rejection) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(out)
 }
+
+// UnmarshalJSON reads back what MarshalJSON wrote (a client of
+// /debug/streams, such as adstap status): Resources, Objects and Summary
+// then say what the tap said.
+func (r *Rejection) UnmarshalJSON(b []byte) error {
+	var in rejectionJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*r = Rejection{summary: in.Summary}
+	for _, x := range in.Resources {
+		res := Resource{Name: x.Name}
+		for _, o := range x.IstioConfig {
+			obj, ok := ParsePath(o.Path)
+			if !ok {
+				obj = Object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path}
+			}
+			res.Objects = append(res.Objects, obj)
+		}
+		r.resources = append(r.resources, res)
+	}
+	if in.Error != "" {
+		r.err = errors.New(in.Error)
+	}
+	r.once.Do(func() {})
+	return nil
+}
+
+// The JSON form of a Rejection.
+type (
+	rejectionJSON struct {
+		Resources []resourceJSON `json:"resources"`
+		Summary   string         `json:"summary"`
+		Error     string         `json:"error,omitempty"`
+	}
+	resourceJSON struct {
+		Name        string       `json:"name"`
+		IstioConfig []objectJSON `json:"istio_config"`
+	}
+	objectJSON struct {
+		Kind      string `json:"kind"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		Path      string `json:"path"`
+		Kubectl   string `json:"kubectl"`
+	}
+)

@@ -104,4 +104,19 @@ func TestDecodedOnceAndReleased(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("JSON:\n got %s\nwant %s", b, want)
 	}
+
+	// A client of /debug/streams reads back what the tap said.
+	var back origin.Rejection
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Summary(); got != "from DestinationRule shop/reviews" {
+		t.Errorf("read back, Summary() = %q", got)
+	}
+	if objs := back.Objects(); len(objs) != 1 || objs[0].Kubectl() != "kubectl get destinationrule -n shop reviews" {
+		t.Errorf("read back, Objects() = %+v", objs)
+	}
+	if again, _ := json.Marshal(&back); string(again) != want {
+		t.Errorf("read back and written again:\n got %s\nwant %s", again, want)
+	}
 }
