@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 )
 
 // Resource is one resource a NACK rejected and the Istio objects it records
@@ -119,7 +120,7 @@ func objectsOf(typeURL string, body []byte) ([]Object, error) {
 		return nil, err
 	}
 	var objs []Object
-	codec.EditNested(m.ProtoReflect(), codec.NestedEdit{
+	redact.EditNested(m.ProtoReflect(), redact.NestedEdit{
 		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
 			md, ok := child.Interface().(*core.Metadata)
 			if !ok {

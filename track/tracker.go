@@ -41,7 +41,7 @@ func New(cfg Config) *Tracker {
 // m.Method.
 func (t *Tracker) OpenStream(m StreamMeta) []Event {
 	if m.Protocol == "" {
-		m.Protocol = ProtocolOf(m.Method)
+		m.Protocol = codec.ProtocolOf(m.Method)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -61,7 +61,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
-	if s == nil || req == nil || s.meta.Protocol == Opaque {
+	if s == nil || req == nil || s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
@@ -99,7 +99,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
-	if s == nil || resp == nil || s.meta.Protocol == Opaque {
+	if s == nil || resp == nil || s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)

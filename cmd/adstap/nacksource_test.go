@@ -94,7 +94,7 @@ func TestNACKNamesTheDestinationRule(t *testing.T) {
 			defer cc.Close()
 
 			var src *lastErrorSource
-			waitUntil(t, func() bool {
+			xdstest.Eventually(t, "CDS NACKED with its source", func() bool {
 				var state string
 				state, src = cdsSource(t, admin, node)
 				return state == "NACKED" && src != nil
@@ -114,7 +114,7 @@ func TestNACKNamesTheDestinationRule(t *testing.T) {
 			}
 
 			// The live log (JSON here) says it on the NACK line itself.
-			waitUntil(t, func() bool { return strings.Contains(log.String(), " — "+tt.wantSummary) })
+			xdstest.Eventually(t, "CDS NACKED with its source", func() bool { return strings.Contains(log.String(), " — "+tt.wantSummary) })
 			for _, line := range strings.Split(log.String(), "\n") {
 				if strings.Contains(line, `"result":"nack"`) && !strings.Contains(line, "MAGLEV") {
 					t.Errorf("a NACK line without grpc-go's message: %s", line)
