@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -20,6 +21,15 @@ func DebugStreams(t *track.Tracker) http.Handler {
 		page := StreamsPage{
 			Streams:   t.Streams(r.URL.Query().Get("node")),
 			Detectors: t.Detectors(),
+		}
+		// What each type's last NACK rejected is read here, on the page's
+		// goroutine, not under the tracker's lock.
+		for _, s := range page.Streams {
+			for _, ts := range s.Types {
+				if x := origin.Of(ts.LastRejected); x != nil {
+					ts.LastErrorSource, _ = json.Marshal(x)
+				}
+			}
 		}
 		if page.Streams == nil {
 			page.Streams = []track.StreamState{}

@@ -74,9 +74,9 @@ func (l *LiveLog) OnEvent(e track.Event) {
 	case track.LateAnswer:
 		source := ""
 		facts := []any{"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency)}
-		if e.Rejected != nil {
-			source = " — " + e.Rejected.Summary()
-			facts = append(facts, "istio_config", objectPaths(e.Rejected), "source", e.Rejected.Summary())
+		if x := origin.Of(e.Rejected); x != nil {
+			source = " — " + x.Summary()
+			facts = append(facts, "istio_config", objectPaths(x), "source", x.Summary())
 		}
 		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s%s", typeLabel(e.Push.TypeURL), e.Push.Version,
 			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID), source), facts...)
@@ -159,8 +159,8 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	if e.Result == track.ResultNACK {
 		facts = append(facts, slog.Int64("error_code", int64(e.ErrorCode)), slog.String("error", e.Error),
 			slog.Any("error_resources", e.ErrorNames), slog.Int("suppressed_before", suppressed))
-		if e.Rejected != nil {
-			facts = append(facts, slog.Any("istio_config", objectPaths(e.Rejected)), slog.String("source", e.Rejected.Summary()))
+		if x := origin.Of(e.Rejected); x != nil {
+			facts = append(facts, slog.Any("istio_config", objectPaths(x)), slog.String("source", x.Summary()))
 		}
 	}
 	// The stream id stays in plain sight, to look the stream up in
@@ -209,7 +209,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 		b = AppendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
-		if s := e.Rejected.Summary(); s != "" {
+		if s := origin.Of(e.Rejected).Summary(); s != "" {
 			b = append(b, " — "...)
 			b = append(b, s...)
 		}

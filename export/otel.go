@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	ccodec "github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -489,11 +490,11 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 			if len(e.ErrorNames) > 0 {
 				attrs = append(attrs, attribute.StringSlice("xds.error.resources", e.ErrorNames))
 			}
-			if e.Rejected != nil {
+			if x := origin.Of(e.Rejected); x != nil {
 				// The Istio objects to fix, as istiod recorded them, and
 				// the sentence the live log shows.
-				attrs = append(attrs, attribute.String("xds.error.source", e.Rejected.Summary()))
-				if paths := objectPaths(e.Rejected); len(paths) > 0 {
+				attrs = append(attrs, attribute.String("xds.error.source", x.Summary()))
+				if paths := objectPaths(x); len(paths) > 0 {
 					attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	// The resource types istiod stamps, and the filter that can carry an
 	// inline route configuration, so their Anys can be opened.
@@ -21,6 +20,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
+	"github.com/adstap/adstap/track"
 )
 
 // Resource is one resource a NACK rejected and the Istio objects it records
@@ -31,85 +31,73 @@ type Resource struct {
 	Objects []Object
 }
 
-// Rejection is what a NACK rejected: the resources of the push it answers
-// that its message names (all of them when it names none) and the Istio
-// objects each records. The push's bytes are decoded once, by the first
-// caller of Resources, whichever goroutine that is: a NACK is rare, and the
-// tracker that makes the Rejection must not spend its time decoding.
+// Rejection is what a NACK rejected, read: the resources of the push it
+// answers that its message names (all of them when it names none) and the
+// Istio objects each records.
 type Rejection struct {
-	once    sync.Once
-	data    mem.BufferSlice
-	delta   bool
-	names   []string
-	release func()
-
+	named     bool
 	resources []Resource
 	err       error
 	// summary is set on a Rejection read back from JSON, which has no
-	// bytes to decode.
+	// bytes to read.
 	summary string
 }
 
 // ErrNotKept is the error of a Rejection whose push's bytes were not kept.
 var ErrNotKept = errors.New("the rejected push was not kept")
 
-// NewRejection makes the Rejection of a push whose bytes are data, a
-// response (delta: a DeltaDiscoveryResponse) held by reference. names are
-// the pushed names the NACK mentions; none means the whole push. The
-// Rejection owns data from now on: it frees it once decoded, then calls
-// release (which may be nil).
-func NewRejection(data mem.BufferSlice, delta bool, names []string, release func()) *Rejection {
-	return &Rejection{data: data, delta: delta, names: names, release: release}
-}
-
-// NotKept is the Rejection of a push whose bytes are not at hand; why says
-// why, for the reader.
-func NotKept(names []string, why string) *Rejection {
-	r := &Rejection{names: names, err: fmt.Errorf("%w: %s", ErrNotKept, why)}
-	r.once.Do(func() {})
-	return r
-}
-
-// Resources returns the rejected resources and their objects, decoding the
-// push on the first call. The result is shared: do not modify it.
-func (r *Rejection) Resources() ([]Resource, error) {
-	if r == nil {
-		return nil, nil
+// Of reads what r rejected, decoding the push the first time anyone asks
+// (whichever output's goroutine that is) and sharing the result with every
+// later caller: a NACK is rare, and a NACK loop rejects one push many times.
+// A nil r gives a nil Rejection.
+func Of(r *track.Rejected) *Rejection {
+	switch {
+	case r == nil:
+		return nil
+	case r.NotKept != "":
+		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
 	}
-	r.once.Do(r.decode)
-	return r.resources, r.err
+	return r.Read(read).(*Rejection)
 }
 
-// Named reports whether the NACK's message named the rejected resources,
-// rather than the whole push being under suspicion.
-func (r *Rejection) Named() bool { return r != nil && len(r.names) > 0 }
-
-func (r *Rejection) decode() {
-	defer func() {
-		r.data.Free()
-		r.data = nil
-		if r.release != nil {
-			r.release()
-		}
-	}()
+// read decodes the rejected push.
+func read(data mem.BufferSlice, delta bool, names []string) any {
+	x := &Rejection{named: len(names) > 0}
+	if data == nil {
+		return x
+	}
 	var resp codec.Response
-	if err := resp.DecodeBuffers(r.data, r.delta); err != nil {
-		r.err = err
-		return
+	if err := resp.DecodeBuffers(data, delta); err != nil {
+		x.err = err
+		return x
 	}
 	for _, res := range resp.Resources {
 		name := string(res.Name)
-		if res.Heartbeat || (len(r.names) > 0 && !slices.Contains(r.names, name)) {
+		if res.Heartbeat || (len(names) > 0 && !slices.Contains(names, name)) {
 			continue
 		}
 		objs, err := objectsOf(string(res.TypeURL), res.Body)
 		if err != nil {
-			r.err = fmt.Errorf("resource %q: %w", name, err)
+			x.err = fmt.Errorf("resource %q: %w", name, err)
 			continue
 		}
-		r.resources = append(r.resources, Resource{Name: name, Objects: objs})
+		x.resources = append(x.resources, Resource{Name: name, Objects: objs})
 	}
+	return x
 }
+
+// Resources returns the rejected resources and their objects. The result is
+// shared: do not modify it.
+func (x *Rejection) Resources() ([]Resource, error) {
+	if x == nil {
+		return nil, nil
+	}
+	return x.resources, x.err
+}
+
+// Named reports whether the NACK's message named the rejected resources,
+// rather than the whole push being under suspicion.
+func (x *Rejection) Named() bool { return x != nil && x.named }
 
 // objectsOf opens one resource and collects the objects recorded in every
 // Metadata inside it, at any depth: istiod stamps clusters, filter chains
@@ -144,8 +132,8 @@ const (
 )
 
 // Objects returns every object of the rejected resources, each once.
-func (r *Rejection) Objects() []Object {
-	res, _ := r.Resources()
+func (x *Rejection) Objects() []Object {
+	res, _ := x.Resources()
 	var out []Object
 	for _, x := range res {
 		for _, o := range x.Objects {
@@ -163,15 +151,15 @@ const maxShown = 3
 // Summary is the rejection in words for one line, e.g. "from
 // DestinationRule shop/reviews", or why no object can be named. It is empty
 // for a nil Rejection.
-func (r *Rejection) Summary() string {
-	if r == nil {
+func (x *Rejection) Summary() string {
+	if x == nil {
 		return ""
 	}
-	res, err := r.Resources()
-	if r.summary != "" {
-		return r.summary
+	if x.summary != "" {
+		return x.summary
 	}
-	objs := r.Objects()
+	res, err := x.Resources()
+	objs := x.Objects()
 	if len(objs) > 0 {
 		names := make([]string, 0, min(len(objs), maxShown))
 		for _, o := range objs[:min(len(objs), maxShown)] {
@@ -182,7 +170,7 @@ func (r *Rejection) Summary() string {
 			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
 		}
 		switch {
-		case !r.Named() && len(res) > 1:
+		case !x.Named() && len(res) > 1:
 			// Which resource is at fault is unknown: these are every
 			// object the push came from.
 			return "the message names no resource; the push comes from " + s
@@ -200,7 +188,7 @@ func (r *Rejection) Summary() string {
 		return "Istio source unknown: the push holds no resource the message names"
 	case len(res) == 1:
 		return "no Istio config recorded in " + res[0].Name
-	case r.Named():
+	case x.Named():
 		return fmt.Sprintf("no Istio config recorded in the %d resources the message names", len(res))
 	default:
 		return fmt.Sprintf("no Istio config recorded in any of the %d pushed resources", len(res))
@@ -214,9 +202,9 @@ func (r *Rejection) Summary() string {
 //	  "istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"reviews",
 //	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
 //	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
-func (r *Rejection) MarshalJSON() ([]byte, error) {
-	out := rejectionJSON{Resources: []resourceJSON{}, Summary: r.Summary()}
-	res, err := r.Resources()
+func (x *Rejection) MarshalJSON() ([]byte, error) {
+	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary()}
+	res, err := x.Resources()
 	for _, x := range res {
 		j := resourceJSON{Name: x.Name, IstioConfig: []objectJSON{}}
 		for _, o := range x.Objects {
@@ -233,27 +221,26 @@ func (r *Rejection) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads back what MarshalJSON wrote (a client of
 // /debug/streams, such as adstap status): Resources, Objects and Summary
 // then say what the tap said.
-func (r *Rejection) UnmarshalJSON(b []byte) error {
+func (x *Rejection) UnmarshalJSON(b []byte) error {
 	var in rejectionJSON
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*r = Rejection{summary: in.Summary}
-	for _, x := range in.Resources {
-		res := Resource{Name: x.Name}
-		for _, o := range x.IstioConfig {
+	*x = Rejection{summary: in.Summary}
+	for _, j := range in.Resources {
+		res := Resource{Name: j.Name}
+		for _, o := range j.IstioConfig {
 			obj, ok := ParsePath(o.Path)
 			if !ok {
 				obj = Object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path}
 			}
 			res.Objects = append(res.Objects, obj)
 		}
-		r.resources = append(r.resources, res)
+		x.resources = append(x.resources, res)
 	}
 	if in.Error != "" {
-		r.err = errors.New(in.Error)
+		x.err = errors.New(in.Error)
 	}
-	r.once.Do(func() {})
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/origin"
 )
 
 // Event is something the tracker learned from the wire. Every exporter
@@ -121,9 +120,10 @@ type PushEnded struct {
 	ErrorCode  int32
 	Error      string
 	ErrorNames []string
-	// Rejected is what the NACK rejected and the Istio objects it came from,
-	// decoded from the push on first use, off the tracker.
-	Rejected *origin.Rejection
+	// Rejected is what the NACK rejected: the push's bytes and the names its
+	// message mentions, for the outputs to read the Istio objects the
+	// resources came from (origin.Of).
+	Rejected *Rejected
 }
 
 // LateAnswer: the client answered a push after it had timed out.
@@ -133,7 +133,7 @@ type LateAnswer struct {
 	At      time.Time
 	Latency time.Duration
 	// Rejected is set for a NACK, as in PushEnded.
-	Rejected *origin.Rejection
+	Rejected *Rejected
 }
 
 // FullSyncComplete: every type the client subscribed to at the start of the

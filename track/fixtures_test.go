@@ -402,7 +402,7 @@ func wantType(id uint64, typeURL string, want track.TypeState) func(*testing.T, 
 		t.Helper()
 		// What a NACK rejected is checked apart (keep_test.go): these
 		// scripts give the tracker no bytes to keep.
-		ignore := cmpopts.IgnoreFields(track.TypeState{}, "LastErrorSource")
+		ignore := cmpopts.IgnoreFields(track.TypeState{}, "LastRejected")
 		if diff := cmp.Diff(want, typeState(t, tr, id, typeURL), ignore); diff != "" {
 			t.Errorf("stream %d %s state (-want +got):\n%s", id, codec.ShortType(typeURL), diff)
 		}

@@ -1,11 +1,10 @@
 package track
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
-
-	"github.com/adstap/adstap/origin"
 )
 
 // DefaultKeepBytes bounds the bytes of unanswered pushes the tracker keeps
@@ -17,7 +16,7 @@ const DefaultKeepBytes = 64 << 20
 // the Istio objects they came from. The tracker keeps only hashes of what it
 // was sent; without these bytes the rejected push would be gone when its
 // NACK arrives. An ACK, a newer push or the stream's end lets go of them;
-// a NACK hands them to an origin.Rejection, which lets go once decoded.
+// a NACK hands them to a Rejected, which lets go once read.
 type keeper struct {
 	limit int64 // <0: keep nothing
 	held  atomic.Int64
@@ -71,17 +70,54 @@ func (k *keeper) drop(slot *kept) {
 	*slot = kept{}
 }
 
-// reject hands what slot holds to the Rejection of a NACK naming names.
-func (k *keeper) reject(slot *kept, delta bool, names []string) *origin.Rejection {
+// reject hands what slot holds to the Rejected of a NACK naming names.
+func (k *keeper) reject(slot *kept, delta bool, names []string) *Rejected {
 	defer func() { *slot = kept{} }()
+	r := &Rejected{Delta: delta, Names: names}
 	switch {
 	case slot.data != nil:
 		size := slot.size
-		return origin.NewRejection(slot.data, delta, names, func() { k.held.Add(-size) })
+		r.data, r.release = slot.data, func() { k.held.Add(-size) }
 	case slot.skipped:
-		return origin.NotKept(names, "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent")
+		r.NotKept = "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
 	case k.limit < 0:
-		return origin.NotKept(names, "keeping pushes is off (--nack-keep-bytes 0)")
+		r.NotKept = "keeping pushes is off (--nack-keep-bytes 0)"
+	default:
+		r.NotKept = "its bytes were not given to the tracker"
 	}
-	return origin.NotKept(names, "its bytes were not given to the tracker")
+	return r
+}
+
+// Rejected is what a NACK rejected, as the tracker knows it: the bytes of
+// the push it answers, kept by reference until then, and the pushed names
+// its message mentions. What the resources hold is for the outputs to read
+// (origin.Of), once, whichever asks first: the tracker never unmarshals a
+// resource.
+type Rejected struct {
+	Delta bool // the push is a DeltaDiscoveryResponse
+	// Names are the pushed resource names the NACK's message mentions;
+	// none puts the whole push under suspicion.
+	Names []string
+	// NotKept says why the push's bytes are not at hand; empty when they are.
+	NotKept string
+
+	once    sync.Once
+	data    mem.BufferSlice
+	release func()
+	read    any
+}
+
+// Read calls read with the rejected push's bytes (nil when NotKept) the
+// first time it is called, then lets go of the bytes; every call returns
+// what that first read returned.
+func (r *Rejected) Read(read func(data mem.BufferSlice, delta bool, names []string) any) any {
+	r.once.Do(func() {
+		r.read = read(r.data, r.Delta, r.Names)
+		if r.data != nil {
+			r.data.Free()
+			r.data = nil
+			r.release()
+		}
+	})
+	return r.read
 }

@@ -119,13 +119,13 @@ func (h *keepHarness) send(m proto.Message) []track.Event {
 
 func (h *keepHarness) now() time.Time { return t0.Add(time.Duration(h.at) * 10 * ms) }
 
-// rejectedBy returns the Rejection of the PushEnded NACK among evs.
-func rejectedBy(t *testing.T, evs []track.Event) *origin.Rejection {
+// rejectedBy returns what the PushEnded NACK among evs rejected.
+func rejectedBy(t *testing.T, evs []track.Event) *track.Rejected {
 	t.Helper()
 	for _, e := range evs {
 		if e, ok := e.(track.PushEnded); ok && e.Result == track.ResultNACK {
 			if e.Rejected == nil {
-				t.Fatal("a NACK's PushEnded has no Rejection")
+				t.Fatal("a NACK's PushEnded has no Rejected")
 			}
 			return e.Rejected
 		}
@@ -139,9 +139,9 @@ type rejectedResource struct {
 	Objects []string
 }
 
-func resourcesOf(t *testing.T, r *origin.Rejection) []rejectedResource {
+func resourcesOf(t *testing.T, r *track.Rejected) []rejectedResource {
 	t.Helper()
-	res, err := r.Resources()
+	res, err := origin.Of(r).Resources()
 	if err != nil {
 		t.Fatalf("Resources: %v", err)
 	}
@@ -248,7 +248,7 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 			if diff := cmp.Diff(tt.want, resourcesOf(t, r)); diff != "" {
 				t.Errorf("rejected resources (-want +got):\n%s", diff)
 			}
-			if got := r.Summary(); got != tt.summary {
+			if got := origin.Of(r).Summary(); got != tt.summary {
 				t.Errorf("Summary() = %q, want %q", got, tt.summary)
 			}
 			if got := h.tr.Kept().Bytes; got != 0 {
@@ -257,8 +257,8 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 			if got := h.pool.returned(); got != 1 {
 				t.Errorf("%d buffers returned to the pool, want 1", got)
 			}
-			if got := typeState(t, h.tr, 1, tt.typeURL).LastErrorSource; got != r {
-				t.Errorf("/debug/streams' last_error_source is %p, want the NACK's Rejection %p", got, r)
+			if got := typeState(t, h.tr, 1, tt.typeURL).LastRejected; got != r {
+				t.Errorf("the type's state holds %p as its last rejection, want the NACK's %p", got, r)
 			}
 		})
 	}
@@ -299,10 +299,10 @@ func TestKeepBound(t *testing.T) {
 		t.Fatalf("Kept() = %+v, want 0 bytes and 1 push skipped", got)
 	}
 	r := rejectedBy(t, h.send(nack(cds, 1, 0, "resource "+maglev+": unexpected lbPolicy MAGLEV")))
-	if _, err := r.Resources(); !errors.Is(err, origin.ErrNotKept) {
+	if _, err := origin.Of(r).Resources(); !errors.Is(err, origin.ErrNotKept) {
 		t.Errorf("Resources() error = %v, want ErrNotKept", err)
 	}
-	if got, want := r.Summary(), "Istio source unknown: the rejected push was not kept: adstap's bound"; !strings.HasPrefix(got, want) {
+	if got, want := origin.Of(r).Summary(), "Istio source unknown: the rejected push was not kept: adstap's bound"; !strings.HasPrefix(got, want) {
 		t.Errorf("Summary() = %q, want it to start with %q", got, want)
 	}
 
@@ -320,13 +320,13 @@ func TestNACKLoopSharesItsRejection(t *testing.T) {
 	h := newKeepHarness(t, track.Config{}, adsSotW)
 	h.send(initial(cds))
 	msg := "resource " + maglev + ": unexpected lbPolicy MAGLEV"
-	var first *origin.Rejection
+	var first *track.Rejected
 	for n := 1; n <= 3; n++ {
 		h.send(push(cds, n, stampedCluster(maglev, drPath)))
 		r := rejectedBy(t, h.send(nack(cds, n, 0, msg)))
 		if first == nil {
 			first = r
-			if got := first.Summary(); got != "from DestinationRule shop/reviews-maglev" {
+			if got := origin.Of(first).Summary(); got != "from DestinationRule shop/reviews-maglev" {
 				t.Fatalf("Summary() = %q", got)
 			}
 		} else if r != first {
@@ -358,7 +358,7 @@ func TestLateNACKNamesTheIstioObjects(t *testing.T) {
 	if late == nil || late.Result != track.ResultNACK {
 		t.Fatalf("no late NACK: %+v", late)
 	}
-	if got, want := late.Rejected.Summary(), "from DestinationRule shop/reviews-maglev"; got != want {
+	if got, want := origin.Of(late.Rejected).Summary(), "from DestinationRule shop/reviews-maglev"; got != want {
 		t.Errorf("Summary() = %q, want %q", got, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/origin"
 )
 
 type pushState uint8
@@ -123,7 +122,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	}
 	latency := at.Sub(p.ev.SentAt)
 	var names []string
-	var rejected *origin.Rejection
+	var rejected *Rejected
 	if result == ResultNACK {
 		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
 		rejected = ts.rejected(req.ErrorDetail.Message, names)
@@ -161,7 +160,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 // rejected returns the Rejection of the latest push by a NACK with message
 // naming names. The same content rejected with the same message again (a
 // NACK loop) shares the previous one, which is decoded at most once.
-func (ts *typeState) rejected(message string, names []string) *origin.Rejection {
+func (ts *typeState) rejected(message string, names []string) *Rejected {
 	p := &ts.p
 	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
 		ts.keep.drop(&ts.held)

@@ -1,13 +1,12 @@
 package track
 
 import (
+	"encoding/json"
 	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/adstap/adstap/origin"
 )
 
 // StreamState is a stream as the /debug/streams page shows it.
@@ -37,15 +36,18 @@ type TypeState struct {
 	LastAckedVersion string `json:"last_acked_version"`
 	LastAckedNonce   string `json:"last_acked_nonce"`
 	LastError        string `json:"last_error,omitempty"`
-	// LastErrorSource is what the last NACK rejected: its resources and the
-	// Istio objects they came from.
-	LastErrorSource *origin.Rejection `json:"last_error_source,omitempty"`
-	Pushes          int               `json:"pushes"`
-	ACKs            int               `json:"acks"`
-	NACKs           int               `json:"nacks"`
-	StaleNonces     int               `json:"stale_nonces"`
-	RedundantPushes int               `json:"redundant_pushes"`
-	FullSyncs       int               `json:"full_syncs"`
+	// LastRejected is what the last NACK rejected, until an ACK.
+	LastRejected *Rejected `json:"-"`
+	// LastErrorSource is LastRejected as /debug/streams shows it: the
+	// rejected resources and the Istio objects they came from, as
+	// origin.Rejection writes them. export.DebugStreams fills it in.
+	LastErrorSource json.RawMessage `json:"last_error_source,omitempty"`
+	Pushes          int             `json:"pushes"`
+	ACKs            int             `json:"acks"`
+	NACKs           int             `json:"nacks"`
+	StaleNonces     int             `json:"stale_nonces"`
+	RedundantPushes int             `json:"redundant_pushes"`
+	FullSyncs       int             `json:"full_syncs"`
 	// Subscribed is ["*"] for a wildcard subscription (followed by any names
 	// also subscribed explicitly), capped at Config.MaxNames entries, the
 	// last of which then says "+N more".
@@ -103,7 +105,7 @@ func (ts *typeState) state(maxNames int) *TypeState {
 		LastAckedVersion: ts.ackedVersion,
 		LastAckedNonce:   ts.ackedNonce,
 		LastError:        ts.lastError,
-		LastErrorSource:  ts.rejection,
+		LastRejected:     ts.rejection,
 		Pushes:           ts.pushes,
 		ACKs:             ts.acks,
 		NACKs:            ts.nacks,

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/origin"
 )
 
 // typeState is what the tracker knows of one type on one stream. Its size is
@@ -71,7 +70,7 @@ type typeState struct {
 	// rejection is what the latest NACK rejected, until an ACK; a NACK of
 	// the same content with the same message shares it, so a NACK loop
 	// decodes its push once.
-	rejection  *origin.Rejection
+	rejection  *Rejected
 	rejContent uint64
 	rejMessage string
 }

@@ -111,9 +111,9 @@ func (c *nackCollector) events(st *step, evs []track.Event) {
 	var rejected *origin.Rejection
 	switch {
 	case ended != nil:
-		rejected = ended.Rejected
+		rejected = origin.Of(ended.Rejected)
 	case late != nil:
-		rejected = late.Rejected
+		rejected = origin.Of(late.Rejected)
 	}
 	if rejected != nil {
 		if g.Source == "" {
