@@ -57,7 +57,10 @@ func Of(r *track.Rejected) *Rejection {
 	case r.NotKept != "":
 		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
 	}
-	return r.Read(read).(*Rejection)
+	if x, ok := r.Read(read).(*Rejection); ok {
+		return x
+	}
+	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
 }
 
 // read decodes the rejected push.

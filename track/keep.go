@@ -26,7 +26,7 @@ type keeper struct {
 
 // KeptStats is what the keeper holds and has had to give up.
 type KeptStats struct {
-	Bytes   int64  // held now, awaiting an answer or a Rejection's decoding
+	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected)
 	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
 }
 
@@ -109,15 +109,30 @@ type Rejected struct {
 
 // Read calls read with the rejected push's bytes (nil when NotKept) the
 // first time it is called, then lets go of the bytes; every call returns
-// what that first read returned.
+// what that first read returned. It returns nil when the tracker let go of
+// the bytes before anyone asked: an ACK, a NACK of other content or the end
+// of the stream came first.
 func (r *Rejected) Read(read func(data mem.BufferSlice, delta bool, names []string) any) any {
 	r.once.Do(func() {
 		r.read = read(r.data, r.Delta, r.Names)
-		if r.data != nil {
-			r.data.Free()
-			r.data = nil
-			r.release()
-		}
+		r.free()
 	})
 	return r.read
+}
+
+// discard lets go of the bytes if no one has read them: the tracker calls it
+// when it forgets the Rejected, so that a NACK no output asked about (a
+// throttled log line, tracing off) does not hold its push for ever.
+func (r *Rejected) discard() {
+	if r != nil {
+		r.once.Do(r.free)
+	}
+}
+
+func (r *Rejected) free() {
+	if r.data != nil {
+		r.data.Free()
+		r.data = nil
+		r.release()
+	}
 }

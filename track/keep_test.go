@@ -22,9 +22,9 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// These tests give the tracker the bytes of each push, as track.Observer
+// These tests give the tracker the bytes of each push, as pipeline.Observer
 // does, in buffers of a pool that scribbles over what is given back to it:
-// a tracker or a Rejection reading bytes it let go of would read garbage.
+// a tracker or a Rejected reading bytes it let go of would read garbage.
 
 // istioConfig is the metadata istiod stamps on what it builds from the
 // object at path (pilot/pkg/networking/util.AddConfigInfoMetadata).
@@ -360,5 +360,45 @@ func TestLateNACKNamesTheIstioObjects(t *testing.T) {
 	}
 	if got, want := origin.Of(late.Rejected).Summary(), "from DestinationRule shop/reviews-maglev"; got != want {
 		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+}
+
+// A NACK no output asks about (its log line throttled, tracing off) does not
+// keep its push: the tracker lets go of it when it forgets the NACK.
+func TestUnreadRejectionIsReleased(t *testing.T) {
+	for _, then := range []struct {
+		name     string
+		returned int // buffers given back to the pool: the NACKed push's, and the next one's
+		do       func(h *keepHarness)
+	}{
+		{"by the next ACK", 2, func(h *keepHarness) {
+			h.send(push(cds, 2, cluster(ratingsCluster)))
+			h.send(ack(cds, 2))
+		}},
+		{"by a NACK of other content", 2, func(h *keepHarness) {
+			h.send(push(cds, 2, stampedCluster(ratingsCluster, drPath)))
+			origin.Of(rejectedBy(h.t, h.send(nack(cds, 2, 0, "resource "+ratingsCluster+": unexpected lbPolicy MAGLEV"))))
+		}},
+		{"by the end of the stream", 1, func(h *keepHarness) { h.tr.CloseStream(1, h.now(), 0, "") }},
+	} {
+		t.Run(then.name, func(t *testing.T) {
+			h := newKeepHarness(t, track.Config{}, adsSotW)
+			h.send(initial(cds))
+			h.send(push(cds, 1, stampedCluster(maglev, drPath)))
+			unread := rejectedBy(t, h.send(nack(cds, 1, 0, "resource "+maglev+": unexpected lbPolicy MAGLEV")))
+			if h.tr.Kept().Bytes == 0 {
+				t.Fatal("the NACKed push is not kept for its outputs")
+			}
+			then.do(h)
+			if got := h.tr.Kept().Bytes; got != 0 {
+				t.Errorf("%d bytes still kept", got)
+			}
+			if got := h.pool.returned(); got != then.returned {
+				t.Errorf("%d buffers returned to the pool, want %d", got, then.returned)
+			}
+			if got, want := origin.Of(unread).Summary(), "Istio source unknown: the rejected push was not kept: adstap let go of it before any output asked"; got != want {
+				t.Errorf("read late, Summary() = %q, want %q", got, want)
+			}
+		})
 	}
 }

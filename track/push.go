@@ -142,6 +142,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	p.state = pushAnswered
 	if result == ResultACK {
 		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
 		ts.rejection = nil
 		ts.apply()
 		ts.dropApplied()
@@ -166,6 +167,7 @@ func (ts *typeState) rejected(message string, names []string) *Rejected {
 		ts.keep.drop(&ts.held)
 		return ts.rejection
 	}
+	ts.rejection.discard()
 	ts.rejection = ts.keep.reject(&ts.held, p.delta, names)
 	ts.rejContent, ts.rejMessage = p.content, message
 	return ts.rejection

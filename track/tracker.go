@@ -130,6 +130,7 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	for _, ts := range s.order {
 		evs = ts.closePush(at, evs)
 		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(ts, at, evs)
