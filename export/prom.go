@@ -167,6 +167,18 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	return m
 }
 
+// WatchKept reports what the tracker keeps of unanswered pushes for their
+// NACKs (track.Tracker.Kept), read at scrape time.
+func (m *Metrics) WatchKept(kept func() track.KeptStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "adstap_nack_kept_bytes",
+			Help: "Bytes of unanswered pushes kept so that a NACK can name what it rejected (--nack-keep-bytes)."},
+			func() float64 { return float64(kept().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_nack_not_kept_total",
+			Help: "Pushes not kept for their NACK because --nack-keep-bytes was reached: a NACK of one cannot name the objects it rejected."},
+			func() float64 { return float64(kept().Skipped) }))
+}
+
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

@@ -127,14 +127,21 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		result = ResultNACK
 	}
 	latency := at.Sub(p.ev.SentAt)
+	var names []string
+	var rejected *Rejected
+	if result == ResultNACK {
+		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
+		rejected = ts.rejected(req.ErrorDetail.Message, names)
+	}
 	if p.state == pushTimedOut {
-		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency})
+		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected})
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
 			e.Error = req.ErrorDetail.Message
-			e.ErrorNames = ts.errorNames(req.ErrorDetail.Message, maxNames)
+			e.ErrorNames = names
+			e.Rejected = rejected
 		}
 		evs = append(evs, e)
 	}
@@ -142,6 +149,9 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	if result == ResultACK {
 		ts.recent.end(ts.seq, result, latency, "")
 		ts.ackedAt = at
+		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
+		ts.rejection = nil
 		ts.apply()
 		ts.dropApplied()
 		ts.acks++
@@ -156,6 +166,21 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	ts.nacked = true
 	ts.lastError = req.ErrorDetail.Message
 	return evs
+}
+
+// rejected returns the Rejection of the latest push by a NACK with message
+// naming names. The same content rejected with the same message again (a
+// NACK loop) shares the previous one, which is decoded at most once.
+func (ts *typeState) rejected(message string, names []string) *Rejected {
+	p := &ts.p
+	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
+		ts.keep.drop(&ts.held)
+		return ts.rejection
+	}
+	ts.rejection.discard()
+	ts.rejection = ts.keep.reject(&ts.held, p.delta, names)
+	ts.rejContent, ts.rejMessage = p.content, message
+	return ts.rejection
 }
 
 // expire ends a push that has waited too long. It stays the latest push, so

@@ -1,6 +1,7 @@
 package track
 
 import (
+	"encoding/json"
 	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
@@ -43,15 +44,21 @@ type TypeState struct {
 	LastError        string `json:"last_error,omitempty"`
 	// LastSentAt, LastACKAt and LastNACKAt: when the latest push went out,
 	// and the latest ACK and NACK came back; absent until then.
-	LastSentAt      time.Time `json:"last_sent_at,omitzero"`
-	LastACKAt       time.Time `json:"last_ack_at,omitzero"`
-	LastNACKAt      time.Time `json:"last_nack_at,omitzero"`
-	Pushes          int       `json:"pushes"`
-	ACKs            int       `json:"acks"`
-	NACKs           int       `json:"nacks"`
-	StaleNonces     int       `json:"stale_nonces"`
-	RedundantPushes int       `json:"redundant_pushes"`
-	FullSyncs       int       `json:"full_syncs"`
+	LastSentAt time.Time `json:"last_sent_at,omitzero"`
+	LastACKAt  time.Time `json:"last_ack_at,omitzero"`
+	LastNACKAt time.Time `json:"last_nack_at,omitzero"`
+	// LastRejected is what the last NACK rejected, until an ACK.
+	LastRejected *Rejected `json:"-"`
+	// LastErrorSource is LastRejected as /debug/streams shows it: the
+	// rejected resources and the Istio objects they came from, as
+	// origin.Rejection writes them. export.DebugStreams fills it in.
+	LastErrorSource json.RawMessage `json:"last_error_source,omitempty"`
+	Pushes          int             `json:"pushes"`
+	ACKs            int             `json:"acks"`
+	NACKs           int             `json:"nacks"`
+	StaleNonces     int             `json:"stale_nonces"`
+	RedundantPushes int             `json:"redundant_pushes"`
+	FullSyncs       int             `json:"full_syncs"`
 	// Subscribed is ["*"] for a wildcard subscription (followed by any names
 	// also subscribed explicitly), capped at Config.MaxNames entries, the
 	// last of which then says "+N more".
@@ -113,6 +120,7 @@ func (ts *typeState) state(maxNames int) *TypeState {
 		LastSentAt:       ts.p.ev.SentAt,
 		LastACKAt:        ts.ackedAt,
 		LastNACKAt:       ts.nackedAt,
+		LastRejected:     ts.rejection,
 		Pushes:           ts.pushes,
 		ACKs:             ts.acks,
 		NACKs:            ts.nacks,

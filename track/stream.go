@@ -25,6 +25,7 @@ type stream struct {
 	// lastRound is when every subscribed type was last seen resent whole.
 	lastRound time.Time
 	sc        *scratch // the tracker's
+	keep      *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
 	// that starts unsure too (see typeState.unsure).
 	unsure bool
@@ -77,8 +78,8 @@ type fullSyncClock struct {
 	types     []string
 }
 
-func newStream(m StreamMeta, sc *scratch) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc}
+func newStream(m StreamMeta, sc *scratch, keep *keeper) *stream {
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc, keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -93,7 +94,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url, s.sc)
+	ts := newTypeState(url, s.sc, s.keep)
 	ts.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)

@@ -70,14 +70,25 @@ type typeState struct {
 	// errNames caches the names a NACK mentions, since a loop NACKs the same
 	// content with the same message again and again.
 	errNames errNamesCache
+
+	// held is the latest push's bytes while it awaits its answer (keeper).
+	held kept
+	keep *keeper // the tracker's
+	// rejection is what the latest NACK rejected, until an ACK; a NACK of
+	// the same content with the same message shares it, so a NACK loop
+	// decodes its push once.
+	rejection  *Rejected
+	rejContent uint64
+	rejMessage string
 }
 
-func newTypeState(url string, sc *scratch) *typeState {
+func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 	return &typeState{
 		url:         url,
 		short:       codec.ShortType(url),
 		replaceType: url == codec.TypeListener || url == codec.TypeCluster,
 		sc:          sc,
+		keep:        keep,
 	}
 }
 

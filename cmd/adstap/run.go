@@ -41,6 +41,7 @@ type runFlags struct {
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
 	retainMaxBytes                                                      byteSize
+	nackKeepBytes                                                       byteSize
 	pprof                                                               bool
 }
 
@@ -70,6 +71,8 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.maxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
 	f.observeQueueBytes = tap.DefaultObserveQueueBytes
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
+	f.nackKeepBytes = track.DefaultKeepBytes
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
@@ -245,6 +248,10 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 	}
 	if f.traceGrouping != export.GroupByVersion && f.traceGrouping != export.GroupByStream {
 		return nil, usagef("--trace-grouping %q: want version or stream", f.traceGrouping)
+	}
+	f.detect.KeepBytes = int64(f.nackKeepBytes)
+	if f.detect.KeepBytes == 0 {
+		f.detect.KeepBytes = -1 // track.Config's zero is its default
 	}
 	pcfg := pipeline.Config{
 		Logger:           log,
