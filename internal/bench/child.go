@@ -22,8 +22,8 @@ import (
 
 // The middle of paths 2–4 runs in a process of its own, so that its CPU time
 // and resident memory are its own and not the load generator's. The harness
-// starts it as `adstap-bench serve-tap --mode=off|full` or
-// `adstap-bench serve-typed`, with --upstream; the child prints
+// starts it as `adstap-bench serve-tap --mode=off|full`,
+// `adstap-bench serve-relay` or `adstap-bench serve-typed`, with --upstream; the child prints
 // "ready ADDR" and then answers one command per line on stdin with one JSON
 // Usage line on stdout:
 //
@@ -51,20 +51,22 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	switch {
 	case subcommand == "serve-typed":
 		p = Typed
+	case subcommand == "serve-relay":
+		p = Relay
 	case subcommand == "serve-tap" && *mode == "off":
 		p = TapOff
 	case subcommand == "serve-tap" && *mode == "full":
 		p = TapFull
 	default:
-		fmt.Fprintf(stderr, "%s: want serve-tap --mode=off|full or serve-typed\n", subcommand)
+		fmt.Fprintf(stderr, "%s: want serve-tap --mode=off|full, serve-relay or serve-typed\n", subcommand)
 		return 2
 	}
 	if *up == "" {
 		fmt.Fprintf(stderr, "%s: --upstream is required\n", subcommand)
 		return 2
 	}
-	if p != Typed {
-		// As `adstap run` does; the typed relay keeps Go's defaults, as
+	if p == TapOff || p == TapFull {
+		// As `adstap run` does; the relays keep Go's defaults, as
 		// istio-agent does.
 		gctune.Apply(os.Getenv, gctune.SystemCgroup())
 	}
@@ -188,6 +190,8 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 			args = append(args, "serve-tap", "--mode=off")
 		case TapFull:
 			args = append(args, "serve-tap", "--mode=full")
+		case Relay:
+			args = append(args, "serve-relay")
 		case Typed:
 			args = append(args, "serve-typed")
 		}

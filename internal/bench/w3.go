@@ -17,10 +17,13 @@ import (
 
 // W3 is many idle, synced proxies: each stream (one per connection) gets
 // its clusters and their endpoints, ACKs both, and then nothing happens.
-// What it measures is the middle's resident memory: with no stream, and with
-// every stream synced and left idle for a while.
+// What it measures is the middle's resident memory, goroutines and file
+// descriptors: with no stream, and with every stream synced and left idle
+// for a while. W5 is the same with more streams.
 type W3 struct {
+	id         string
 	streams    int
+	sources    int // client source addresses, 127.0.0.1 onwards
 	settle     time.Duration
 	initial    [][]byte // per stream
 	cds, eds   Msg
@@ -35,9 +38,15 @@ type W3 struct {
 const w3Openers = 32
 
 // NewW3 builds W3's pushes: every stream receives the same ones.
-func NewW3(s Sizes) *W3 {
-	w := &W3{streams: s.W3Streams, settle: s.W3Settle}
-	clusters := xdsconfig.Clusters(s.W3Clusters, 1000)
+func NewW3(s Sizes) *W3 { return newIdle("W3", s.W3Streams, s.W3Clusters, 1, s.W3Settle) }
+
+// NewW5 is W3 with W5's number of streams, spread over W5Sources client
+// addresses (each address has its own ephemeral ports towards the middle).
+func NewW5(s Sizes) *W3 { return newIdle("W5", s.W5Streams, s.W3Clusters, s.W5Sources, s.W3Settle) }
+
+func newIdle(id string, streams, clusterCount, sources int, settle time.Duration) *W3 {
+	w := &W3{id: id, streams: streams, sources: max(1, sources), settle: settle}
+	clusters := xdsconfig.Clusters(clusterCount, 1000)
 	var cds, eds []proto.Message
 	var names []string
 	for i, c := range clusters {
@@ -51,16 +60,16 @@ func NewW3(s Sizes) *W3 {
 	w.ackCDS = sotwACK(pushVersion("w3", 1), w.cdsNonce, codec.TypeCluster, nil)
 	w.edsRequest = mustMarshal(&discovery.DiscoveryRequest{TypeUrl: codec.TypeEndpoint, ResourceNames: names})
 	w.ackEDS = sotwACK(pushVersion("w3", 1), w.edsNonce, codec.TypeEndpoint, names)
-	for i := range s.W3Streams {
+	for i := range streams {
 		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{Node: node(i), TypeUrl: codec.TypeCluster}))
 	}
 	return w
 }
 
-func (*W3) ID() string { return "W3" }
+func (w *W3) ID() string { return w.id }
 
 func (w *W3) Describe() string {
-	return fmt.Sprintf("%d streams synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
+	return fmt.Sprintf("%d streams, one connection each, synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
 }
 
 func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
@@ -142,7 +151,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 				if i >= w.streams {
 					return
 				}
-				cc, err := dialRaw(m.Addr())
+				cc, err := dialRawFrom(m.Addr(), sourceAddr(i%w.sources))
 				if err != nil {
 					clientErrs.set(err)
 					return
