@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	w5Sources := fs.Int("w5-sources", 0, "loopback addresses W5's clients connect from, 127.0.0.1 onwards (default 1)")
 	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only. A partial run (-quick, -reps, -workloads) writes it only when -out is given")
 	profile := fs.String("profile", "", "write a CPU and a heap profile of each middle's measured window into `dir`")
+	memRate := fs.Int("memprofilerate", 0, "with -profile: sample one allocation per `bytes` in the middles' heap profiles (1: every allocation; 0: Go's default)")
 	execTrace := fs.String("trace", "", "write an execution trace of each middle's measured window into `dir`")
 	codecBench := fs.Bool("codec", true, "also run the codec micro-benchmark (go test -bench DecodeCDS10MB ./codec/)")
 	goCmd := fs.String("go", "go", "the go `command` for the codec micro-benchmark")
@@ -135,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		want[id] = true
 	}
-	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, TraceDir: *execTrace, Stderr: stderr}
+	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, MemProfileRate: *memRate, TraceDir: *execTrace, Stderr: stderr}
 	var label string
 	quiet := &bench.Quiet{PerRun: *quietWait, Total: *quietTotal}
 	all := &bench.Runs{Results: map[string]map[bench.Path][]bench.Result{}}

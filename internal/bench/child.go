@@ -42,7 +42,8 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	up := fs.String("upstream", "", "upstream `host:port`")
 	listen := fs.String("listen", "127.0.0.1:0", "`host:port` to accept clients on")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured window to `file`")
-	memProfile := fs.String("memprofile", "", "write a heap profile at the window's end to `file`")
+	memProfile := fs.String("memprofile", "", "write a heap profile and a goroutine profile (FILE.goroutines) at the window's end to `file`")
+	memRate := fs.Int("memprofilerate", 0, "sample one allocation per `bytes` in the heap profile (runtime.MemProfileRate; 0: Go's default, 512 KiB)")
 	execTrace := fs.String("trace", "", "write an execution trace of the measured window to `file`")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -64,6 +65,9 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	if *up == "" {
 		fmt.Fprintf(stderr, "%s: --upstream is required\n", subcommand)
 		return 2
+	}
+	if *memRate > 0 {
+		runtime.MemProfileRate = *memRate
 	}
 	if p == TapOff || p == TapFull {
 		// As `adstap run` does; the relays keep Go's defaults, as
@@ -159,7 +163,18 @@ func writeHeapProfile(path string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	g, err := os.Create(strings.TrimSuffix(path, ".heap.pprof") + ".goroutines")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+		g.Close()
+		return err
+	}
+	return g.Close()
 }
 
 // ChildConfig says how the harness starts middle processes.
@@ -170,8 +185,10 @@ type ChildConfig struct {
 	// Env is the child's environment (nil: the harness's).
 	Env []string
 	// ProfileDir, when set, gets a CPU and a heap profile of each
-	// measured window, named after Label.
+	// measured window, named after Label, and a list of the goroutines.
 	ProfileDir string
+	// MemProfileRate, when set, is the middle's runtime.MemProfileRate.
+	MemProfileRate int
 	// TraceDir, when set, gets an execution trace of each measured window.
 	TraceDir string
 	Stderr   io.Writer
@@ -199,6 +216,9 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 		if cfg.ProfileDir != "" {
 			base := cfg.ProfileDir + "/" + label()
 			args = append(args, "--cpuprofile="+base+".cpu.pprof", "--memprofile="+base+".heap.pprof")
+		}
+		if cfg.MemProfileRate > 0 {
+			args = append(args, fmt.Sprintf("--memprofilerate=%d", cfg.MemProfileRate))
 		}
 		if cfg.TraceDir != "" {
 			args = append(args, "--trace="+cfg.TraceDir+"/"+label()+".trace")

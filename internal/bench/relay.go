@@ -19,7 +19,9 @@ import (
 // grpc-go, an UnknownServiceHandler with a raw codec that keeps each message
 // as the buffers it arrived in, and one upstream connection per client
 // connection. It observes nothing and tunes nothing: gRPC's default buffer
-// and window sizes, Go's default collector.
+// and window sizes, no keepalive of its own towards the upstream, Go's
+// default collector. Only the message size limits are raised, as any xDS
+// relay must (real CDS pushes exceed gRPC's 4 MiB).
 type passRelay struct {
 	upstream string
 	// pumps counts the request pumps, which may outlive their handler by a moment.
@@ -66,7 +68,6 @@ func (c *relayConn) upstream(r *passRelay) (*grpc.ClientConn, error) {
 		cc, err := grpc.NewClient("passthrough:///"+r.upstream,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		)
 		if err != nil {
 			return nil, err

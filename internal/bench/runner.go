@@ -103,9 +103,10 @@ func runDetail(id string, r Result) string {
 		p50, p99 := percentile(r.Latencies, 0.50), percentile(r.Latencies, 0.99)
 		return fmt.Sprintf("  latency p50 %s p99 %s", fmtDur(p50), fmtDur(p99))
 	case "W3", "W5":
-		return fmt.Sprintf("  RSS idle %s, synced+settled %s (after GC %s: heap %s, stacks %s), goroutines %d → %d, FDs %d → %d",
-			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse),
-			fmtBytes(r.Collected.Stacks), r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
+		return fmt.Sprintf("  RSS idle %s, synced+settled %s (heap %s, stacks %s; after GC %s: heap %s, stacks %s), goroutines %d → %d, FDs %d → %d",
+			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Settled.HeapInuse), fmtBytes(r.Settled.Stacks),
+			fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse), fmtBytes(r.Collected.Stacks),
+			r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
 	case "W6":
 		return fmt.Sprintf("  per stream p50 %s p99 %s", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)))
 	}
