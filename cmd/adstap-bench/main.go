@@ -136,6 +136,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		want[id] = true
 	}
+	if err := bench.CheckFileLimit(sizes, want); err != nil {
+		fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+		return 1
+	}
 	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, MemProfileRate: *memRate, TraceDir: *execTrace, Stderr: stderr}
 	var label string
 	quiet := &bench.Quiet{PerRun: *quietWait, Total: *quietTotal}

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/internal/bench"
@@ -101,5 +102,26 @@ func TestChildProcess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A run that would need more file descriptors than the process may open
+// is refused before it starts, with the number of streams that would fit.
+func TestCheckFileLimit(t *testing.T) {
+	limit, err := bench.FileLimit()
+	if err != nil {
+		t.Skip(err)
+	}
+	tiny := bench.TinySizes()
+	if err := bench.CheckFileLimit(tiny, map[string]bool{"W5": true}); err != nil {
+		t.Errorf("tiny sizes refused: %v", err)
+	}
+	huge := tiny
+	huge.W5Streams = int(limit)
+	if err := bench.CheckFileLimit(huge, map[string]bool{"W5": true}); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("W5 with %d streams under a limit of %d files: got %v, want an error saying how many fit", huge.W5Streams, limit, err)
+	}
+	if err := bench.CheckFileLimit(huge, map[string]bool{"W1": true}); err != nil {
+		t.Errorf("W5's streams checked though only W1 runs: %v", err)
 	}
 }

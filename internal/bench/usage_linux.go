@@ -109,3 +109,13 @@ func RaiseFileLimit() {
 	l.Cur = l.Max
 	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 }
+
+// FileLimit is this process's limit on open files (the soft limit, which
+// RaiseFileLimit raises as far as it may).
+func FileLimit() (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	return l.Cur, nil
+}

@@ -23,3 +23,6 @@ func MachineCPU() (all, self time.Duration, err error) {
 
 // RaiseFileLimit does nothing off Linux.
 func RaiseFileLimit() {}
+
+// FileLimit is only implemented on Linux.
+func FileLimit() (uint64, error) { return 0, errors.New("bench: getrlimit is Linux only") }

@@ -203,3 +203,31 @@ func closeAll(fs ...func() error) error {
 	}
 	return first
 }
+
+// filesPerStream is what one stream of one connection costs in file
+// descriptors, in the load generator (the client's connection and the
+// upstream's) and in a middle (the client's and its upstream connection);
+// fileMargin covers the rest (listeners, pipes, the binary, epoll).
+const (
+	filesPerStream = 2
+	fileMargin     = 64
+)
+
+// CheckFileLimit fails when the workloads in want (by id) hold more streams
+// open at once than this process may open files for: the run would fail
+// half-way with "too many open files". Every middle process has the same
+// limit, since it inherits it.
+func CheckFileLimit(s Sizes, want map[string]bool) error {
+	streams := map[string]int{"W2": s.W2Streams, "W3": s.W3Streams, "W5": s.W5Streams, "W6": s.W6Streams}
+	limit, err := FileLimit()
+	if err != nil {
+		return nil
+	}
+	for id, n := range streams {
+		if need := filesPerStream*n + fileMargin; want[id] && uint64(need) > limit {
+			return fmt.Errorf("%s holds %d streams open, which needs about %d file descriptors in this process and as many in the middle; the limit here is %d (ulimit -n; a hard limit can only be raised with CAP_SYS_RESOURCE): at most %d streams",
+				id, n, need, limit, (int(limit)-fileMargin)/filesPerStream)
+		}
+	}
+	return nil
+}
