@@ -20,7 +20,7 @@ import (
 	"github.com/adstap/adstap/internal/gctune"
 )
 
-// The middle of paths 2–4 runs in a process of its own, so that its CPU time
+// The middle of paths 2–5 runs in a process of its own, so that its CPU time
 // and resident memory are its own and not the load generator's. The harness
 // starts it as `adstap-bench serve-tap --mode=off|full`,
 // `adstap-bench serve-relay` or `adstap-bench serve-typed`, with --upstream; the child prints
