@@ -72,7 +72,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	if p == TapOff || p == TapFull {
 		// As `adstap run` does; the relays keep Go's defaults, as
 		// istio-agent does.
-		gctune.Apply(os.Getenv, gctune.SystemCgroup())
+		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second)()
 	}
 	srv, err := Serve(p, *up, *listen)
 	if err != nil {
