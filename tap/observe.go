@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -114,7 +115,14 @@ func (o *observation) wake() func() {
 
 // drain hands the queued frames to the observer until the queue is empty,
 // then ends; after the stream's end it tells the observer and ends for good.
+//
+// It first yields: a goroutine just started runs next on its processor,
+// ahead of the relay's goroutines that are ready (the writers that put the
+// frame on the wire, the readers of other streams). When the cores are busy
+// — a push to a thousand streams at once — the frames go out first and are
+// observed right after, rather than observation stretching the push.
 func (o *observation) drain() {
+	runtime.Gosched()
 	for {
 		o.mu.Lock()
 		batch := o.queue

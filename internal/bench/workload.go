@@ -65,7 +65,7 @@ func FullSizes() Sizes {
 		W3Streams: 1000, W3Clusters: 100, W3Settle: 2 * time.Second,
 		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
 		W5Streams: 2000, W5Sources: 1,
-		W6Streams: 1000, W6Clusters: 200, W6Settle: 500 * time.Millisecond,
+		W6Streams: 1000, W6Clusters: 200, W6Settle: time.Second,
 	}
 }
 
