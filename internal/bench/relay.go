@@ -37,17 +37,7 @@ func servePassRelay(lis net.Listener, upstream string) (func() error, error) {
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	return func() error {
-		srv.Stop()
-		err := <-served
-		r.pumps.Wait()
-		if err == grpc.ErrServerStopped {
-			err = nil
-		}
-		return err
-	}, nil
+	return serveRelay(srv, lis, &r.pumps), nil
 }
 
 // relayConn is one client connection and its upstream connection, dialed

@@ -34,9 +34,6 @@ type W3 struct {
 	ackEDS     []byte
 }
 
-// w3Openers bounds how many clients connect at once.
-const w3Openers = 32
-
 // NewW3 builds W3's pushes: every stream receives the same ones.
 func NewW3(s Sizes) *W3 { return newIdle("W3", s.W3Streams, s.W3Clusters, 1, s.W3Settle) }
 
@@ -135,66 +132,25 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	t0 := time.Now()
-	var (
-		clients    sync.WaitGroup
-		clientErrs = newFirstError()
-		next       atomic.Int64
-		conns      = make([]*grpc.ClientConn, w.streams)
-		opened     = make(chan struct{}, w.streams)
-	)
-	for range min(w3Openers, w.streams) {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= w.streams {
-					return
-				}
-				cc, err := dialRawFrom(m.Addr(), sourceAddr(i%w.sources))
-				if err != nil {
-					clientErrs.set(err)
-					return
-				}
-				conns[i] = cc
-				clients.Add(1)
-				go func() {
-					defer clients.Done()
-					clientErrs.set(w.client(ctx, cc, i, opened))
-				}()
-				select {
-				case <-opened:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() {
-		clients.Wait()
-		close(done)
-	}()
+	clients := startFleet(ctx, m.Addr(), w.streams, w.sources, func(cc *grpc.ClientConn, i int, ready func()) error {
+		return w.client(ctx, cc, i, ready)
+	})
 	defer func() {
 		released()
 		cancel()
-		<-done
-		for _, cc := range conns {
-			if cc != nil {
-				cc.Close()
-			}
-		}
+		<-clients.done
+		clients.closeConns()
 	}()
 	select {
 	case <-allSync:
-	case <-done:
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before every stream synced"))
-	case <-clientErrs.failed:
-		return res, firstOf(clientErrs.get(), errs.get())
+	case <-clients.done:
+		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("clients ended before every stream synced"))
+	case <-clients.errs.failed:
+		return res, firstOf(clients.errs.get(), errs.get())
 	case <-errs.failed:
-		return res, firstOf(errs.get(), clientErrs.get())
+		return res, firstOf(errs.get(), clients.errs.get())
 	case <-ctx.Done():
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
+		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
 	}
 	res.Wall = time.Since(t0)
 	if res.Middle, err = m.End(); err != nil {
@@ -209,11 +165,11 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	}
 	released()
 	select {
-	case <-done:
+	case <-clients.done:
 	case <-ctx.Done():
 		return res, fmt.Errorf("streams did not end: %w", ctx.Err())
 	}
-	if err := firstOf(errs.get(), clientErrs.get()); err != nil {
+	if err := firstOf(errs.get(), clients.errs.get()); err != nil {
 		return res, err
 	}
 	res.ACKs, res.Streams, res.Pushes = int(acks.Load()), w.streams, 2*w.streams
@@ -224,11 +180,9 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	return res, nil
 }
 
-// client is proxy i: it syncs CDS and EDS, says so on opened, and waits
+// client is proxy i: it syncs CDS and EDS, says so with ready, and waits
 // for the upstream to end its stream.
-func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, opened chan<- struct{}) error {
-	signal := sync.OnceFunc(func() { opened <- struct{}{} })
-	defer signal()
+func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
 	s, err := openRaw(ctx, cc, MethodSotW)
 	if err != nil {
 		return err
@@ -251,6 +205,6 @@ func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, opened chan
 	if err := sendBytes(s, w.ackEDS); err != nil {
 		return err
 	}
-	signal()
+	ready()
 	return expectEnd(s)
 }

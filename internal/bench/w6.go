@@ -3,18 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
 // W6 is a fan-out: many synced proxies, one connection each, and a config
@@ -37,17 +32,7 @@ type W6 struct {
 
 // NewW6 builds W6's two versions of the clusters.
 func NewW6(s Sizes) *W6 {
-	res := xdsconfig.Clusters(s.W6Clusters, 1000)
-	a := make([]proto.Message, len(res))
-	b := make([]proto.Message, len(res))
-	for i, r := range res {
-		a[i], b[i] = r, r
-		if i%50 == 0 {
-			c := proto.Clone(r).(*clusterv3.Cluster)
-			c.ConnectTimeout = durationpb.New(7 * time.Second)
-			b[i] = c
-		}
-	}
+	a, b := clusterVersions(s.W6Clusters, 1000)
 	w := &W6{streams: s.W6Streams, settle: s.W6Settle, index: map[string]int{}}
 	w.syncNonce, w.next = pushNonce("w6", 1), pushNonce("w6", 2)
 	w.sync = sotwPush(pushVersion("w6", 1), w.syncNonce, codec.TypeCluster, sotwBody(a))
@@ -130,67 +115,26 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	}
 	defer func() { err = firstOf(err, stop()) }()
 
-	var (
-		clients    sync.WaitGroup
-		clientErrs = newFirstError()
-		next       atomic.Int64
-		conns      = make([]*grpc.ClientConn, w.streams)
-		ready      = make(chan struct{}, w.streams)
-	)
-	for range min(w3Openers, w.streams) {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= w.streams {
-					return
-				}
-				cc, err := dialRaw(m.Addr())
-				if err != nil {
-					clientErrs.set(err)
-					return
-				}
-				conns[i] = cc
-				clients.Add(1)
-				go func() {
-					defer clients.Done()
-					clientErrs.set(w.client(ctx, cc, i, ready))
-				}()
-				select {
-				case <-ready:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() {
-		clients.Wait()
-		close(done)
-	}()
+	clients := startFleet(ctx, m.Addr(), w.streams, 1, func(cc *grpc.ClientConn, i int, ready func()) error {
+		return w.client(ctx, cc, i, ready)
+	})
 	defer func() {
 		cancel()
-		<-done
-		for _, cc := range conns {
-			if cc != nil {
-				cc.Close()
-			}
-		}
+		<-clients.done
+		clients.closeConns()
 	}()
 	wait := func(ch <-chan struct{}, what string) error {
 		select {
 		case <-ch:
 			return nil
-		case <-done:
-			return firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before %s", what))
-		case <-clientErrs.failed:
-			return firstOf(clientErrs.get(), errs.get())
+		case <-clients.done:
+			return firstOf(errs.get(), clients.errs.get(), fmt.Errorf("clients ended before %s", what))
+		case <-clients.errs.failed:
+			return firstOf(clients.errs.get(), errs.get())
 		case <-errs.failed:
-			return firstOf(errs.get(), clientErrs.get())
+			return firstOf(errs.get(), clients.errs.get())
 		case <-ctx.Done():
-			return firstOf(errs.get(), clientErrs.get(), fmt.Errorf("%s: %w", what, ctx.Err()))
+			return firstOf(errs.get(), clients.errs.get(), fmt.Errorf("%s: %w", what, ctx.Err()))
 		}
 	}
 	if err := wait(allSync, "every stream synced"); err != nil {
@@ -214,11 +158,11 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	select {
-	case <-done:
+	case <-clients.done:
 	case <-ctx.Done():
 		return res, fmt.Errorf("streams did not end: %w", ctx.Err())
 	}
-	if err := firstOf(errs.get(), clientErrs.get()); err != nil {
+	if err := firstOf(errs.get(), clients.errs.get()); err != nil {
 		return res, err
 	}
 	res.ACKs, res.Streams, res.Pushes = int(acks.Load()), w.streams, w.streams
@@ -240,11 +184,9 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	return res, nil
 }
 
-// client is proxy i: it syncs, says so on ready, then receives the push,
+// client is proxy i: it syncs, says so with ready, then receives the push,
 // ACKs it and waits for the upstream to end the stream.
-func (w *W6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready chan<- struct{}) error {
-	signal := sync.OnceFunc(func() { ready <- struct{}{} })
-	defer signal()
+func (w *W6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
 	s, err := openRaw(ctx, cc, MethodSotW)
 	if err != nil {
 		return err
@@ -258,7 +200,7 @@ func (w *W6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready chan<
 	if err := sendBytes(s, w.ackSync); err != nil {
 		return err
 	}
-	signal()
+	ready()
 	if err := expectPush(s, w.push, fmt.Sprintf("stream %d push", i)); err != nil {
 		return err
 	}
