@@ -106,10 +106,10 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.logFormat, "log-format", "text", "`format` of the log on stderr: text or json")
 	c.epilog = fmt.Sprintf(`Memory (Go's own variables):
   GOGC
-      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one
+      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one; past %d MiB of live heap and stacks (thousands of streams) it lowers it towards 100, so the extra headroom stays %d MiB
   GOMEMLIMIT
       soft memory limit; adstap defaults to %.0f%% of the container's memory limit (cgroup memory.max), so collecting less often never gets it killed
-`, gctune.DefaultPercent, gctune.LimitShare*100)
+`, gctune.DefaultPercent, gctune.ExtraHeadroom>>20, gctune.ExtraHeadroom>>20, gctune.LimitShare*100)
 	return c
 }
 
@@ -157,6 +157,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
+	defer gctune.Start(gc, time.Second)()
 	t, err := startTap(f, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
@@ -177,7 +178,12 @@ func logGC(log *slog.Logger, s gctune.Settings) {
 		b := byteSize(s.MemoryLimit)
 		limit = b.String()
 	}
-	log.Info("garbage collector", "gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource)
+	attrs := []any{"gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource}
+	if s.PercentSource != "GOGC" {
+		// The percent falls towards 100 past this much live heap and stacks.
+		attrs = append(attrs, "gc_extra_headroom_mib", gctune.ExtraHeadroom>>20)
+	}
+	log.Info("garbage collector", attrs...)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
