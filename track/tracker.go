@@ -67,6 +67,9 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
+	if c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+		ts.asked = c.kind != KindUnsubscribe
+	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
 		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
@@ -95,8 +98,8 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 	if ts == nil {
 		return evs
 	}
-	evs = ts.send(s, at, resp, size, &t.cfg, evs)
-	return t.det.pushed(s, ts, at, evs)
+	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
+	return t.det.pushed(s, ts, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
