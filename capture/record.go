@@ -44,7 +44,7 @@ type Record struct {
 	TypeURL   string `json:"type_url,omitempty"`
 	Size      int    `json:"size,omitempty"`
 	// Message is the frame's bytes (base64 in JSON); with Redacted set,
-	// secret material in it was replaced (see codec.Redact), so it differs
+	// secret material in it was replaced (package redact), so it differs
 	// from what crossed the wire.
 	Message  []byte `json:"msg,omitempty"`
 	Redacted bool   `json:"redacted,omitempty"`

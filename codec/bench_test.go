@@ -115,7 +115,7 @@ func BenchmarkDecodeCDS10MBBuffers(b *testing.B) {
 }
 
 // BenchmarkDecodeCDS10MBCopy is what DecodeSegments replaces: the segments
-// copied into one pooled buffer, as track.Observer did, then Decode.
+// copied into one pooled buffer, as the pipeline's observer did, then Decode.
 func BenchmarkDecodeCDS10MBCopy(b *testing.B) {
 	in := cdsPush(b, 10_000)
 	var data mem.BufferSlice

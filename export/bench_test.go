@@ -15,7 +15,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -41,7 +40,7 @@ const (
 const benchRounds = 64
 
 func benchMeta(stream uint64) track.StreamMeta {
-	return track.StreamMeta{ID: stream, ConnID: stream, Method: benchMethod, Protocol: track.SotW, Peer: "10.0.0.7:41234", OpenedAt: t0}
+	return track.StreamMeta{ID: stream, ConnID: stream, Method: benchMethod, Protocol: codec.SotW, Peer: "10.0.0.7:41234", OpenedAt: t0}
 }
 
 func benchPush(stream uint64, i int) track.Push {
@@ -136,7 +135,7 @@ func BenchmarkTracingPush(b *testing.B) {
 // line, in each --log-format.
 func BenchmarkLiveLogPush(b *testing.B) {
 	b.Run("pretty", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(logfmt.NewPretty(io.Discard, slog.LevelInfo))))
+		runPushes(b, export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
 	})
 	b.Run("json", func(b *testing.B) {
 		runPushes(b, export.NewLiveLog(slog.New(slog.NewJSONHandler(io.Discard, nil))))
@@ -162,7 +161,7 @@ func BenchmarkAllSinksPush(b *testing.B) {
 	all := func(b *testing.B) track.Sink {
 		tr := newBenchTracing(b, export.GroupByVersion)
 		sinks := []track.Sink{
-			export.NewLiveLog(slog.New(logfmt.NewPretty(io.Discard, slog.LevelInfo))),
+			export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
 			export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
 			tr,
 		}

@@ -6,103 +6,96 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/redact"
 )
 
 // Capture records every relayed frame to a capture file (docs/capture.md),
 // after the shared redaction step: no private key or bearer token reaches
-// the file. It writes from the observation goroutines, so a slow disk costs
-// observed frames (reported as gaps), never the relay's speed.
+// the file. It is handed records as the relay saw them — headers and
+// messages unredacted — and redacts them itself, so redaction runs where the
+// capture's writing runs, never where frames are relayed or tracked.
 type Capture struct {
 	w   *capture.Writer
 	log *slog.Logger
 
-	mu     sync.Mutex
-	nodes  map[uint64]string
-	failed bool
+	mu      sync.Mutex
+	streams map[uint64]capturedStream
+	failed  bool
 }
 
-var _ tap.Observer = (*Capture)(nil)
+// capturedStream is what a frame's record needs from its stream's open.
+type capturedStream struct {
+	method   string
+	protocol codec.Protocol
+	node     string
+}
 
 // NewCapture records to w.
 func NewCapture(w *capture.Writer, log *slog.Logger) *Capture {
-	return &Capture{w: w, log: log, nodes: map[uint64]string{}}
+	return &Capture{w: w, log: log, streams: map[uint64]capturedStream{}}
 }
 
-// OnStreamOpen records the stream, its headers redacted.
-func (c *Capture) OnStreamOpen(s tap.StreamInfo) {
-	r := capture.Record{Time: s.OpenedAt, Kind: capture.KindOpen, Stream: s.ID, Conn: s.ConnID, Method: s.Method,
-		Protocol: string(s.Protocol), Headers: codec.RedactHeaders(s.Header)}
-	if s.Peer != nil {
-		r.Peer = s.Peer.String()
+// Record redacts r and writes it. r is a KindOpen, KindFrame, KindGap or
+// KindClose record; a frame's Message is the whole message as it crossed the
+// tap, and Record owns it.
+func (c *Capture) Record(r capture.Record) {
+	switch r.Kind {
+	case capture.KindOpen:
+		r.Headers = redact.Headers(r.Headers)
+		c.mu.Lock()
+		c.streams[r.Stream] = capturedStream{method: r.Method, protocol: codec.Protocol(r.Protocol)}
+		c.mu.Unlock()
+	case capture.KindFrame:
+		c.redactFrame(&r)
+	case capture.KindClose:
+		c.mu.Lock()
+		delete(c.streams, r.Stream)
+		c.mu.Unlock()
 	}
 	c.write(r)
 }
 
-// OnFrame records one frame, redacted.
-func (c *Capture) OnFrame(s tap.StreamInfo, f tap.Frame) {
-	if f.Skipped > 0 {
-		c.write(capture.Record{Time: f.Time, Kind: capture.KindGap, Stream: s.ID, Skipped: f.Skipped})
-	}
-	b := f.Data.Materialize()
-	r := capture.Record{Time: f.Time, Kind: capture.KindFrame, Stream: s.ID, Direction: f.Direction.String(), Size: f.Size}
-	delta := s.Protocol == codec.Delta
-	if s.Protocol != codec.Opaque {
-		// Read before redaction, which may drop an unreadable message.
-		if r.TypeURL = codec.TypeURLOf(b, delta, f.Direction == tap.Response); r.TypeURL == "" {
-			r.TypeURL = codec.DefaultTypeOf(s.Method) // a per-type service may leave it out
-		}
-	}
-	switch {
-	case s.Protocol == codec.Opaque:
-	case f.Direction == tap.Request:
-		c.mu.Lock()
-		node, known := c.nodes[s.ID]
-		c.mu.Unlock()
-		if !known {
-			if req, err := codec.DecodeRequest(b, delta); err == nil && req.Node != nil {
-				node = req.Node.ID
-				c.mu.Lock()
-				c.nodes[s.ID] = node
-				c.mu.Unlock()
-			}
-		}
-		r.Node = node
-		red, redacted, err := codec.RedactRequest(b, delta)
-		if err != nil {
-			b, r.Redacted = nil, true
-		} else {
-			b, r.Redacted = red, redacted
-		}
-	default:
-		c.mu.Lock()
-		r.Node = c.nodes[s.ID]
-		c.mu.Unlock()
-		red, redacted, err := codec.RedactResponse(b, delta)
-		if err != nil {
-			// A response that cannot be opened cannot be shown safely.
-			b, r.Redacted = nil, true
-		} else {
-			b, r.Redacted = red, redacted
-		}
-	}
-	r.Message = b
-	c.write(r)
-}
-
-// OnStreamClose records the end of the stream.
-func (c *Capture) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
-	if e.Skipped > 0 {
-		c.write(capture.Record{Time: e.Time, Kind: capture.KindGap, Stream: s.ID, Skipped: e.Skipped})
-	}
-	c.write(capture.Record{Time: e.Time, Kind: capture.KindClose, Stream: s.ID, Code: e.Code.String(), StatusMessage: e.Message})
+// redactFrame names the frame's type and node and redacts its message.
+func (c *Capture) redactFrame(r *capture.Record) {
 	c.mu.Lock()
-	delete(c.nodes, s.ID)
+	st := c.streams[r.Stream]
 	c.mu.Unlock()
+	if st.protocol == codec.Opaque || st.protocol == "" {
+		return
+	}
+	b := r.Message
+	delta := st.protocol == codec.Delta
+	request := r.Direction == "request"
+	// Read before redaction, which may drop an unreadable message.
+	if r.TypeURL = codec.TypeURLOf(b, delta, !request); r.TypeURL == "" {
+		r.TypeURL = codec.DefaultTypeOf(st.method) // a per-type service may leave it out
+	}
+	if request && st.node == "" {
+		if req, err := codec.DecodeRequest(b, delta); err == nil && req.Node != nil {
+			st.node = req.Node.ID
+			c.mu.Lock()
+			if _, open := c.streams[r.Stream]; open {
+				c.streams[r.Stream] = st
+			}
+			c.mu.Unlock()
+		}
+	}
+	r.Node = st.node
+	var red []byte
+	var redacted bool
+	var err error
+	if request {
+		red, redacted, err = redact.Request(b, delta)
+	} else {
+		red, redacted, err = redact.Response(b, delta)
+	}
+	if err != nil {
+		// A message that cannot be opened cannot be shown safely.
+		r.Message, r.Redacted = nil, true
+		return
+	}
+	r.Message, r.Redacted = red, redacted
 }
-
-// OnUpstreamConnect is not recorded.
-func (c *Capture) OnUpstreamConnect(tap.UpstreamConnect) {}
 
 func (c *Capture) write(r capture.Record) {
 	if err := c.w.Write(r); err != nil {

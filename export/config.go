@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -24,9 +24,9 @@ import (
 // this is opt-in (--retain-resources) and bounded by a byte budget; past it
 // new pushes are not retained and the page says so.
 //
-// It is both a tap.Observer (for the bytes of each push) and a track.Sink
-// (for the tracker's verdict that a push was accepted); placed after the
-// tracker in tap.Observers, it sees a push's bytes before the ACK's event.
+// It is told the bytes of each push (Response) and, as a track.Sink, the
+// tracker's verdict on it; the wiring hands it a push's bytes before the
+// tracker can judge the push's answer.
 type ConfigStore struct {
 	maxBytes int64
 
@@ -59,32 +59,34 @@ type pendingPush struct {
 	replace   bool
 }
 
-var (
-	_ tap.Observer = (*ConfigStore)(nil)
-	_ track.Sink   = (*ConfigStore)(nil)
-)
+var _ track.Sink = (*ConfigStore)(nil)
 
 // NewConfigStore retains at most maxBytes of resource bodies.
 func NewConfigStore(maxBytes int64) *ConfigStore {
 	return &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
 }
 
-func (c *ConfigStore) OnStreamOpen(s tap.StreamInfo) {
-	if s.Protocol == codec.Opaque {
+// OpenStream starts retaining what stream id is pushed.
+func (c *ConfigStore) OpenStream(id uint64, p codec.Protocol) {
+	if p == codec.Opaque {
 		return
 	}
 	c.mu.Lock()
-	c.streams[s.ID] = &retainedStream{protocol: s.Protocol, types: map[string]*retainedType{}}
+	c.streams[id] = &retainedStream{protocol: p, types: map[string]*retainedType{}}
 	c.mu.Unlock()
 }
 
-// OnFrame keeps the bodies of each push until its answer.
-func (c *ConfigStore) OnFrame(s tap.StreamInfo, f tap.Frame) {
-	if f.Direction != tap.Response || s.Protocol == codec.Opaque {
+// Response keeps the bodies of one push (a whole response as it crossed the
+// tap, which the store now owns) until its answer.
+func (c *ConfigStore) Response(id uint64, b []byte) {
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st == nil {
 		return
 	}
 	var resp codec.Response
-	if err := resp.Decode(f.Data.Materialize(), s.Protocol == codec.Delta); err != nil {
+	if err := resp.Decode(b, st.protocol == codec.Delta); err != nil {
 		return
 	}
 	p := pendingPush{version: resp.VersionInfo, resources: make(map[string]retained, len(resp.Resources)), removed: resp.RemovedResources}
@@ -97,9 +99,8 @@ func (c *ConfigStore) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.streams[s.ID]
-	if st == nil {
-		return
+	if c.streams[id] != st {
+		return // closed meanwhile
 	}
 	if c.used+size > c.maxBytes {
 		c.full = true
@@ -114,18 +115,17 @@ func (c *ConfigStore) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	t.pending[resp.Nonce] = p
 }
 
-func (c *ConfigStore) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) {
+// CloseStream forgets stream id and what it retained.
+func (c *ConfigStore) CloseStream(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st := c.streams[s.ID]; st != nil {
+	if st := c.streams[id]; st != nil {
 		for _, t := range st.types {
 			c.used -= t.bytes()
 		}
-		delete(c.streams, s.ID)
+		delete(c.streams, id)
 	}
 }
-
-func (c *ConfigStore) OnUpstreamConnect(tap.UpstreamConnect) {}
 
 // OnEvent applies a push once the tracker says how it ended.
 func (c *ConfigStore) OnEvent(e track.Event) {
@@ -251,10 +251,10 @@ func showResource(r retained) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
 		return b
 	}
-	codec.RedactMessage(m)
+	redact.Message(m)
 	// An Any inside of a type this binary does not know would fail the
 	// whole resource: it shows as its type URL and base64 bytes instead.
-	codec.StandInUnknownAnys(m.ProtoReflect())
+	redact.StandInUnknownAnys(m.ProtoReflect())
 	a, err := anypb.New(m)
 	if err != nil {
 		return json.RawMessage(`{}`)

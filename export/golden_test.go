@@ -21,8 +21,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
-	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
 
@@ -77,13 +75,13 @@ func story() []track.Event {
 			SentAt: at(ms),
 		}
 	}
-	connect := &tap.UpstreamConnect{ConnID: 1, Upstream: "istiod.istio-system:15010", Start: at(-5), DNS: time.Millisecond, TCP: 2 * time.Millisecond, TLS: 1500 * time.Microsecond}
-	failed := tap.UpstreamConnect{ConnID: 4, Upstream: "istiod.istio-system:15012", Start: at(-3), DNS: time.Millisecond, TCP: time.Millisecond, TLS: 2 * time.Millisecond, FailedPhase: "tls", Err: errors.New("x509: certificate signed by unknown authority")}
-	s1 := track.StreamMeta{ID: 1, ConnID: 1, Method: ads, Protocol: track.SotW, Peer: "10.0.0.1:41000", OpenedAt: at(0), Connect: connect}
-	s2 := track.StreamMeta{ID: 2, ConnID: 1, Method: ads, Protocol: track.SotW, Peer: "10.0.0.1:41000", OpenedAt: at(1)}
-	s3 := track.StreamMeta{ID: 3, ConnID: 2, Method: delta, Protocol: track.Delta, Peer: "[::1]:42000", OpenedAt: at(2)}
-	s5 := track.StreamMeta{ID: 5, ConnID: 4, Method: ads, Protocol: track.SotW, Peer: "10.0.0.2:41002", OpenedAt: at(4), Connect: &failed}
-	s4 := track.StreamMeta{ID: 4, ConnID: 3, Method: "/istio.v1.auth.IstioCertificateService/CreateCertificate", Protocol: track.Opaque, Peer: "10.0.0.1:41001", OpenedAt: at(3)}
+	connect := &codec.UpstreamConnect{ConnID: 1, Upstream: "istiod.istio-system:15010", Start: at(-5), DNS: time.Millisecond, TCP: 2 * time.Millisecond, TLS: 1500 * time.Microsecond}
+	failed := codec.UpstreamConnect{ConnID: 4, Upstream: "istiod.istio-system:15012", Start: at(-3), DNS: time.Millisecond, TCP: time.Millisecond, TLS: 2 * time.Millisecond, FailedPhase: "tls", Err: errors.New("x509: certificate signed by unknown authority")}
+	s1 := track.StreamMeta{ID: 1, ConnID: 1, Method: ads, Protocol: codec.SotW, Peer: "10.0.0.1:41000", OpenedAt: at(0), Connect: connect}
+	s2 := track.StreamMeta{ID: 2, ConnID: 1, Method: ads, Protocol: codec.SotW, Peer: "10.0.0.1:41000", OpenedAt: at(1)}
+	s3 := track.StreamMeta{ID: 3, ConnID: 2, Method: delta, Protocol: codec.Delta, Peer: "[::1]:42000", OpenedAt: at(2)}
+	s5 := track.StreamMeta{ID: 5, ConnID: 4, Method: ads, Protocol: codec.SotW, Peer: "10.0.0.2:41002", OpenedAt: at(4), Connect: &failed}
+	s4 := track.StreamMeta{ID: 4, ConnID: 3, Method: "/istio.v1.auth.IstioCertificateService/CreateCertificate", Protocol: codec.Opaque, Peer: "10.0.0.1:41001", OpenedAt: at(3)}
 
 	cds := push(1, a, codec.TypeCluster, "2026-11-30T09:00:00Z/41", 10)
 	cds.FullSync, cds.Initial = true, true
@@ -298,7 +296,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// A logger carrying its own attributes and group, as a caller may
 		// hand one over.
 		var buf bytes.Buffer
-		l := export.NewLiveLog(slog.New(logfmt.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
+		l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
 		for _, e := range story() {
 			l.OnEvent(e)
 		}

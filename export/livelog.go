@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/human"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -22,7 +20,7 @@ import (
 //
 //	CDS v=2026-11-30T09:00:00Z/42 +2 -0 ~1 =117 1.2MB node=sidecar~10.0.0.1~app.default ACK 14ms
 //
-// Each record also carries its facts as attributes in the logfmt.DetailGroup
+// Each record also carries its facts as attributes in the DetailGroup
 // group, for --log-format=json.
 //
 // A control plane stuck re-sending a rejected push (go-control-plane's
@@ -96,14 +94,14 @@ func (l *LiveLog) OnEvent(e track.Event) {
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), nodeSuffix(e.Node.ID)),
 			"stream", e.StreamID, "node", e.Node.ID, "full_sync_seconds", e.Elapsed.Seconds(), "types", e.Types)
 	case track.DetectorStarted:
-		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", human.Detector(e.Detector), e.Detail),
+		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", DetectorName(e.Detector), e.Detail),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count)
 	case track.DetectorEnded:
-		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", human.Detector(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
+		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", DetectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count, "duration_seconds", e.Duration.Seconds())
 	case track.UpstreamConnected:
 		c := e.UpstreamConnect
-		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", human.Latency(c.DNS), human.Latency(c.TCP), human.Latency(c.TLS))
+		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", Latency(c.DNS), Latency(c.TCP), Latency(c.TLS))
 		if c.Err != nil {
 			l.line(slog.LevelWarn, fmt.Sprintf("upstream %s unreachable for connection %d: %s failed (%s): %v", c.Upstream, c.ConnID, c.FailedPhase, phases, c.Err),
 				"conn", c.ConnID, "upstream", c.Upstream, "failed_phase", c.FailedPhase, "error", c.Err.Error(),
@@ -161,7 +159,7 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	}
 	// The stream id stays in plain sight, to look the stream up in
 	// /debug/streams; the facts are for machines only.
-	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: logfmt.DetailGroup, Value: slog.GroupValue(facts...)})
+	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: DetailGroup, Value: slog.GroupValue(facts...)})
 }
 
 // appendPushLine appends the line of a push outcome to b, e.g.
@@ -181,7 +179,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	b = append(b, " ="...)
 	b = strconv.AppendInt(b, int64(d.Unchanged), 10)
 	b = append(b, ' ')
-	b = human.AppendBytes(b, p.Bytes)
+	b = AppendSize(b, p.Bytes)
 	if p.FullSync {
 		if p.Initial {
 			b = append(b, " full"...)
@@ -199,10 +197,10 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	switch e.Result {
 	case track.ResultACK:
 		b = append(b, " ACK "...)
-		b = human.AppendLatency(b, e.Latency)
+		b = AppendLatency(b, e.Latency)
 	case track.ResultNACK:
 		b = append(b, " NACK "...)
-		b = human.AppendLatency(b, e.Latency)
+		b = AppendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
 		if suppressed > 0 {
@@ -259,7 +257,7 @@ func (l *LiveLog) forget(stream uint64) {
 
 // line logs msg with its facts, which are for machines only.
 func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
-	l.log.Log(context.Background(), level, msg, slog.Group(logfmt.DetailGroup, facts...))
+	l.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
 }
 
 // typeLabel is the short name operators use: CDS, EDS, LDS...

@@ -13,7 +13,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -36,7 +35,7 @@ func cdsPush(version string) track.Push {
 // lines without their timestamps.
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
-	l := export.NewLiveLog(slog.New(logfmt.NewPretty(&buf, slog.LevelInfo)))
+	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
 	for _, e := range events {
 		l.OnEvent(e)
 	}
@@ -127,7 +126,7 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 // identical NACKs are still counted for the next line that is written.
 func TestLiveLogBelowItsLevel(t *testing.T) {
 	var buf bytes.Buffer
-	l := export.NewLiveLog(slog.New(logfmt.NewPretty(&buf, slog.LevelWarn)))
+	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelWarn)))
 	nack := func(at time.Duration) track.PushEnded {
 		return track.PushEnded{Push: cdsPush("v7"), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
 	}

@@ -335,7 +335,7 @@ func (t *Tracing) OnEvent(e track.Event) {
 func rpcMethod(m string) string { return strings.TrimPrefix(m, "/") }
 
 func (t *Tracing) streamOpened(m track.StreamMeta) {
-	if m.Protocol == track.Opaque {
+	if m.Protocol == ccodec.Opaque {
 		return
 	}
 	start := m.OpenedAt

@@ -82,7 +82,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 	b := track.Node{ID: nodeB, UserAgent: "envoy/1.37.0"}
 	c := track.Node{ID: nodeA, Cluster: "ratings", UserAgent: "envoy/1.36.2"} // same id, other cluster
 	nodes := []track.Node{a, a, b, {}, a, c, b}
-	events := []track.Event{track.StreamOpened{Stream: track.StreamMeta{ID: 1, Method: ads, Protocol: track.SotW, OpenedAt: t0}}}
+	events := []track.Event{track.StreamOpened{Stream: track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: t0}}}
 	for i, n := range nodes {
 		p := track.Push{StreamID: 1, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i), SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
@@ -134,7 +134,7 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 	const scope = "mesh-y"
 	var events []track.Event
 	for id := uint64(1); id <= 3; id++ {
-		events = append(events, track.StreamOpened{Stream: track.StreamMeta{ID: id, Method: ads, Protocol: track.SotW, OpenedAt: t0}})
+		events = append(events, track.StreamOpened{Stream: track.StreamMeta{ID: id, Method: ads, Protocol: codec.SotW, OpenedAt: t0}})
 	}
 	var versions []string
 	for i := range 30 {
@@ -168,7 +168,7 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 			const streams, pushes = 8, 50
 			var wg sync.WaitGroup
 			for id := uint64(1); id <= streams; id++ {
-				tr.OnEvent(track.StreamOpened{Stream: track.StreamMeta{ID: id, Method: ads, Protocol: track.SotW, OpenedAt: t0}})
+				tr.OnEvent(track.StreamOpened{Stream: track.StreamMeta{ID: id, Method: ads, Protocol: codec.SotW, OpenedAt: t0}})
 				for range 2 { // the stream's goroutine and the clock
 					wg.Go(func() {
 						for i := range pushes {

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
 
@@ -43,14 +42,14 @@ const overflowNode = "other"
 
 // RelayStats is what the relay counts itself (tap.Server.Stats).
 type RelayStats interface {
-	Stats() map[codec.Protocol]tap.ProtocolStats
+	Stats() map[codec.Protocol]codec.ProtocolStats
 }
 
 // RelayStatsFunc is a RelayStats made of a function.
-type RelayStatsFunc func() map[codec.Protocol]tap.ProtocolStats
+type RelayStatsFunc func() map[codec.Protocol]codec.ProtocolStats
 
 // Stats calls f.
-func (f RelayStatsFunc) Stats() map[codec.Protocol]tap.ProtocolStats { return f() }
+func (f RelayStatsFunc) Stats() map[codec.Protocol]codec.ProtocolStats { return f() }
 
 // Buckets that fit real xDS: istiod's push size histogram goes to 40 MB,
 // Envoy's init_fetch_timeout is 15 s, a full sync over 5 s is worth a look.

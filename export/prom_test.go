@@ -11,16 +11,15 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
 
-func noRelay() map[codec.Protocol]tap.ProtocolStats { return nil }
+func noRelay() map[codec.Protocol]codec.ProtocolStats { return nil }
 
 func TestMetricsFollowEvents(t *testing.T) {
 	m := export.NewMetrics(export.MetricsConfig{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }},
-		export.RelayStatsFunc(func() map[codec.Protocol]tap.ProtocolStats {
-			return map[codec.Protocol]tap.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
+		export.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
+			return map[codec.Protocol]codec.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
 		}))
 	push := cdsPush("v1")
 	push.FullSync, push.Initial = true, true
@@ -42,8 +41,8 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.DetectorEnded{Detector: track.DetectorNACKLoop, TypeURL: codec.TypeCluster},
 		track.DetectorStarted{Detector: track.DetectorRepeatedFullSync, Node: node},
 		track.DecodeError{StreamID: 3, Direction: "request", Err: fmt.Errorf("truncated")},
-		track.UpstreamConnected{UpstreamConnect: tap.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
-		track.UpstreamConnected{UpstreamConnect: tap.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
+		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
+		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
 	}
 	for _, e := range events {
 		m.OnEvent(e)

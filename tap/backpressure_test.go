@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -19,21 +20,21 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 	upstreamWrote := make(chan struct{})
 	startReading := make(chan struct{})
 	var upstreamGot int
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-startReading
 			for upstreamGot < frames {
-				if _, err := recvBytes(s); err != nil {
+				if _, err := xdstest.Recv(s); err != nil {
 					return
 				}
 				upstreamGot++
 			}
 		}()
 		for i := 0; i < frames; i++ {
-			if err := sendBytes(s, make([]byte, size)); err != nil {
+			if err := xdstest.Send(s, make([]byte, size)); err != nil {
 				return err
 			}
 			if i == 0 {
@@ -43,15 +44,15 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 		wg.Wait()
 		return nil
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, dial(t, addr), adsMethod)
+	s := xdstest.MustOpenRaw(t, ctx, xdstest.MustDial(t, addr), xdstest.ADSMethod)
 
 	clientWrote := make(chan error, 1)
 	go func() {
 		for i := 0; i < frames; i++ {
-			if err := sendBytes(s, make([]byte, size)); err != nil {
+			if err := xdstest.Send(s, make([]byte, size)); err != nil {
 				clientWrote <- err
 				return
 			}
@@ -64,7 +65,7 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 	close(startReading)
 	got := 0
 	for got < frames {
-		if _, err := recvBytes(s); err != nil {
+		if _, err := xdstest.Recv(s); err != nil {
 			t.Fatalf("client read %d of %d frames: %v", got, frames, err)
 		}
 		got++
@@ -73,7 +74,7 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 		t.Fatalf("client write: %v", err)
 	}
 	s.CloseSend()
-	if _, err := recvBytes(s); err == nil {
+	if _, err := xdstest.Recv(s); err == nil {
 		t.Fatal("want the end of the stream")
 	}
 	if upstreamGot != frames {

@@ -8,28 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/adstap/adstap/codec"
 	"google.golang.org/grpc/credentials"
 )
-
-// UpstreamConnect is how one upstream connection came up, phase by phase: the
-// seed's DNS, TCP and TLS. A phase that did not happen (an IP address, a Unix
-// socket, plaintext) has a zero duration.
-type UpstreamConnect struct {
-	ConnID   uint64 // the downstream connection the upstream serves
-	Upstream string
-	Start    time.Time
-	DNS      time.Duration
-	TCP      time.Duration
-	TLS      time.Duration
-	// FailedPhase is "dns", "tcp" or "tls" when that phase failed, with Err.
-	FailedPhase string
-	Err         error
-}
 
 // connectTiming follows one dial through its phases.
 type connectTiming struct {
 	mu sync.Mutex
-	c  UpstreamConnect
+	c  codec.UpstreamConnect
 }
 
 // timedConn carries a dial's timing to the TLS handshake that follows it.
@@ -43,7 +29,7 @@ type timedConn struct {
 func (d *downstreamConn) dialer() func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, _ string) (net.Conn, error) {
 		up := d.srv.upstream
-		t := &connectTiming{c: UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
+		t := &connectTiming{c: codec.UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
 		conn, err := dialTimed(ctx, up, t)
 		if err != nil {
 			d.srv.reportConnect(d, t.c)
@@ -127,7 +113,7 @@ func (c timedCreds) Clone() credentials.TransportCredentials {
 	return timedCreds{TransportCredentials: c.TransportCredentials.Clone(), conn: c.conn}
 }
 
-func (s *Server) reportConnect(d *downstreamConn, c UpstreamConnect) {
+func (s *Server) reportConnect(d *downstreamConn, c codec.UpstreamConnect) {
 	d.mu.Lock()
 	d.lastConnect = &c
 	d.mu.Unlock()

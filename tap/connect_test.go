@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -19,21 +20,21 @@ import (
 // connects records the upstream connects a tap reports.
 type connects struct {
 	mu  sync.Mutex
-	got []tap.UpstreamConnect
+	got []codec.UpstreamConnect
 }
 
 func (c *connects) observer() tap.Observer {
-	return tap.ObserverFuncs{UpstreamConnectFunc: func(u tap.UpstreamConnect) {
+	return tap.ObserverFuncs{UpstreamConnectFunc: func(u codec.UpstreamConnect) {
 		c.mu.Lock()
 		c.got = append(c.got, u)
 		c.mu.Unlock()
 	}}
 }
 
-func (c *connects) wait(t *testing.T) tap.UpstreamConnect {
+func (c *connects) wait(t *testing.T) codec.UpstreamConnect {
 	t.Helper()
-	var u tap.UpstreamConnect
-	waitFor(t, func() bool {
+	var u codec.UpstreamConnect
+	xdstest.Eventually(t, "an upstream connect reported", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if len(c.got) > 0 {
@@ -49,8 +50,8 @@ func TestUpstreamConnectPhasesAreTimed(t *testing.T) {
 	dir := t.TempDir()
 	caFile := xdstest.WriteFiles(t, dir, "ca.pem", ca.CertPEM())
 	istiod := ca.Issue(t, "istiod", []string{"istiod.istio-system.svc"}, nil, false)
-	lis := listenTCP(t)
-	startRawUpstream(t, lis, echoReversed(&digestLog{}), grpc.Creds(credentials.NewTLS(&tls.Config{
+	lis := xdstest.ListenTCP(t)
+	xdstest.ServeRawUpstream(t, lis, echoReversed(&digestLog{}), grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{istiod.TLSCertificate()},
 	})))
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
@@ -81,9 +82,9 @@ func TestUpstreamConnectPhasesAreTimed(t *testing.T) {
 			_, addr := startTap(t, cfg, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			s := openRaw(t, ctx, dial(t, addr), adsMethod)
-			sendBytes(s, []byte("x"))
-			recvBytes(s)
+			s := xdstest.MustOpenRaw(t, ctx, xdstest.MustDial(t, addr), xdstest.ADSMethod)
+			xdstest.Send(s, []byte("x"))
+			xdstest.Recv(s)
 
 			u := c.wait(t)
 			if u.FailedPhase != tc.wantFailed || (tc.wantFailed == "") != (u.Err == nil) {

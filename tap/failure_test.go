@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -21,12 +22,12 @@ func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T)
 	sock := filepath.Join(t.TempDir(), "cp.sock")
 	upAddr := tap.Address{Network: "unix", Addr: sock}
 	_, addr := startTap(t, tap.Config{Upstream: upAddr}, nil)
-	cc := dial(t, addr)
+	cc := xdstest.MustDial(t, addr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	_, err := recvBytes(s)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	_, err := xdstest.Recv(s)
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "unix://"+sock) {
 		t.Fatalf("with no upstream: status = %v, want Unavailable naming unix://%s", st, sock)
@@ -38,11 +39,11 @@ func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	startRawUpstream(t, lis, echoReversed(&digestLog{}))
+	xdstest.ServeRawUpstream(t, lis, echoReversed(&digestLog{}))
 	for {
-		s := openRaw(t, ctx, cc, adsMethod)
-		if err := sendBytes(s, []byte("ab")); err == nil {
-			if b, err := recvBytes(s); err == nil {
+		s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+		if err := xdstest.Send(s, []byte("ab")); err == nil {
+			if b, err := xdstest.Recv(s); err == nil {
 				if string(b) != "ba" {
 					t.Fatalf("got %q, want \"ba\"", b)
 				}
@@ -59,28 +60,28 @@ func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T)
 
 func TestUpstreamKilledMidStreamEndsDownstreamWithUnavailable(t *testing.T) {
 	sent := make(chan struct{})
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
-		if err := sendBytes(s, []byte("first push")); err != nil {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		if err := xdstest.Send(s, []byte("first push")); err != nil {
 			return err
 		}
 		close(sent)
 		<-s.Context().Done()
 		return nil
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	if _, err := recvBytes(s); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if _, err := xdstest.Recv(s); err != nil {
 		t.Fatalf("first push: %v", err)
 	}
 	<-sent
-	up.srv.Stop()
-	_, err := recvBytes(s)
+	up.Stop()
+	_, err := xdstest.Recv(s)
 	st := status.Convert(err)
-	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), up.addr.Addr) {
-		t.Errorf("after the upstream died: status = %v, want Unavailable naming %s", st, up.addr.Addr)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), up.Addr.Addr) {
+		t.Errorf("after the upstream died: status = %v, want Unavailable naming %s", st, up.Addr.Addr)
 	}
 }
 
@@ -88,26 +89,26 @@ func TestOversizedMessagesFailWithResourceExhaustedBothWays(t *testing.T) {
 	const limit = 1 << 20
 	big := make([]byte, 2<<20)
 	upstreamCancelled := make(chan struct{}, 2)
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
-		b, err := recvBytes(s)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		b, err := xdstest.Recv(s)
 		if err != nil {
 			upstreamCancelled <- struct{}{}
 			return err
 		}
 		if string(b) == "send me something big" {
-			return sendBytes(s, big)
+			return xdstest.Send(s, big)
 		}
 		return nil
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr, MaxMessageSize: limit}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, MaxMessageSize: limit}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	t.Run("request", func(t *testing.T) {
-		s := openRaw(t, ctx, cc, adsMethod)
-		sendBytes(s, big)
-		_, err := recvBytes(s)
+		s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+		xdstest.Send(s, big)
+		_, err := xdstest.Recv(s)
 		// gRPC writes this status itself the moment it refuses the message.
 		st := status.Convert(err)
 		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max (2097152 vs. 1048576)") {
@@ -115,11 +116,11 @@ func TestOversizedMessagesFailWithResourceExhaustedBothWays(t *testing.T) {
 		}
 	})
 	t.Run("response", func(t *testing.T) {
-		s := openRaw(t, ctx, cc, adsMethod)
-		if err := sendBytes(s, []byte("send me something big")); err != nil {
+		s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+		if err := xdstest.Send(s, []byte("send me something big")); err != nil {
 			t.Fatal(err)
 		}
-		_, err := recvBytes(s)
+		_, err := xdstest.Recv(s)
 		st := status.Convert(err)
 		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "response message from upstream") {
 			t.Errorf("status = %v, want ResourceExhausted about the upstream's response", st)
@@ -131,25 +132,25 @@ func TestTwentyMegabyteMessagesPassIntact(t *testing.T) {
 	big := make([]byte, 20<<20)
 	rand.Read(big)
 	want := sha256.Sum256(big)
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
-		b, err := recvBytes(s)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		b, err := xdstest.Recv(s)
 		if err != nil {
 			return err
 		}
 		if sha256.Sum256(b) != want {
 			return status.Error(codes.DataLoss, "the request arrived changed")
 		}
-		return sendBytes(s, b)
+		return xdstest.Send(s, b)
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	if err := sendBytes(s, big); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, big); err != nil {
 		t.Fatal(err)
 	}
-	b, err := recvBytes(s)
+	b, err := xdstest.Recv(s)
 	if err != nil {
 		t.Fatalf("recv: %v", err)
 	}
@@ -159,26 +160,26 @@ func TestTwentyMegabyteMessagesPassIntact(t *testing.T) {
 }
 
 func TestShutdownEndsStreamsWithUnavailable(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		<-s.Context().Done()
 		return nil
 	})
-	lis := listenTCP(t)
-	srv, err := tap.New(tap.Config{Upstream: up.addr})
+	lis := xdstest.ListenTCP(t)
+	srv, err := tap.New(tap.Config{Upstream: up.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	cc := dial(t, addrOf(lis))
+	cc := xdstest.MustDial(t, xdstest.AddressOf(lis))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	if err := sendBytes(s, []byte("x")); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the stream is relayed before draining.
-	waitFor(t, func() bool { return cc.GetState().String() == "READY" })
+	xdstest.Eventually(t, "the client connection READY", func() bool { return cc.GetState().String() == "READY" })
 
 	shutdownDone := make(chan struct{})
 	go func() {
@@ -187,7 +188,7 @@ func TestShutdownEndsStreamsWithUnavailable(t *testing.T) {
 		srv.Shutdown(sctx)
 		close(shutdownDone)
 	}()
-	_, err = recvBytes(s)
+	_, err = xdstest.Recv(s)
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
 		t.Errorf("during shutdown: status = %v, want Unavailable \"shutting down\"", st)
@@ -206,16 +207,5 @@ func TestShutdownEndsStreamsWithUnavailable(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", lis.Addr().String(), time.Second); err == nil {
 		c.Close()
 		t.Error("the listener still accepts connections after Shutdown")
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -28,7 +28,7 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}))
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 
 	tests := []struct {
 		name      string
@@ -62,7 +62,7 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs syncbuf.Buffer
-			_, addr := startTap(t, tap.Config{Upstream: up.addr, ListenTLS: tc.listenTLS,
+			_, addr := startTap(t, tap.Config{Upstream: up.Addr, ListenTLS: tc.listenTLS,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
 			c, err := net.Dial("tcp", addr.Addr)
 			if err != nil {
@@ -75,13 +75,13 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 			if !strings.Contains(string(reply), tc.wantReply) {
 				t.Errorf("client read %q, want it to contain %q", reply, tc.wantReply)
 			}
-			waitFor(t, func() bool { return strings.Contains(logs.String(), tc.wantLog) })
+			xdstest.Eventually(t, "the log to say "+tc.wantLog, func() bool { return strings.Contains(logs.String(), tc.wantLog) })
 		})
 	}
 }
 
 func TestSilentClientsDoNotHoldUpOthers(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}))
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 	dir, err := os.MkdirTemp("", "guard")
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +92,9 @@ func TestSilentClientsDoNotHoldUpOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, lis := range []net.Listener{listenTCP(t), unixLis} {
+	for _, lis := range []net.Listener{xdstest.ListenTCP(t), unixLis} {
 		t.Run(lis.Addr().Network(), func(t *testing.T) {
-			_, addr := startTap(t, tap.Config{Upstream: up.addr}, lis)
+			_, addr := startTap(t, tap.Config{Upstream: up.Addr}, lis)
 			// Connected first, and never a byte: the tap waits up to 10 s for
 			// their first bytes, which must not delay anyone else.
 			for range 3 {
@@ -107,11 +107,11 @@ func TestSilentClientsDoNotHoldUpOthers(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			s := openRaw(t, ctx, dial(t, addr), adsMethod)
-			if err := sendBytes(s, []byte("abc")); err != nil {
+			s := xdstest.MustOpenRaw(t, ctx, xdstest.MustDial(t, addr), xdstest.ADSMethod)
+			if err := xdstest.Send(s, []byte("abc")); err != nil {
 				t.Fatalf("send: %v", err)
 			}
-			got, err := recvBytes(s)
+			got, err := xdstest.Recv(s)
 			if err != nil {
 				t.Fatalf("with silent clients connected, the RPC failed: %v", err)
 			}

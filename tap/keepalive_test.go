@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -14,8 +15,8 @@ import (
 // yet. gRPC's default policy answers pings more often than every 5 minutes
 // with GOAWAY too_many_pings after two strikes; the tap must not.
 func TestClientKeepalivePingsAreAccepted(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}))
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
 	c, err := net.Dial("tcp", addr.Addr)
 	if err != nil {
 		t.Fatal(err)

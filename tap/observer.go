@@ -24,7 +24,7 @@ type Observer interface {
 	OnStreamOpen(StreamInfo)
 	OnFrame(StreamInfo, Frame)
 	OnStreamClose(StreamInfo, StreamEnd)
-	OnUpstreamConnect(UpstreamConnect)
+	OnUpstreamConnect(codec.UpstreamConnect)
 }
 
 // ObserverFuncs is an Observer built from optional functions; a nil field is a no-op.
@@ -32,7 +32,7 @@ type ObserverFuncs struct {
 	StreamOpenFunc      func(StreamInfo)
 	FrameFunc           func(StreamInfo, Frame)
 	StreamCloseFunc     func(StreamInfo, StreamEnd)
-	UpstreamConnectFunc func(UpstreamConnect)
+	UpstreamConnectFunc func(codec.UpstreamConnect)
 }
 
 var _ Observer = ObserverFuncs{}
@@ -59,7 +59,7 @@ func (f ObserverFuncs) OnStreamClose(s StreamInfo, e StreamEnd) {
 }
 
 // OnUpstreamConnect calls UpstreamConnectFunc if set.
-func (f ObserverFuncs) OnUpstreamConnect(c UpstreamConnect) {
+func (f ObserverFuncs) OnUpstreamConnect(c codec.UpstreamConnect) {
 	if f.UpstreamConnectFunc != nil {
 		f.UpstreamConnectFunc(c)
 	}
@@ -95,7 +95,7 @@ type StreamInfo struct {
 	OpenedAt time.Time
 	// Connect is how the stream's upstream connection came up, for the
 	// stream that waited for it to; nil for a stream that found it up.
-	Connect *UpstreamConnect
+	Connect *codec.UpstreamConnect
 	// Header is the downstream request metadata. It includes credentials such
 	// as authorization: an observer that writes it anywhere must redact it.
 	Header metadata.MD
@@ -155,7 +155,7 @@ func (os observers) OnStreamClose(s StreamInfo, e StreamEnd) {
 	}
 }
 
-func (os observers) OnUpstreamConnect(c UpstreamConnect) {
+func (os observers) OnUpstreamConnect(c codec.UpstreamConnect) {
 	for _, o := range os {
 		o.OnUpstreamConnect(c)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -55,39 +56,39 @@ func (r *recorder) get() []string {
 func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
 	// The upstream pushes, the client answers each push: the observer must see
 	// every push before the answer to it.
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
-		if _, err := recvBytes(s); err != nil { // the initial request
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		if _, err := xdstest.Recv(s); err != nil { // the initial request
 			return err
 		}
 		for i := 1; i <= 3; i++ {
-			if err := sendBytes(s, fmt.Appendf(nil, "push %d", i)); err != nil {
+			if err := xdstest.Send(s, fmt.Appendf(nil, "push %d", i)); err != nil {
 				return err
 			}
-			if _, err := recvBytes(s); err != nil {
+			if _, err := xdstest.Recv(s); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	rec := newRecorder()
-	_, addr := startTap(t, tap.Config{Upstream: up.addr, Observer: rec.observer()}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: rec.observer()}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer secret")
-	s := openRaw(t, ctx, cc, adsMethod)
-	if err := sendBytes(s, []byte("subscribe")); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, []byte("subscribe")); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		b, err := recvBytes(s)
+		b, err := xdstest.Recv(s)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sendBytes(s, append([]byte("ack "), b...)); err != nil {
+		if err := xdstest.Send(s, append([]byte("ack "), b...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
 		t.Fatal("the observer was never told the stream closed")
 	}
 	want := []string{
-		"open " + adsMethod + " auth=[Bearer secret]",
+		"open " + xdstest.ADSMethod + " auth=[Bearer secret]",
 		`request "subscribe" size=9 skipped=0`,
 		`response "push 1" size=6 skipped=0`,
 		`request "ack push 1" size=10 skipped=0`,
@@ -114,7 +115,7 @@ func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
 
 func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 	var atUpstream digestLog
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&atUpstream))
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var delivered, skipped int
@@ -129,22 +130,22 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 		},
 		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
 	}
-	_, addr := startTap(t, tap.Config{Upstream: up.addr, Observer: obs, ObserveQueueFrames: 8}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: obs, ObserveQueueFrames: 8}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
 	const n = 200
 	for i := 0; i < n; i++ {
-		if err := sendBytes(s, []byte{byte(i)}); err != nil {
+		if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := recvBytes(s); err != nil {
+		if _, err := xdstest.Recv(s); err != nil {
 			t.Fatalf("frame %d not relayed while the observer is stuck: %v", i, err)
 		}
 	}
 	s.CloseSend()
-	if _, err := recvBytes(s); err != io.EOF {
+	if _, err := xdstest.Recv(s); err != io.EOF {
 		t.Fatalf("end of stream: %v", err)
 	}
 	close(release)

@@ -25,27 +25,27 @@ import (
 func TestEachDownstreamConnectionGetsItsOwnUpstreamConnection(t *testing.T) {
 	var mu sync.Mutex
 	peers := map[string]int{}
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		p, _ := peer.FromContext(s.Context())
 		mu.Lock()
 		peers[p.Addr.String()]++
 		mu.Unlock()
-		if _, err := recvBytes(s); err != nil {
+		if _, err := xdstest.Recv(s); err != nil {
 			return err
 		}
-		return sendBytes(s, []byte("ok"))
+		return xdstest.Send(s, []byte("ok"))
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for c := 0; c < 2; c++ {
-		cc := dial(t, addr)
+		cc := xdstest.MustDial(t, addr)
 		for i := 0; i < 3; i++ {
-			s := openRaw(t, ctx, cc, adsMethod)
-			if err := sendBytes(s, []byte("x")); err != nil {
+			s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+			if err := xdstest.Send(s, []byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := recvBytes(s); err != nil {
+			if _, err := xdstest.Recv(s); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -64,20 +64,20 @@ func TestEachDownstreamConnectionGetsItsOwnUpstreamConnection(t *testing.T) {
 
 func TestUnixSocketsOnBothSides(t *testing.T) {
 	upLis, _ := xdstest.ListenUnix(t)
-	up := startRawUpstream(t, upLis, echoReversed(&digestLog{}))
+	up := xdstest.ServeRawUpstream(t, upLis, echoReversed(&digestLog{}))
 	tapLis, _ := xdstest.ListenUnix(t)
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, tapLis)
-	if addr.Network != "unix" || up.addr.Network != "unix" {
-		t.Fatalf("want unix sockets, got tap %v upstream %v", addr, up.addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, tapLis)
+	if addr.Network != "unix" || up.Addr.Network != "unix" {
+		t.Fatalf("want unix sockets, got tap %v upstream %v", addr, up.Addr)
 	}
-	cc := dial(t, addr)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	if err := sendBytes(s, []byte("abc")); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, []byte("abc")); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := recvBytes(s); err != nil || string(b) != "cba" {
+	if b, err := xdstest.Recv(s); err != nil || string(b) != "cba" {
 		t.Fatalf("recv = %q, %v; want \"cba\"", b, err)
 	}
 }
@@ -118,13 +118,13 @@ func (testService) StreamingInputCall(s testgrpc.TestService_StreamingInputCallS
 }
 
 func TestOpaqueUnaryAndStreamingMethodsPassThrough(t *testing.T) {
-	lis := listenTCP(t)
+	lis := xdstest.ListenTCP(t)
 	srv := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(srv, testService{})
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	_, addr := startTap(t, tap.Config{Upstream: addrOf(lis)}, nil)
-	client := testgrpc.NewTestServiceClient(dial(t, addr))
+	_, addr := startTap(t, tap.Config{Upstream: xdstest.AddressOf(lis)}, nil)
+	client := testgrpc.NewTestServiceClient(xdstest.MustDial(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -184,7 +184,7 @@ func TestTLSOnEachLeg(t *testing.T) {
 
 	// The upstream is istiod-like: TLS with a SAN that is not the dialled
 	// address, and it demands a client certificate.
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&digestLog{}), grpc.Creds(credentials.NewTLS(&tls.Config{
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}), grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{istiod.TLSCertificate()},
 		ClientCAs:    ca.Pool(),
 		ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -198,19 +198,19 @@ func TestTLSOnEachLeg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, addr := startTap(t, tap.Config{Upstream: up.addr, ListenTLS: listenTLS, UpstreamTLS: upstreamTLS}, nil)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, ListenTLS: listenTLS, UpstreamTLS: upstreamTLS}, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	roundTrip := func(cc *grpc.ClientConn) error {
-		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, adsMethod, grpc.ForceCodecV2(codec.Passthrough{}))
+		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, xdstest.ADSMethod, grpc.ForceCodecV2(codec.Passthrough{}))
 		if err != nil {
 			return err
 		}
-		if err := sendBytes(s, []byte("tls")); err != nil {
+		if err := xdstest.Send(s, []byte("tls")); err != nil {
 			return err
 		}
-		b, err := recvBytes(s)
+		b, err := xdstest.Recv(s)
 		if err == nil && string(b) != "slt" {
 			t.Errorf("got %q through TLS, want \"slt\"", b)
 		}
@@ -218,7 +218,7 @@ func TestTLSOnEachLeg(t *testing.T) {
 	}
 
 	t.Run("mTLS client is relayed", func(t *testing.T) {
-		cc := dial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		cc := xdstest.MustDial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			RootCAs: ca.Pool(), ServerName: "adstap.local", Certificates: []tls.Certificate{client.TLSCertificate()},
 		})))
 		if err := roundTrip(cc); err != nil {
@@ -226,7 +226,7 @@ func TestTLSOnEachLeg(t *testing.T) {
 		}
 	})
 	t.Run("client without a certificate is refused", func(t *testing.T) {
-		cc := dial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		cc := xdstest.MustDial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			RootCAs: ca.Pool(), ServerName: "adstap.local",
 		})))
 		if err := roundTrip(cc); status.Code(err) != codes.Unavailable {
@@ -238,8 +238,8 @@ func TestTLSOnEachLeg(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, addr := startTap(t, tap.Config{Upstream: up.addr, UpstreamTLS: wrongName}, nil)
-		err = roundTrip(dial(t, addr))
+		_, addr := startTap(t, tap.Config{Upstream: up.Addr, UpstreamTLS: wrongName}, nil)
+		err = roundTrip(xdstest.MustDial(t, addr))
 		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "not-istiod.example") {
 			t.Fatalf("upstream name mismatch: %v, want Unavailable naming the expected server name", err)
 		}

@@ -243,7 +243,7 @@ func forwardedHeader(in metadata.MD) metadata.MD {
 
 // freshConnect is the connect a stream waited for: the one that happened
 // while its upstream stream was being opened, if any.
-func freshConnect(before, after *UpstreamConnect) *UpstreamConnect {
+func freshConnect(before, after *codec.UpstreamConnect) *codec.UpstreamConnect {
 	if after == before {
 		return nil
 	}

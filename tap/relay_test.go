@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -26,7 +27,7 @@ import (
 func echoReversed(got *digestLog) grpc.StreamHandler {
 	return func(_ any, s grpc.ServerStream) error {
 		for {
-			b, err := recvBytes(s)
+			b, err := xdstest.Recv(s)
 			if err == io.EOF {
 				return nil
 			}
@@ -38,7 +39,7 @@ func echoReversed(got *digestLog) grpc.StreamHandler {
 			for i := range b {
 				r[len(b)-1-i] = b[i]
 			}
-			if err := sendBytes(s, r); err != nil {
+			if err := xdstest.Send(s, r); err != nil {
 				return err
 			}
 		}
@@ -47,13 +48,13 @@ func echoReversed(got *digestLog) grpc.StreamHandler {
 
 func TestRelayIsByteExactBothWays(t *testing.T) {
 	var atUpstream digestLog
-	up := startRawUpstream(t, listenTCP(t), echoReversed(&atUpstream))
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	var sent, wantBack digestLog
@@ -76,7 +77,7 @@ func TestRelayIsByteExactBothWays(t *testing.T) {
 			}
 			sent.add(b)
 			wantBack.add(r)
-			if err := sendBytes(s, b); err != nil {
+			if err := xdstest.Send(s, b); err != nil {
 				t.Errorf("send %d: %v", i, err)
 				return
 			}
@@ -85,7 +86,7 @@ func TestRelayIsByteExactBothWays(t *testing.T) {
 	}()
 	var gotBack digestLog
 	for {
-		b, err := recvBytes(s)
+		b, err := xdstest.Recv(s)
 		if err == io.EOF {
 			break
 		}
@@ -110,21 +111,21 @@ func TestRelayPassesHeadersTrailersAndStatus(t *testing.T) {
 	wantStatus, _ := status.New(codes.PermissionDenied, "no config for you").WithDetails(detail)
 
 	gotHeader := make(chan metadata.MD, 1)
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		md, _ := metadata.FromIncomingContext(s.Context())
 		gotHeader <- md
-		if _, err := recvBytes(s); err != nil {
+		if _, err := xdstest.Recv(s); err != nil {
 			return err
 		}
 		s.SendHeader(metadata.Pairs("x-istiod-revision", "default", "x-bin", "b"))
-		if err := sendBytes(s, []byte("config")); err != nil {
+		if err := xdstest.Send(s, []byte("config")); err != nil {
 			return err
 		}
 		s.SetTrailer(metadata.Pairs("x-trailer", "t1", "x-trailer", "t2"))
 		return wantStatus.Err()
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr, grpc.WithUserAgent("envoy/1.36.0"))
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr, grpc.WithUserAgent("envoy/1.36.0"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,15 +134,15 @@ func TestRelayPassesHeadersTrailersAndStatus(t *testing.T) {
 		"ClusterID", "Kubernetes",
 		"x-custom", "a", "x-custom", "b")
 	var header, trailer metadata.MD
-	s := openRaw(t, ctx, cc, adsMethod, grpc.Header(&header), grpc.Trailer(&trailer))
-	if err := sendBytes(s, []byte("hello")); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err := xdstest.Send(s, []byte("hello")); err != nil {
 		t.Fatalf("send: %v", err)
 	}
-	b, err := recvBytes(s)
+	b, err := xdstest.Recv(s)
 	if err != nil || string(b) != "config" {
 		t.Fatalf("recv = %q, %v; want \"config\"", b, err)
 	}
-	_, err = recvBytes(s)
+	_, err = xdstest.Recv(s)
 	got := status.Convert(err)
 	if diff := cmp.Diff(wantStatus.Proto(), got.Proto(), protocmp.Transform()); diff != "" {
 		t.Errorf("status (-upstream +client):\n%s", diff)
@@ -169,16 +170,16 @@ func TestRelayPassesHeadersTrailersAndStatus(t *testing.T) {
 }
 
 func TestRelayPassesHeadersWhenUpstreamFailsBeforeFirstMessage(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		s.SendHeader(metadata.Pairs("x-seen", "yes"))
 		return status.Error(codes.FailedPrecondition, "node not ready")
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
-	_, err := recvBytes(s)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	_, err := xdstest.Recv(s)
 	if got := status.Convert(err); got.Code() != codes.FailedPrecondition || got.Message() != "node not ready" {
 		t.Errorf("status = %v, want FailedPrecondition \"node not ready\"", got)
 	}
@@ -192,17 +193,17 @@ func TestRelayPassesHeadersWhenUpstreamFailsBeforeFirstMessage(t *testing.T) {
 }
 
 func TestRelayPassesTrailersOnlyStatus(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		s.SetTrailer(metadata.Pairs("x-why", "unknown-node"))
 		return status.Error(codes.Unauthenticated, "bad token")
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var trailer metadata.MD
-	s := openRaw(t, ctx, cc, adsMethod, grpc.Trailer(&trailer))
-	_, err := recvBytes(s)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod, grpc.Trailer(&trailer))
+	_, err := xdstest.Recv(s)
 	if got := status.Convert(err); got.Code() != codes.Unauthenticated || got.Message() != "bad token" {
 		t.Errorf("status = %v, want Unauthenticated \"bad token\"", got)
 	}
@@ -212,10 +213,10 @@ func TestRelayPassesTrailersOnlyStatus(t *testing.T) {
 }
 
 func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		var n int
 		for {
-			_, err := recvBytes(s)
+			_, err := xdstest.Recv(s)
 			if err == io.EOF {
 				break
 			}
@@ -226,19 +227,19 @@ func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
 		}
 		// The client said it is done; answer after that, then end.
 		for i := 0; i < n; i++ {
-			if err := sendBytes(s, []byte{byte(i)}); err != nil {
+			if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := openRaw(t, ctx, cc, adsMethod)
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
 	for i := 0; i < 3; i++ {
-		if err := sendBytes(s, []byte("x")); err != nil {
+		if err := xdstest.Send(s, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,7 +248,7 @@ func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
 	}
 	var got []byte
 	for {
-		b, err := recvBytes(s)
+		b, err := xdstest.Recv(s)
 		if err == io.EOF {
 			break
 		}
@@ -264,18 +265,18 @@ func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
 func TestRelayPropagatesCancellationUpstream(t *testing.T) {
 	upstreamDone := make(chan error, 1)
 	upstreamGot := make(chan struct{})
-	up := startRawUpstream(t, listenTCP(t), func(_ any, s grpc.ServerStream) error {
-		recvBytes(s)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		xdstest.Recv(s)
 		close(upstreamGot)
 		<-s.Context().Done()
 		upstreamDone <- s.Context().Err()
 		return nil
 	})
-	_, addr := startTap(t, tap.Config{Upstream: up.addr}, nil)
-	cc := dial(t, addr)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := openRaw(t, ctx, cc, adsMethod)
-	if err := sendBytes(s, []byte("x")); err != nil {
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	<-upstreamGot

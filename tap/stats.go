@@ -25,20 +25,13 @@ type relayCounters struct {
 	messages, bytes              [2]atomic.Uint64 // by direction: request, response
 }
 
-// ProtocolStats is what the relay moved on the streams of one protocol.
-type ProtocolStats struct {
-	StreamsActive, StreamsOpened int64
-	// Messages and Bytes are indexed by Direction-1: requests, responses.
-	Messages, Bytes [2]uint64
-}
-
 // Stats reports the relay's counters, per protocol. They count every frame,
 // including frames the observers never saw.
-func (s *Server) Stats() map[codec.Protocol]ProtocolStats {
-	out := make(map[codec.Protocol]ProtocolStats, len(protocols))
+func (s *Server) Stats() map[codec.Protocol]codec.ProtocolStats {
+	out := make(map[codec.Protocol]codec.ProtocolStats, len(protocols))
 	for i, p := range protocols {
 		c := &s.counters[i]
-		out[p] = ProtocolStats{
+		out[p] = codec.ProtocolStats{
 			StreamsActive: c.streamsActive.Load(),
 			StreamsOpened: c.streamsOpened.Load(),
 			Messages:      [2]uint64{c.messages[0].Load(), c.messages[1].Load()},

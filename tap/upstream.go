@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/adstap/adstap/codec"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -30,11 +31,11 @@ type downstreamConn struct {
 	mu          sync.Mutex
 	cc          *grpc.ClientConn
 	closed      bool
-	lastConnect *UpstreamConnect
+	lastConnect *codec.UpstreamConnect
 }
 
 // connect returns how the connection's upstream last came up, or nil.
-func (d *downstreamConn) connect() *UpstreamConnect {
+func (d *downstreamConn) connect() *codec.UpstreamConnect {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.lastConnect

@@ -107,7 +107,7 @@ func TestRawSotWAndDeltaStreamsArriveIntact(t *testing.T) {
 		return map[resource.Type][]types.Resource{resource.ClusterType: clusters, resource.EndpointType: eps}
 	}
 	cp.SetSnapshot(t, node, "v1", snapshot(8080))
-	cc := dial(t, addr)
+	cc := xdstest.MustDial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The streams live as long as the whole test: cancelling one may drop
@@ -171,7 +171,7 @@ func TestRawSotWAndDeltaStreamsArriveIntact(t *testing.T) {
 	})
 	for _, w := range []*wireLog{&sotw, &delta} {
 		// Wait for the last ACKs to reach the control plane before comparing.
-		waitFor(t, func() bool {
+		xdstest.Eventually(t, "the last ACKs at the control plane", func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			return len(w.reqGot) == len(w.reqSent) && len(w.respGot) <= len(w.respSent)
@@ -196,7 +196,7 @@ func TestPerTypeClusterDiscoveryStream(t *testing.T) {
 	cp.SetSnapshot(t, "n1", "7", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(3, 0)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := clusterservice.NewClusterDiscoveryServiceClient(dial(t, addr)).StreamClusters(ctx)
+	s, err := clusterservice.NewClusterDiscoveryServiceClient(xdstest.MustDial(t, addr)).StreamClusters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestTwentyMegabyteCDSPushFromGoControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer x")
-	s := xdstest.OpenSotW(t, ctx, dial(t, addr))
+	s := xdstest.OpenSotW(t, ctx, xdstest.MustDial(t, addr))
 	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "big"}, TypeUrl: resource.ClusterType}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,37 +5,23 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/tap"
 )
 
 // Event is something the tracker learned from the wire. Every exporter
 // (live log, metrics, spans, debug pages, capture) consumes the same events.
 type Event interface{ event() }
 
-// Protocol is how a stream speaks (codec.ProtocolOf).
-type Protocol = codec.Protocol
-
-// The protocols, as codec names them.
-const (
-	SotW   = codec.SotW
-	Delta  = codec.Delta
-	Opaque = codec.Opaque
-)
-
-// ProtocolOf tells how a gRPC method speaks.
-func ProtocolOf(method string) Protocol { return codec.ProtocolOf(method) }
-
 // StreamMeta describes a stream when it opens.
 type StreamMeta struct {
 	ID       uint64
 	ConnID   uint64
 	Method   string
-	Protocol Protocol
+	Protocol codec.Protocol
 	Peer     string
 	OpenedAt time.Time
 	// Connect is how the stream's upstream connection came up, for the
-	// stream that waited for it (tap.StreamInfo.Connect); nil otherwise.
-	Connect *tap.UpstreamConnect
+	// stream that waited for it (filled by the wiring from the relay); nil otherwise.
+	Connect *codec.UpstreamConnect
 }
 
 // Node is the client identity of a stream, from its first request.

@@ -3,7 +3,7 @@ package track
 import (
 	"time"
 
-	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/codec"
 )
 
 // ObservationGap: frames of a stream were relayed but never observed, because
@@ -19,6 +19,6 @@ func (ObservationGap) event() {}
 
 // UpstreamConnected: an upstream connection came up, or failed to, with the
 // time each connect phase took.
-type UpstreamConnected struct{ tap.UpstreamConnect }
+type UpstreamConnected struct{ codec.UpstreamConnect }
 
 func (UpstreamConnected) event() {}

@@ -1,6 +1,7 @@
 package track
 
 import (
+	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,15 +10,15 @@ import (
 
 // StreamState is a stream as the /debug/streams page shows it.
 type StreamState struct {
-	ID          uint64    `json:"id"`
-	ConnID      uint64    `json:"conn_id"`
-	NodeID      string    `json:"node_id"`
-	NodeCluster string    `json:"node_cluster,omitempty"`
-	UserAgent   string    `json:"user_agent,omitempty"`
-	Peer        string    `json:"peer"`
-	Method      string    `json:"method"`
-	Protocol    Protocol  `json:"protocol"`
-	OpenedAt    time.Time `json:"opened_at"`
+	ID          uint64         `json:"id"`
+	ConnID      uint64         `json:"conn_id"`
+	NodeID      string         `json:"node_id"`
+	NodeCluster string         `json:"node_cluster,omitempty"`
+	UserAgent   string         `json:"user_agent,omitempty"`
+	Peer        string         `json:"peer"`
+	Method      string         `json:"method"`
+	Protocol    codec.Protocol `json:"protocol"`
+	OpenedAt    time.Time      `json:"opened_at"`
 	// FullSyncSeconds is the time to full sync, null until it is known.
 	FullSyncSeconds *float64 `json:"full_sync_seconds"`
 	// FullPushes counts the control plane's full pushes on the stream:

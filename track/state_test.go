@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 )
@@ -37,7 +38,7 @@ func TestStreams(t *testing.T) {
 	secs := 0.02
 	want := []track.StreamState{{
 		ID: 1, ConnID: 101, NodeID: sidecar, NodeCluster: "productpage.default", UserAgent: "envoy/1.36.2",
-		Peer: "10.1.2.3:41000", Method: adsSotW, Protocol: track.SotW, OpenedAt: t0, FullSyncSeconds: &secs,
+		Peer: "10.1.2.3:41000", Method: adsSotW, Protocol: codec.SotW, OpenedAt: t0, FullSyncSeconds: &secs,
 		Types: map[string]*track.TypeState{
 			cds: {
 				State: "SYNCED", LastSentVersion: ver(1), LastSentNonce: nonce(1), LastAckedVersion: ver(1), LastAckedNonce: nonce(1),

@@ -37,7 +37,7 @@ func New(cfg Config) *Tracker {
 // m.Method.
 func (t *Tracker) OpenStream(m StreamMeta) []Event {
 	if m.Protocol == "" {
-		m.Protocol = ProtocolOf(m.Method)
+		m.Protocol = codec.ProtocolOf(m.Method)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -57,7 +57,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
-	if s == nil || req == nil || s.meta.Protocol == Opaque {
+	if s == nil || req == nil || s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
@@ -90,7 +90,7 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
-	if s == nil || resp == nil || s.meta.Protocol == Opaque {
+	if s == nil || resp == nil || s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)

@@ -1,3 +1,9 @@
+//go:build demo
+
+// The demo links a control plane (go-control-plane's server and cache) and
+// grpc-go's xDS client, and through them the testing package: none of it is
+// in the tap that ships. `make demo` builds it in with the demo tag.
+
 package main
 
 import (

@@ -149,7 +149,7 @@ func TestRunRelaysARealClient(t *testing.T) {
 	}()
 	adminRE := regexp.MustCompile(`admin=http://(127\.0\.0\.1:\d+)`)
 	var admin string
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "the admin address in the log", func() bool {
 		m := adminRE.FindStringSubmatch(stderr.String())
 		if m != nil {
 			admin = m[1]
@@ -188,16 +188,5 @@ func TestRunRelaysARealClient(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, stderr.String())
 		}
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

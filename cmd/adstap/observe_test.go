@@ -60,13 +60,13 @@ func TestNACKFromGRPCGoShowsInDebugStreams(t *testing.T) {
 		return "", ""
 	}
 	const wantPrefix = `error parsing "ClusterResource" response: resource "cluster-greeter": unexpected lbPolicy MAGLEV in response: `
-	waitUntil(t, func() bool { s, _ := cds(); return s == "NACKED" })
+	xdstest.Eventually(t, "CDS NACKED", func() bool { s, _ := cds(); return s == "NACKED" })
 	if _, msg := cds(); !strings.HasPrefix(msg, wantPrefix) {
 		t.Errorf("CDS last_error = %q, want grpc-go's message starting %q", msg, wantPrefix)
 	}
 
 	cp.SetSnapshot(t, node, "2026-11-30T09:00:05Z/2", xdsconfig.ResolverResources("greeter", backend))
-	waitUntil(t, func() bool { s, _ := cds(); return s == "SYNCED" })
+	xdstest.Eventually(t, "CDS SYNCED", func() bool { s, _ := cds(); return s == "SYNCED" })
 	if got := getStreams(t, admin, "?node=nobody"); len(got.Streams) != 0 {
 		t.Errorf("?node=nobody returned %d streams, want 0", len(got.Streams))
 	}

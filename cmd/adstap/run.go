@@ -17,7 +17,6 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/gctune"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -186,7 +185,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
-		return slog.New(logfmt.NewPretty(w, lv)), nil
+		return slog.New(export.NewPretty(w, lv)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}

@@ -94,7 +94,7 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 
 	var streams []byte
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "both streams SYNCED", func() bool {
 		streams = get(t, "http://"+admin+"/debug/streams")
 		return bytes.Count(streams, []byte(`"state": "SYNCED"`)) == 2
 	})
@@ -104,7 +104,7 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	json.Unmarshal(streams, &page)
 	// The state turns SYNCED a moment before the config view takes the push.
 	var config []byte
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "the SDS push in /debug/config", func() bool {
 		config = get(t, fmt.Sprintf("http://%s/debug/config?stream=%d&type=sds", admin, page.Streams[0].ID))
 		return bytes.Contains(config, []byte("tlsCertificate"))
 	})
@@ -112,7 +112,7 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 		t.Errorf("/debug/config for SDS does not show the secret's fingerprint:\n%s", config)
 	}
 	var clusters []byte
-	waitUntil(t, func() bool {
+	xdstest.Eventually(t, "the CDS push in /debug/config", func() bool {
 		clusters = get(t, fmt.Sprintf("http://%s/debug/config?stream=%d&type=cds", admin, page.Streams[0].ID))
 		return bytes.Contains(clusters, []byte("svc-00001"))
 	})

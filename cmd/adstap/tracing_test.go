@@ -177,7 +177,7 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 	// the last ACK: wait for it.
 	linked := nack.References[0].TraceID
 	var connectTrace jaegertest.Trace
-	waitUntilWithin(t, 30*time.Second, func() bool {
+	xdstest.EventuallyWithin(t, 30*time.Second, "the connect trace in Jaeger", func() bool {
 		for _, tr := range j.Traces(t, service, map[string]string{"xds.protocol": "sotw"}) {
 			if tr.TraceID == linked && len(tr.Spans) >= 4 {
 				connectTrace = tr
@@ -278,24 +278,13 @@ func TestUnreachableCollectorsNeverTouchTheRelay(t *testing.T) {
 				}
 			}
 			// Spans pile up for an export that fails or never returns.
-			waitUntilWithin(t, 20*time.Second, func() bool {
+			xdstest.EventuallyWithin(t, 20*time.Second, "dropped spans counted", func() bool {
 				return value(t, scrape(t, admin), "adstap_spans_dropped_total") > 0
 			})
 			if !strings.Contains(log.String(), "spans dropped") {
 				t.Errorf("no warning about dropped spans in the log")
 			}
 		})
-	}
-}
-
-func waitUntilWithin(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 )
@@ -166,7 +165,7 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(logfmt.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
+	log := slog.New(export.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
 	cfg := tap.Config{Upstream: addr, Logger: log}
 	var (
 		observing *pipeline.Pipeline

@@ -34,6 +34,7 @@ import (
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
 )
 
@@ -635,13 +636,7 @@ func TestWhatIsNotACaptureIsAnInputError(t *testing.T) {
 
 func waitFor(t *testing.T, out *syncbuf.Buffer, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the output after 10s:\n%s", want, out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	xdstest.Eventually(t, fmt.Sprintf("%q in the output", want), func() bool { return strings.Contains(out.String(), want) })
 }
 
 // follow runs Run with Follow on path until stop is called.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/adstap/adstap/internal/human"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/track"
 )
 
@@ -239,7 +239,7 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 	fmt.Fprintf(w, "version %s: %s on %s\n", p.version, plural(len(found), "push", "pushes"), plural(len(streams), "stream", "streams"))
 	for _, r := range found {
 		fmt.Fprintf(w, "\nstream %d  %s  node=%s  %s  %s, %s  +%d -%d ~%d =%d", r.Stream, r.Type, orDash(r.Node), stamp(r.At),
-			plural(r.Resources, "resource", "resources"), human.Bytes(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)
+			plural(r.Resources, "resource", "resources"), export.Size(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)
 		if r.FullSync {
 			fmt.Fprint(w, "  full")
 		}
@@ -250,9 +250,9 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 		case "":
 			fmt.Fprint(w, "  unanswered at the end of the capture")
 		case string(track.ResultACK), string(track.ResultNACK):
-			fmt.Fprintf(w, "  %s %s", strings.ToUpper(r.Result), human.Latency(r.Latency))
+			fmt.Fprintf(w, "  %s %s", strings.ToUpper(r.Result), export.Latency(r.Latency))
 		default:
-			fmt.Fprintf(w, "  %s after %s", strings.ToUpper(r.Result), human.Latency(r.Latency))
+			fmt.Fprintf(w, "  %s after %s", strings.ToUpper(r.Result), export.Latency(r.Latency))
 		}
 		fmt.Fprintln(w)
 		if r.Error != "" {

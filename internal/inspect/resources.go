@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 )
 
 // body is one resource of a push, as the capture holds it (redacted).
@@ -89,9 +90,9 @@ func resourceJSON(b body) (jsonValue, error) {
 		return unknownJSON(typeURL, value), nil
 	}
 	if !b.redacted {
-		codec.RedactMessage(m)
+		redact.Message(m)
 	}
-	codec.StandInUnknownAnys(m.ProtoReflect())
+	redact.StandInUnknownAnys(m.ProtoReflect())
 	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s as JSON: %w", typeURL, err)
@@ -114,7 +115,7 @@ func restoreUnknown(v jsonValue) jsonValue {
 		if url, ok := v.get("@type"); ok && url == "type.googleapis.com/google.protobuf.Struct" {
 			if inner, ok := v.get("value"); ok {
 				if o, ok := inner.(jsonObject); ok {
-					if u, ok := o.get(codec.UnknownTypeKey); ok {
+					if u, ok := o.get(redact.UnknownTypeKey); ok {
 						b, _ := o.get("value_base64")
 						return jsonObject{{"@type", u}, {"value_base64", b}}
 					}

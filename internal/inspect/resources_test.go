@@ -17,6 +17,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/redact"
 )
 
 func jsonOf(t *testing.T, typeURL string, m proto.Message) jsonValue {
@@ -173,7 +174,7 @@ func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	redacted := xdsconfig.Secret("default", []byte("cert"), key)
-	codec.RedactMessage(redacted)
+	redact.Message(redacted)
 	red, err := proto.Marshal(redacted)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/human"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/track"
 )
 
@@ -348,7 +348,7 @@ func printSummary(w io.Writer, s *Summary) {
 			facts = append(facts, c)
 		}
 		if ss.FullSync != nil {
-			facts = append(facts, fmt.Sprintf("full sync in %s (%s)", human.Latency(*ss.FullSync), strings.Join(ss.FullSyncTypes, " ")))
+			facts = append(facts, fmt.Sprintf("full sync in %s (%s)", export.Latency(*ss.FullSync), strings.Join(ss.FullSyncTypes, " ")))
 		} else if ss.Protocol != string(codec.Opaque) {
 			facts = append(facts, "no full sync")
 		}
@@ -367,7 +367,7 @@ func printSummary(w io.Writer, s *Summary) {
 		for _, t := range ss.Types {
 			lat := "-"
 			if t.ACKLatency.N > 0 {
-				lat = human.Latency(t.ACKLatency.P50) + "/" + human.Latency(t.ACKLatency.P90) + "/" + human.Latency(t.ACKLatency.P99)
+				lat = export.Latency(t.ACKLatency.P50) + "/" + export.Latency(t.ACKLatency.P90) + "/" + export.Latency(t.ACKLatency.P99)
 			}
 			last := "-"
 			if t.LastVersion != "" || t.Pushes > 0 {
@@ -400,7 +400,7 @@ func printSummary(w io.Writer, s *Summary) {
 			if !ep.Ended.IsZero() {
 				end = fmt.Sprintf("ended after %s, %d in all", ep.Duration.Round(time.Millisecond), ep.Count)
 			}
-			fmt.Fprintf(w, "  %s  %s  %s: %s (%s)\n", stamp(ep.Started), human.Detector(ep.Detector), ep.Key, ep.Detail, end)
+			fmt.Fprintf(w, "  %s  %s  %s: %s (%s)\n", stamp(ep.Started), export.DetectorName(ep.Detector), ep.Key, ep.Detail, end)
 		}
 	}
 }

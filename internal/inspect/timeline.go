@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/logfmt"
 	"github.com/adstap/adstap/track"
 )
 
@@ -36,7 +35,7 @@ type timeline struct {
 
 func newTimeline(w io.Writer) *timeline {
 	clock := &replayClock{w: w}
-	log := slog.New(&clockHandler{next: logfmt.NewPretty(w, slog.LevelInfo), clock: clock})
+	log := slog.New(&clockHandler{next: export.NewPretty(w, slog.LevelInfo), clock: clock})
 	return &timeline{live: export.NewLiveLog(log), log: log, clock: clock}
 }
 

@@ -46,7 +46,7 @@ type Config struct {
 // Pipeline is the observation side of one tap.
 type Pipeline struct {
 	Tracker  *track.Tracker
-	Observer *track.Observer
+	Observer *Observer
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
@@ -100,14 +100,14 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
-	p.Observer = track.NewObserver(p.Tracker, sinks...)
+	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
 		// After the tracker: a push's bytes are kept before its ACK is judged.
-		observers = append(observers, p.Retained)
+		observers = append(observers, retainObserver{p.Retained})
 	}
 	if p.Capture != nil {
-		observers = append(observers, export.NewCapture(p.Capture, log))
+		observers = append(observers, captureObserver{export.NewCapture(p.Capture, log)})
 	}
 	p.observer = tap.Observers(observers...)
 	return p, nil
@@ -123,7 +123,7 @@ func (p *Pipeline) Start(srv *tap.Server) {
 	p.stop = p.Observer.StartClock(time.Second)
 }
 
-func (p *Pipeline) relayStats() map[codec.Protocol]tap.ProtocolStats {
+func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 	if srv := p.relay.Load(); srv != nil {
 		return srv.Stats()
 	}

@@ -128,7 +128,7 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 		t.Fatalf("send ACK: %v", err)
 	}
 	cp.WaitForRequest(t, 5*time.Second, func(r *discovery.DiscoveryRequest) bool { return r.ResponseNonce == resp.Nonce })
-	waitFor(t, "the tracker to judge the push", func() bool { return seen.count(track.ResultACK) == 1 })
+	xdstest.Eventually(t, "the tracker to judge the push", func() bool { return seen.count(track.ResultACK) == 1 })
 
 	pages := p.Pages()
 	for _, c := range []struct{ pattern, path, want string }{
@@ -231,16 +231,5 @@ func captureFrames(t *testing.T, path string) []capture.Record {
 		if rec.Kind == "frame" {
 			frames = append(frames, rec)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

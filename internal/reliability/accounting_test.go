@@ -12,6 +12,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -36,8 +37,8 @@ func TestRelayedRequestsAreObservedOrCountedAsSkipped(t *testing.T) {
 }
 
 func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
-	up := rel.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
-		if _, err := rel.Recv(s); err != nil {
+	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
+		if _, err := xdstest.Recv(s); err != nil {
 			return err
 		}
 		return status.Error(codes.Unavailable, "control plane going away")
@@ -73,7 +74,7 @@ func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
 		srv.Shutdown(ctx)
 		<-served
 	}()
-	cc, err := rel.Dial(tap.Address{Network: "tcp", Addr: lis.Addr().String()})
+	cc, err := xdstest.Dial(tap.Address{Network: "tcp", Addr: lis.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,18 +87,18 @@ func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := rel.OpenRaw(ctx, cc, rel.ADSMethod)
+			s, err := xdstest.OpenRaw(ctx, cc, xdstest.ADSMethod)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			for i := 0; i < 10_000; i++ {
-				if rel.Send(s, frame) != nil {
+				if xdstest.Send(s, frame) != nil {
 					break
 				}
 			}
 			for {
-				if _, err := rel.Recv(s); err != nil {
+				if _, err := xdstest.Recv(s); err != nil {
 					return
 				}
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // Frames no xDS decoder accepts: each one's envelope fails to decode.
@@ -54,10 +55,10 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 	good := rel.PushFrame(rel.ClusterType, "v1", "nonce-1", rel.ClusterAnys(3, 500))
 	want := append([][]byte{good}, badResponses...)
 	var gotAtUpstream [][32]byte
-	up := rel.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
+	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
 		// Answer each request with the next response, good or not.
 		for i := 0; ; i++ {
-			b, err := rel.Recv(s)
+			b, err := xdstest.Recv(s)
 			if err == io.EOF {
 				return nil
 			}
@@ -66,7 +67,7 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 			}
 			gotAtUpstream = append(gotAtUpstream, sha256.Sum256(b))
 			if i < len(want) {
-				if err := rel.Send(s, want[i]); err != nil {
+				if err := xdstest.Send(s, want[i]); err != nil {
 					return err
 				}
 			}
@@ -83,11 +84,11 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 	var sentDigests [][32]byte
 	for i, b := range requests {
 		sentDigests = append(sentDigests, sha256.Sum256(b))
-		if err := rel.Send(s, b); err != nil {
+		if err := xdstest.Send(s, b); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		if i < len(want) {
-			got, err := rel.Recv(s)
+			got, err := xdstest.Recv(s)
 			if err != nil {
 				t.Fatalf("response %d: %v", i, err)
 			}
@@ -97,7 +98,7 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 		}
 	}
 	s.CloseSend()
-	if _, err := rel.Recv(s); err != io.EOF {
+	if _, err := xdstest.Recv(s); err != io.EOF {
 		t.Fatalf("end of stream: %v", err)
 	}
 	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {

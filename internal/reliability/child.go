@@ -20,6 +20,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // The child upstream is this test binary started again with these variables:
@@ -80,18 +81,18 @@ func runChildUpstream() error {
 	}
 	srv := grpc.NewServer(
 		grpc.ForceServerCodecV2(codec.Passthrough{}),
-		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.MaxRecvMsgSize(xdstest.MaxRawMessage), grpc.MaxSendMsgSize(xdstest.MaxRawMessage),
 		grpc.UnknownServiceHandler(func(_ any, s grpc.ServerStream) error {
-			if _, err := Recv(s); err != nil {
+			if _, err := xdstest.Recv(s); err != nil {
 				return err
 			}
 			out.printf("PUSHING %d", len(push))
-			if err := Send(s, push); err != nil {
+			if err := xdstest.Send(s, push); err != nil {
 				return err
 			}
 			out.printf("PUSHED")
 			for {
-				if _, err := Recv(s); err != nil {
+				if _, err := xdstest.Recv(s); err != nil {
 					return nil
 				}
 			}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
 )
 
@@ -88,7 +89,7 @@ type serverAttempt struct {
 // another goroutine reads the client's ACKs; it ends the stream as the
 // attempt's plan (in the request metadata) says.
 type soakUpstream struct {
-	up        *rel.RawUpstream
+	up        *xdstest.RawUpstream
 	resources []*anypb.Any
 
 	mu       sync.Mutex
@@ -137,7 +138,7 @@ func (u *soakUpstream) handle(_ any, s grpc.ServerStream) error {
 	go func() {
 		defer close(readerDone)
 		for {
-			b, err := rel.Recv(s)
+			b, err := xdstest.Recv(s)
 			if err != nil {
 				return
 			}
@@ -171,7 +172,7 @@ func (u *soakUpstream) handle(_ any, s grpc.ServerStream) error {
 		}
 		b := u.push(rng, id, i)
 		a.sent.Add(b)
-		if err = rel.Send(s, b); err != nil {
+		if err = xdstest.Send(s, b); err != nil {
 			// The chain holds a push the client can never see: keep it, the
 			// client compares with the link it reached.
 			<-readerDone
@@ -226,7 +227,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 	up.resources = append(up.resources, rel.ClusterAnys(40, 300)...)
 	up.resources = append(up.resources, rel.ClusterAnys(20, 4_000)...)
 	up.resources = append(up.resources, rel.ClusterAnys(4, 60_000)...)
-	up.up = rel.StartRawUpstream(t, up.handle)
+	up.up = xdstest.StartRawUpstream(t, up.handle)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.up.Addr})
 	// Every goroutine from here on must be gone once the clients are, but
 	// the tap's accept loop, which Serve may start a moment after StartTap
@@ -339,7 +340,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 }
 
 func (c *soakClient) dial() bool {
-	cc, err := rel.Dial(c.tp.Addr)
+	cc, err := xdstest.Dial(c.tp.Addr)
 	if err != nil {
 		c.t.Errorf("client %d: dial: %v", c.index, err)
 		return false
@@ -373,21 +374,21 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	sctx = metadata.AppendToOutgoingContext(sctx, "x-soak-attempt", id, "x-soak-plan", p.String())
-	s, err := rel.OpenRaw(sctx, c.cc, rel.ADSMethod)
+	s, err := xdstest.OpenRaw(sctx, c.cc, xdstest.ADSMethod)
 	if err != nil {
 		t.Errorf("%s: open: %v", id, err)
 		return false
 	}
 	send := func(b []byte) error {
 		sent.Add(b)
-		return rel.Send(s, b)
+		return xdstest.Send(s, b)
 	}
 	var end error
 	if err := send(rel.RequestFrame(&core.Node{Id: id, Cluster: "soak"}, rel.ClusterType, "", "", "")); err != nil {
 		end = err
 	}
 	for end == nil && got.Len() < p.pushes {
-		b, err := rel.Recv(s)
+		b, err := xdstest.Recv(s)
 		if err != nil {
 			end = err
 			break
@@ -422,12 +423,12 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 			t.Errorf("%s: the tracker's state of a stream that ACKed all %d pushes: %+v, want SYNCED at nonce %s", id, p.pushes, ts, last)
 		}
 		s.CloseSend()
-		_, end = rel.Recv(s)
+		_, end = xdstest.Recv(s)
 	}
 	for end == nil {
 		// The client ended the stream itself: the status it sees is its
 		// own, once what was already in flight is read.
-		_, end = rel.Recv(s)
+		_, end = xdstest.Recv(s)
 	}
 
 	// The control plane's side of the attempt.

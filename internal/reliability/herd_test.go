@@ -19,6 +19,7 @@ import (
 
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -56,7 +57,7 @@ func TestReconnectHerd(t *testing.T) {
 
 	ccs := make([]*grpc.ClientConn, conns)
 	for i := range ccs {
-		if ccs[i], err = rel.Dial(tp.Addr); err != nil {
+		if ccs[i], err = xdstest.Dial(tp.Addr); err != nil {
 			t.Fatal(err)
 		}
 		defer ccs[i].Close()

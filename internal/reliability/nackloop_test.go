@@ -110,7 +110,7 @@ func mean(v []uint64) float64 {
 // and reads the stream to its end before returning the NACKs sent.
 func nackLoop(t *testing.T, ctx context.Context, addr, node string, d time.Duration, each func()) (int, time.Duration) {
 	t.Helper()
-	cc, err := rel.Dial(tap.Address{Network: "tcp", Addr: addr})
+	cc, err := xdstest.Dial(tap.Address{Network: "tcp", Addr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // pinger is a raw control plane that measures push→ACK latency: on each
@@ -43,7 +44,7 @@ func (p *pinger) handle(_ any, s grpc.ServerStream) error {
 	md, _ := metadata.FromIncomingContext(s.Context())
 	phase, stream := first(md.Get("x-phase")), first(md.Get("x-stream"))
 	lat := p.of(phase)
-	if _, err := rel.Recv(s); err != nil {
+	if _, err := xdstest.Recv(s); err != nil {
 		return err
 	}
 	resources := rel.ClusterAnys(3, 500)
@@ -53,10 +54,10 @@ func (p *pinger) handle(_ any, s grpc.ServerStream) error {
 		// Versions are unique, as istiod's are: one trace per push.
 		b := rel.PushFrame(rel.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
 		sent := time.Now()
-		if err := rel.Send(s, b); err != nil {
+		if err := xdstest.Send(s, b); err != nil {
 			return nil
 		}
-		if _, err := rel.Recv(s); err != nil {
+		if _, err := xdstest.Recv(s); err != nil {
 			return nil
 		}
 		lat.AddAt(sent, time.Since(sent))
@@ -113,15 +114,15 @@ func startOTLPRig(t *testing.T, ctx context.Context, streams int) *otlpRig {
 	t.Setenv("OTEL_SERVICE_NAME", r.service)
 	r.proxy = rel.StartFaultProxy(t, j.OTLPGRPC)
 	r.pinger = &pinger{interval: 10 * time.Millisecond, latencies: map[string]*rel.Latencies{}}
-	up := rel.StartRawUpstream(t, r.pinger.handle)
+	up := xdstest.StartRawUpstream(t, r.pinger.handle)
 	r.tap = rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + r.proxy.Addr()}})
 	control := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + j.OTLPGRPC}})
 	var err error
-	if r.cc, err = rel.Dial(r.tap.Addr); err != nil {
+	if r.cc, err = xdstest.Dial(r.tap.Addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.cc.Close() })
-	if r.control, err = rel.Dial(control.Addr); err != nil {
+	if r.control, err = xdstest.Dial(control.Addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.control.Close() })
@@ -143,23 +144,23 @@ func (r *otlpRig) load(phase string) (stop func()) {
 		go func() {
 			defer wg.Done()
 			sctx := metadata.AppendToOutgoingContext(lctx, "x-phase", phase, "x-stream", strconv.Itoa(i))
-			s, err := rel.OpenRaw(sctx, cc, rel.ADSMethod)
+			s, err := xdstest.OpenRaw(sctx, cc, xdstest.ADSMethod)
 			if err != nil {
 				t.Errorf("%s: open: %v", phase, err)
 				return
 			}
-			if err := rel.Send(s, rel.RequestFrame(&core.Node{Id: "otlp-" + phase}, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "otlp-" + phase}, rel.ClusterType, "", "", "")); err != nil {
 				t.Errorf("%s: %v", phase, err)
 				return
 			}
 			for n := 0; ; n++ {
-				if _, err := rel.Recv(s); err != nil {
+				if _, err := xdstest.Recv(s); err != nil {
 					if lctx.Err() == nil {
 						t.Errorf("%s: stream %d ended: %v", phase, i, err)
 					}
 					return
 				}
-				if err := rel.Send(s, rel.RequestFrame(nil, rel.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
+				if err := xdstest.Send(s, rel.RequestFrame(nil, rel.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
 					return
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // TestDownstreamThatStopsReading: the control plane tries to push far more
@@ -36,8 +37,8 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	sentChain := rel.NewChain(true)
 	var chainMu sync.Mutex
 	upDone := make(chan error, 1)
-	up := rel.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
-		if _, err := rel.Recv(s); err != nil {
+	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
+		if _, err := xdstest.Recv(s); err != nil {
 			return err
 		}
 		err := func() error {
@@ -46,7 +47,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 				chainMu.Lock()
 				sentChain.Add(b)
 				chainMu.Unlock()
-				if err := rel.Send(s, b); err != nil {
+				if err := xdstest.Send(s, b); err != nil {
 					return err
 				}
 				sent.Add(1)
@@ -58,7 +59,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rel.Recv(s) // until the client half-closes
+		xdstest.Recv(s) // until the client half-closes
 		return nil
 	})
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr})
@@ -68,7 +69,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 
 	before := rel.HeapAfterGC()
 	s := rel.OpenADS(t, ctx, cc)
-	if err := rel.Send(s, rel.RequestFrame(&core.Node{Id: "stops-reading"}, rel.ClusterType, "", "", "")); err != nil {
+	if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "stops-reading"}, rel.ClusterType, "", "", "")); err != nil {
 		t.Fatal(err)
 	}
 	// The client reads nothing. Wait until the control plane has sent
@@ -99,7 +100,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	start := time.Now()
 	got := rel.NewChain(false)
 	for got.Len() < total {
-		b, err := rel.Recv(s)
+		b, err := xdstest.Recv(s)
 		if err != nil {
 			t.Fatalf("after %d of %d pushes: %v", got.Len(), total, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -37,7 +38,7 @@ type TapOptions struct {
 type Tap struct {
 	Addr     tap.Address
 	Server   *tap.Server
-	Observer *track.Observer
+	Observer *pipeline.Observer
 	Tracker  *track.Tracker
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing // nil without TapOptions.Tracing
@@ -140,7 +141,7 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 // cleanup.
 func (tp *Tap) Client(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	cc, err := Dial(tp.Addr)
+	cc, err := xdstest.Dial(tp.Addr)
 	if err != nil {
 		t.Fatalf("reliability: dialing the tap: %v", err)
 	}
@@ -151,7 +152,7 @@ func (tp *Tap) Client(t testing.TB) *grpc.ClientConn {
 // OpenADS opens a raw SotW ADS stream on cc, or fails the test.
 func OpenADS(t testing.TB, ctx context.Context, cc *grpc.ClientConn) grpc.ClientStream {
 	t.Helper()
-	s, err := OpenRaw(ctx, cc, ADSMethod)
+	s, err := xdstest.OpenRaw(ctx, cc, xdstest.ADSMethod)
 	if err != nil {
 		t.Fatalf("reliability: opening an ADS stream: %v", err)
 	}
@@ -159,7 +160,7 @@ func OpenADS(t testing.TB, ctx context.Context, cc *grpc.ClientConn) grpc.Client
 }
 
 // SotW is what the relay counted on SotW streams.
-func (tp *Tap) SotW() tap.ProtocolStats { return tp.Server.Stats()[codec.SotW] }
+func (tp *Tap) SotW() codec.ProtocolStats { return tp.Server.Stats()[codec.SotW] }
 
 // LogBuffer is the live log of a tap: every line counted, the first 4 MiB
 // kept, and every warning and error kept (up to 4 MiB more).

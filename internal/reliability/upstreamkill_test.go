@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -38,11 +39,11 @@ func TestUpstreamKilledMidPush(t *testing.T) {
 	var worstEnd, worstServe, worstSinceKill time.Duration
 	for round := 1; round <= rounds; round++ {
 		sctx, scancel := context.WithCancel(ctx)
-		s, err := rel.OpenRaw(sctx, cc, rel.ADSMethod)
+		s, err := xdstest.OpenRaw(sctx, cc, xdstest.ADSMethod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rel.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+		if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -52,7 +53,7 @@ func TestUpstreamKilledMidPush(t *testing.T) {
 		}
 		got := make(chan result, 1)
 		go func() {
-			b, err := rel.Recv(s)
+			b, err := xdstest.Recv(s)
 			got <- result{len(b), err, time.Now()}
 		}()
 		if _, ok := child.WaitLine(30*time.Second, "PUSHING"); !ok {
@@ -126,14 +127,14 @@ func fetchPush(ctx context.Context, cc *grpc.ClientConn, node *core.Node) (attem
 		b, err := func() ([]byte, error) {
 			sctx, scancel := context.WithCancel(ctx)
 			defer scancel()
-			s, err := rel.OpenRaw(sctx, cc, rel.ADSMethod)
+			s, err := xdstest.OpenRaw(sctx, cc, xdstest.ADSMethod)
 			if err != nil {
 				return nil, err
 			}
-			if err := rel.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
 				return nil, err
 			}
-			return rel.Recv(s)
+			return xdstest.Recv(s)
 		}()
 		if err == nil {
 			return attempts, sha256.Sum256(b), nil

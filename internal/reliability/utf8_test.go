@@ -14,6 +14,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
 	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // field appends one length-delimited field: protowire by hand, since
@@ -78,15 +79,15 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 	service := fmt.Sprintf("adstap-utf8-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
 	gotAtUpstream := make(chan []byte, len(requests))
-	up := rel.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
+	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
 		for i := range requests {
-			b, err := rel.Recv(s)
+			b, err := xdstest.Recv(s)
 			if err != nil {
 				return err
 			}
 			gotAtUpstream <- b
 			if i < len(pushes) {
-				if err := rel.Send(s, pushes[i]); err != nil {
+				if err := xdstest.Send(s, pushes[i]); err != nil {
 					return err
 				}
 			}
@@ -100,7 +101,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 	defer cancel()
 	s := rel.OpenADS(t, ctx, cc)
 	for i, req := range requests {
-		if err := rel.Send(s, req); err != nil {
+		if err := xdstest.Send(s, req); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		if got := <-gotAtUpstream; !bytes.Equal(got, req) {
@@ -109,7 +110,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		if i == len(pushes) {
 			break
 		}
-		got, err := rel.Recv(s)
+		got, err := xdstest.Recv(s)
 		if err != nil {
 			t.Fatalf("push %d: %v", i, err)
 		}

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
@@ -91,11 +91,15 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 	}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	closed := make(chan struct{}, 2)
+	// The capture as adstap run wires it; closing the pipeline writes out
+	// every record it was handed.
+	observing, err := pipeline.New(pipeline.Config{Logger: discard, Capture: w})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := tap.New(tap.Config{
 		Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()},
-		Observer: tap.Observers(export.NewCapture(w, discard), tap.ObserverFuncs{
-			// Observers run in order: once this is called, the capture
-			// has the stream's close record.
+		Observer: tap.Observers(observing.TapObserver(), tap.ObserverFuncs{
 			StreamCloseFunc: func(tap.StreamInfo, tap.StreamEnd) { closed <- struct{}{} },
 		}),
 		Logger: discard,
@@ -113,7 +117,9 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 		if err := <-served; err != nil {
 			t.Errorf("tap: %v", err)
 		}
-		w.Close()
+		if err := observing.Close(ctx); err != nil {
+			t.Errorf("closing the capture: %v", err)
+		}
 	}
 	stopped := false
 	t.Cleanup(func() {

@@ -1,5 +1,7 @@
-// Package human words what adstap shows people — latencies, sizes, detector names — the same way in the live log and in adstap inspect.
-package human
+package export
+
+// The words for what adstap shows people — latencies, sizes, detector names —
+// the same in the live log and in adstap inspect.
 
 import (
 	"strconv"
@@ -30,11 +32,11 @@ func AppendLatency(b []byte, d time.Duration) []byte {
 	return append(b, d.Round(100*time.Millisecond).String()...)
 }
 
-// Bytes is a size with one decimal in KB or MB (binary): 850B, 1.2KB, 9.8MB.
-func Bytes(n int) string { return string(AppendBytes(nil, n)) }
+// Size is a size with one decimal in KB or MB (binary): 850B, 1.2KB, 9.8MB.
+func Size(n int) string { return string(AppendSize(nil, n)) }
 
-// AppendBytes appends Bytes(n) to b.
-func AppendBytes(b []byte, n int) []byte {
+// AppendSize appends Size(n) to b.
+func AppendSize(b []byte, n int) []byte {
 	switch {
 	case n >= 1<<20:
 		b = strconv.AppendFloat(b, float64(n)/(1<<20), 'f', 1, 64)
@@ -47,8 +49,8 @@ func AppendBytes(b []byte, n int) []byte {
 	return append(b, 'B')
 }
 
-// Detector names one of the tracker's detectors in words.
-func Detector(d string) string {
+// DetectorName names one of the tracker's detectors in words.
+func DetectorName(d string) string {
 	switch d {
 	case track.DetectorNACKStorm:
 		return "NACK storm"

@@ -1,13 +1,12 @@
-package codec
+// Package redact replaces secrets — TLS keys, bearer tokens — in the messages and headers that outputs show (capture files, /debug/config, adstap inspect). It unmarshals typed Envoy messages, so it runs on an output's own goroutine, never on the relay's or the tracker's.
+package redact
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/adstap/adstap/codec"
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3" // so Any values of these types can be opened
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3" // (listeners carry TLS contexts too)
@@ -20,8 +19,9 @@ import (
 
 // Redaction is the one step every output of adstap that shows resource
 // contents or request headers goes through (capture files, /debug/config,
-// inspect): secret material is replaced by its hash and length, so two
-// captures can still be compared without either holding the secret.
+// inspect): secret material is replaced by its hash and length
+// (codec.Fingerprint), so two captures can still be compared without either
+// holding the secret.
 
 // secretFields are the DataSource fields that hold key material: TLS private
 // keys and their passwords, generic secrets (HMAC keys, OAuth secrets), and
@@ -37,11 +37,11 @@ var dataSourceName = (&core.DataSource{}).ProtoReflect().Descriptor().FullName()
 // clusters) and PEM keys. Responses without them are not opened at all.
 var secretHints = [][]byte{[]byte("transport_sockets.tls.v3"), []byte("PRIVATE KEY")}
 
-// RedactResponse returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
+// Response returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
 // with every secret replaced, and whether anything was. A response with
 // nothing secret in it comes back as the same slice. Resources of types the
 // tap does not know are left as they are.
-func RedactResponse(b []byte, delta bool) ([]byte, bool, error) {
+func Response(b []byte, delta bool) ([]byte, bool, error) {
 	hinted := false
 	for _, h := range secretHints {
 		hinted = hinted || bytes.Contains(b, h)
@@ -66,9 +66,9 @@ func RedactResponse(b []byte, delta bool) ([]byte, bool, error) {
 	return out, true, nil
 }
 
-// RedactMessage replaces the secrets of a decoded resource in place and
+// Message replaces the secrets of a decoded resource in place and
 // reports whether it found any.
-func RedactMessage(m proto.Message) bool { return redactMessage(m.ProtoReflect()) }
+func Message(m proto.Message) bool { return redactMessage(m.ProtoReflect()) }
 
 func redactMessage(m protoreflect.Message) bool { return EditNested(m, redactEdit) }
 
@@ -99,36 +99,14 @@ func redactDataSource(m protoreflect.Message) bool {
 	default:
 		return false
 	}
-	ds.Specifier = &core.DataSource_InlineString{InlineString: Fingerprint(secret)}
+	ds.Specifier = &core.DataSource_InlineString{InlineString: codec.Fingerprint(secret)}
 	return true
 }
 
-// Fingerprint is what stands in for a secret: its hash and length, enough
-// to tell two secrets apart, useless to anyone who would use it.
-func Fingerprint(secret []byte) string {
-	sum := sha256.Sum256(secret)
-	return fmt.Sprintf("[redacted by adstap: sha256 %s, %d bytes]", hex.EncodeToString(sum[:8]), len(secret))
-}
-
-// pemPrivateKey matches a PEM private key block, also as proto text form
-// prints it inside a quoted string (newlines as \n).
-var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----`)
-
-// RedactText replaces PEM private keys in free text with their fingerprints.
-// A client's NACK message may quote the resource it rejects in full (grpc-go
-// does), inline TLS key included: every output that shows an error_detail
-// gets it through here, since DecodeRequest applies it.
-func RedactText(s string) string {
-	if !strings.Contains(s, "PRIVATE KEY") {
-		return s
-	}
-	return pemPrivateKey.ReplaceAllStringFunc(s, func(m string) string { return Fingerprint([]byte(m)) })
-}
-
-// RedactRequest is RedactResponse for a DiscoveryRequest (delta: a
+// Request is Response for a DiscoveryRequest (delta: a
 // DeltaDiscoveryRequest): the one secret a request can carry is a key quoted
 // in its error_detail message.
-func RedactRequest(b []byte, delta bool) ([]byte, bool, error) {
+func Request(b []byte, delta bool) ([]byte, bool, error) {
 	if !bytes.Contains(b, []byte("PRIVATE KEY")) {
 		return b, false, nil
 	}
@@ -143,10 +121,10 @@ func RedactRequest(b []byte, delta bool) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("redacting: decoding the request: %w", err)
 	}
 	ed := msg.GetErrorDetail()
-	if ed == nil || RedactText(ed.Message) == ed.Message {
+	if ed == nil || codec.RedactText(ed.Message) == ed.Message {
 		return b, false, nil
 	}
-	ed.Message = RedactText(ed.Message)
+	ed.Message = codec.RedactText(ed.Message)
 	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
 		return nil, false, fmt.Errorf("redacting: encoding the request: %w", err)
@@ -161,9 +139,9 @@ var (
 	sensitiveWords   = []string{"token", "secret", "password", "credential", "api-key", "apikey"}
 )
 
-// RedactHeaders returns a copy of gRPC metadata with credentials replaced
+// Headers returns a copy of gRPC metadata with credentials replaced
 // by their fingerprints; an authorization scheme such as "Bearer" stays.
-func RedactHeaders(md map[string][]string) map[string][]string {
+func Headers(md map[string][]string) map[string][]string {
 	out := make(map[string][]string, len(md))
 	for k, vs := range md {
 		if !sensitiveHeader(k) {
@@ -174,9 +152,9 @@ func RedactHeaders(md map[string][]string) map[string][]string {
 		for i, v := range vs {
 			scheme, cred, ok := strings.Cut(v, " ")
 			if ok && !strings.Contains(scheme, "=") {
-				red[i] = scheme + " " + Fingerprint([]byte(cred))
+				red[i] = scheme + " " + codec.Fingerprint([]byte(cred))
 			} else {
-				red[i] = Fingerprint([]byte(v))
+				red[i] = codec.Fingerprint([]byte(v))
 			}
 		}
 		out[k] = red

@@ -1,4 +1,4 @@
-package codec_test
+package redact_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/redact"
 )
 
 func TestRedactRemovesEveryKeyByte(t *testing.T) {
@@ -56,7 +57,7 @@ func TestRedactRemovesEveryKeyByte(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			in := marshal(t, tc.resp)
-			out, redacted, err := codec.RedactResponse(in, tc.delta)
+			out, redacted, err := redact.Response(in, tc.delta)
 			if err != nil || !redacted {
 				t.Fatalf("RedactResponse = redacted %v, err %v; want redacted", redacted, err)
 			}
@@ -87,7 +88,7 @@ func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
 	kp := ca.Issue(t, "x", nil, nil, false)
 	sdsCluster := xdsconfig.Cluster("outbound|9080||reviews", true)
 	in := marshal(t, &discovery.DiscoveryResponse{TypeUrl: codec.TypeCluster, Resources: []*anypb.Any{mustAny(sdsCluster)}})
-	out, redacted, err := codec.RedactResponse(in, false)
+	out, redacted, err := redact.Response(in, false)
 	if err != nil || redacted || &out[0] != &in[0] {
 		t.Errorf("a cluster without secrets: redacted %v, err %v, same bytes %v; want it untouched", redacted, err, &out[0] == &in[0])
 	}
@@ -104,7 +105,7 @@ func TestRedactHeaders(t *testing.T) {
 		"x-custom":      {"a", "b"},
 		"content-type":  {"application/grpc"},
 	}
-	got := codec.RedactHeaders(in)
+	got := redact.Headers(in)
 	if diff := cmp.Diff(in["clusterid"], got["clusterid"]); diff != "" || len(got["x-custom"]) != 2 {
 		t.Errorf("ordinary headers changed: %v", got)
 	}
@@ -134,7 +135,7 @@ func TestRedactKeysQuotedInNACKs(t *testing.T) {
 			req = &discovery.DeltaDiscoveryRequest{TypeUrl: codec.TypeCluster, ResponseNonce: "1", ErrorDetail: &rpcstatus.Status{Code: 3, Message: msg}}
 		}
 		in := marshal(t, req)
-		out, redacted, err := codec.RedactRequest(in, delta)
+		out, redacted, err := redact.Request(in, delta)
 		if err != nil || !redacted || bytes.Contains(out, keyBody) {
 			t.Errorf("delta=%v: RedactRequest = redacted %v, err %v, key still there %v", delta, redacted, err, bytes.Contains(out, keyBody))
 		}

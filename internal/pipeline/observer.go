@@ -1,4 +1,4 @@
-package track
+package pipeline
 
 import (
 	"sync"
@@ -8,29 +8,16 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
 )
 
-// Sink receives the tracker's events. Sinks are called from the stream's
-// observation goroutine (tap.Observer) or the ticker, in event order for one
-// stream; a sink that does slow work must queue it.
-type Sink interface {
-	OnEvent(Event)
-}
-
-// SinkFunc is a Sink made of a function.
-type SinkFunc func(Event)
-
-// OnEvent calls f.
-func (f SinkFunc) OnEvent(e Event) { f(e) }
-
-var _ Sink = SinkFunc(nil)
-
-// Observer decodes the frames the relay hands over, feeds them to a Tracker
-// and passes the events on to its sinks. It is the tap.Observer that turns
-// bytes into protocol knowledge.
+// Observer decodes the frames the relay hands over, feeds them to a
+// track.Tracker and passes the events on to its sinks. It is the tap.Observer
+// that turns bytes into protocol knowledge: the one place the relay and the
+// tracker meet.
 type Observer struct {
-	tracker *Tracker
-	sinks   []Sink
+	tracker *track.Tracker
+	sinks   []track.Sink
 	// responses are reused across decodes, so a steady stream of pushes does
 	// not allocate per resource.
 	responses sync.Pool
@@ -39,14 +26,11 @@ type Observer struct {
 var _ tap.Observer = (*Observer)(nil)
 
 // NewObserver returns an Observer feeding t and telling sinks.
-func NewObserver(t *Tracker, sinks ...Sink) *Observer {
+func NewObserver(t *track.Tracker, sinks ...track.Sink) *Observer {
 	o := &Observer{tracker: t, sinks: sinks}
 	o.responses.New = func() any { return new(codec.Response) }
 	return o
 }
-
-// Tracker is the tracker the observer feeds.
-func (o *Observer) Tracker() *Tracker { return o.tracker }
 
 // OnStreamOpen starts tracking a stream.
 func (o *Observer) OnStreamOpen(s tap.StreamInfo) {
@@ -57,13 +41,13 @@ func (o *Observer) OnStreamOpen(s tap.StreamInfo) {
 // were relayed all the same; they are reported as DecodeError events.
 func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	proto := s.Protocol
-	if proto == Opaque {
+	if proto == codec.Opaque {
 		return
 	}
 	if f.Skipped > 0 {
 		o.emit(o.tracker.Gap(s.ID, f.Time, f.Skipped))
 	}
-	delta := proto == Delta
+	delta := proto == codec.Delta
 	switch f.Direction {
 	case tap.Request:
 		b, release := contiguous(f.Data)
@@ -96,8 +80,8 @@ func (o *Observer) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 }
 
 // OnUpstreamConnect passes the phases of an upstream connection on to the sinks.
-func (o *Observer) OnUpstreamConnect(c tap.UpstreamConnect) {
-	o.emit([]Event{UpstreamConnected{c}})
+func (o *Observer) OnUpstreamConnect(c codec.UpstreamConnect) {
+	o.emit([]track.Event{track.UpstreamConnected{UpstreamConnect: c}})
 }
 
 // Tick lets time-based rules run (push timeouts, the end of storms); call it
@@ -106,7 +90,7 @@ func (o *Observer) Tick(now time.Time) {
 	o.emit(o.tracker.Tick(now))
 }
 
-func (o *Observer) emit(events []Event) {
+func (o *Observer) emit(events []track.Event) {
 	for _, e := range events {
 		for _, s := range o.sinks {
 			s.OnEvent(e)
@@ -114,8 +98,8 @@ func (o *Observer) emit(events []Event) {
 	}
 }
 
-func metaOf(s tap.StreamInfo) StreamMeta {
-	m := StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: s.Protocol, OpenedAt: s.OpenedAt, Connect: s.Connect}
+func metaOf(s tap.StreamInfo) track.StreamMeta {
+	m := track.StreamMeta{ID: s.ID, ConnID: s.ConnID, Method: s.Method, Protocol: s.Protocol, OpenedAt: s.OpenedAt, Connect: s.Connect}
 	if s.Peer != nil {
 		m.Peer = s.Peer.String()
 	}

@@ -1,4 +1,4 @@
-package codec
+package redact
 
 import (
 	"encoding/base64"

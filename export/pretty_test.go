@@ -1,4 +1,4 @@
-package logfmt_test
+package export_test
 
 import (
 	"bytes"
@@ -10,12 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/adstap/adstap/internal/logfmt"
+	"github.com/adstap/adstap/export"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestPrettyLine(t *testing.T) {
 	tests := []struct {
@@ -28,7 +24,7 @@ func TestPrettyLine(t *testing.T) {
 		{"quoted values", func(l *slog.Logger) { l.Warn("nack", "msg", `bad "cluster"`) },
 			`^\S+ WARN  nack msg="bad \\"cluster\\""\n$`},
 		{"detail group is for machines only", func(l *slog.Logger) {
-			l.Info("CDS v=1 ACK 3ms", "stream", 7, slog.Group(logfmt.DetailGroup, "version", "1"))
+			l.Info("CDS v=1 ACK 3ms", "stream", 7, slog.Group(export.DetailGroup, "version", "1"))
 		}, `^\S+ INFO  CDS v=1 ACK 3ms stream=7\n$`},
 		{"other groups are flattened", func(l *slog.Logger) { l.With("conn", 2).Info("x", slog.Group("peer", "ip", "::1")) },
 			`^\S+ INFO  x conn=2 peer\.ip=::1\n$`},
@@ -43,7 +39,7 @@ func TestPrettyLine(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			tc.log(slog.New(logfmt.NewPretty(&buf, slog.LevelInfo)))
+			tc.log(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
 			if !regexp.MustCompile(tc.want).MatchString(buf.String()) {
 				t.Errorf("got %q, want match for %s", buf.String(), tc.want)
 			}
@@ -55,7 +51,7 @@ func TestPrettyLine(t *testing.T) {
 // line written must still be whole and its own.
 func TestPrettyLinesAreIndependent(t *testing.T) {
 	var buf bytes.Buffer
-	l := slog.New(logfmt.NewPretty(&buf, slog.LevelInfo))
+	l := slog.New(export.NewPretty(&buf, slog.LevelInfo))
 	l.Info("a long first line", "pad", string(bytes.Repeat([]byte("x"), 2000)))
 	l.Info("short", "n", 1)
 	lines := bytes.Split(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), []byte("\n"))
@@ -65,7 +61,7 @@ func TestPrettyLinesAreIndependent(t *testing.T) {
 }
 
 func BenchmarkPrettyLine(b *testing.B) {
-	l := slog.New(logfmt.NewPretty(io.Discard, slog.LevelInfo))
+	l := slog.New(export.NewPretty(io.Discard, slog.LevelInfo))
 	b.ReportAllocs()
 	for b.Loop() {
 		l.LogAttrs(context.Background(), slog.LevelInfo, "EDS v=2026-11-30T09:00:00Z/7 ACK 3.1ms +0 -0 ~1 =0",

@@ -1,4 +1,4 @@
-package reliability
+package xdstest
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 // ADSMethod is the SotW ADS method, the one Envoy and grpc-go open.
 const ADSMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 
-// maxMessage is the message size limit of the raw peers: larger than any
+// MaxRawMessage is the message size limit of the raw peers: larger than any
 // test sends, so that only the tap's own limit could ever apply.
-const maxMessage = 1 << 30
+const MaxRawMessage = 1 << 30
 
 // RawUpstream is a control plane stand-in speaking raw frames through the
 // pass-through codec, so a test sends exactly the bytes it chose and sees
@@ -35,28 +35,26 @@ type RawUpstream struct {
 }
 
 // StartRawUpstream serves handler for every method on a free loopback port.
-// It stops at cleanup, after the handlers returned.
-func StartRawUpstream(t testing.TB, handler grpc.StreamHandler) *RawUpstream {
+// It stops at cleanup, after the handlers returned. opts add to (and may
+// override) the server's options, e.g. grpc.Creds.
+func StartRawUpstream(t testing.TB, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reliability: listen: %v", err)
-	}
-	return ServeRawUpstream(t, lis, handler)
+	return ServeRawUpstream(t, ListenTCP(t), handler, opts...)
 }
 
 // ServeRawUpstream is StartRawUpstream on a listener of the caller's.
-func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler) *RawUpstream {
+func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	t.Helper()
 	cl := &connListener{Listener: lis, conns: map[string]net.Conn{}}
+	opts = append([]grpc.ServerOption{
+		grpc.UnknownServiceHandler(handler),
+		grpc.ForceServerCodecV2(codec.Passthrough{}),
+		grpc.MaxRecvMsgSize(MaxRawMessage), grpc.MaxSendMsgSize(MaxRawMessage),
+		grpc.WaitForHandlers(true),
+	}, opts...)
 	u := &RawUpstream{
-		Addr: tap.Address{Network: "tcp", Addr: lis.Addr().String()},
-		srv: grpc.NewServer(
-			grpc.UnknownServiceHandler(handler),
-			grpc.ForceServerCodecV2(codec.Passthrough{}),
-			grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
-			grpc.WaitForHandlers(true),
-		),
+		Addr: AddressOf(lis),
+		srv:  grpc.NewServer(opts...),
 		lis:  cl,
 		done: make(chan struct{}),
 	}
@@ -130,25 +128,52 @@ func (c *forgetConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Dial connects a raw client to addr (the tap). The caller closes it.
+// AddressOf is the tap.Address of a listener.
+func AddressOf(lis net.Listener) tap.Address {
+	a := lis.Addr()
+	return tap.Address{Network: a.Network(), Addr: a.String()}
+}
+
+// Dial connects a raw client to addr (a tap, a TCP or a Unix socket),
+// insecure unless opts say otherwise. The caller closes it; DialRaw is the
+// form that closes at cleanup.
 func Dial(addr tap.Address, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRawMessage), grpc.MaxCallSendMsgSize(MaxRawMessage)),
 	}, opts...)
-	return grpc.NewClient("passthrough:///"+addr.Addr, opts...)
+	target := "passthrough:///" + addr.Addr
+	if addr.Network == "unix" {
+		target = "unix://" + addr.Addr
+	}
+	return grpc.NewClient(target, opts...)
 }
 
-// OpenRaw opens a bidirectional stream of method that sends and receives raw frames.
-func OpenRaw(ctx context.Context, cc *grpc.ClientConn, method string) (grpc.ClientStream, error) {
-	return cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method,
-		grpc.ForceCodecV2(codec.Passthrough{}))
+// OpenRaw opens a bidirectional stream of method that sends and receives raw
+// frames.
+func OpenRaw(ctx context.Context, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	opts = append(opts, grpc.ForceCodecV2(codec.Passthrough{}))
+	return cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, opts...)
+}
+
+// MustOpenRaw is OpenRaw for the test's own goroutine: it fails the test
+// rather than returning an error.
+func MustOpenRaw(t testing.TB, ctx context.Context, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) grpc.ClientStream {
+	t.Helper()
+	s, err := OpenRaw(ctx, cc, method, opts...)
+	if err != nil {
+		t.Fatalf("xdstest: open %s: %v", method, err)
+	}
+	return s
+}
+
+// Frame is b as one message of the pass-through codec.
+func Frame(b []byte) *codec.Frame {
+	return &codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}}
 }
 
 // Send sends b as one frame.
-func Send(s interface{ SendMsg(any) error }, b []byte) error {
-	return s.SendMsg(&codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}})
-}
+func Send(s interface{ SendMsg(any) error }, b []byte) error { return s.SendMsg(Frame(b)) }
 
 // Recv receives one frame and copies its bytes out.
 func Recv(s interface{ RecvMsg(any) error }) ([]byte, error) {
@@ -159,4 +184,16 @@ func Recv(s interface{ RecvMsg(any) error }) ([]byte, error) {
 	b := f.Data.Materialize()
 	f.Data.Free()
 	return b, nil
+}
+
+// MustDial is Dial for the test's own goroutine: it fails the test rather
+// than returning an error, and closes the connection at cleanup.
+func MustDial(t testing.TB, addr tap.Address, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := Dial(addr, opts...)
+	if err != nil {
+		t.Fatalf("xdstest: dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }

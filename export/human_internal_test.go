@@ -1,14 +1,10 @@
-package human
+package export
 
 import (
 	"fmt"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Numbers are appended to a buffer rather than formatted with fmt; these are
 // the fmt forms they replaced, which they must match.
@@ -55,14 +51,14 @@ func TestAppendLatencyMatchesFmt(t *testing.T) {
 	}
 }
 
-func TestAppendBytesMatchesFmt(t *testing.T) {
+func TestAppendSizeMatchesFmt(t *testing.T) {
 	ns := []int{-1 << 20, -1, 0, 1, 999, 1023, 1024, 1025, 1028, 1075, 1076, 10239, 1<<20 - 1, 1 << 20, 1258291, 3 << 20, 10 << 30, 1<<63 - 1}
 	for n := 0; n < 1<<21; n += 997 {
 		ns = append(ns, n)
 	}
 	for _, n := range ns {
-		if got, want := string(AppendBytes(nil, n)), humanBytesByFmt(n); got != want {
-			t.Errorf("AppendBytes(%d) = %q, fmt gives %q", n, got, want)
+		if got, want := string(AppendSize(nil, n)), humanBytesByFmt(n); got != want {
+			t.Errorf("AppendSize(%d) = %q, fmt gives %q", n, got, want)
 		}
 	}
 }

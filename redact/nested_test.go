@@ -1,4 +1,4 @@
-package codec_test
+package redact_test
 
 import (
 	"slices"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 )
 
 // TestStandInUnknownAnys: an Any of a type adstap does not know, two levels
@@ -28,19 +28,19 @@ func TestStandInUnknownAnys(t *testing.T) {
 	if _, err := protojson.Marshal(outer); err == nil {
 		t.Fatal("protojson rendered a message with an unknown Any: the test needs one it cannot")
 	}
-	if !codec.StandInUnknownAnys(outer.ProtoReflect()) {
+	if !redact.StandInUnknownAnys(outer.ProtoReflect()) {
 		t.Fatal("StandInUnknownAnys changed nothing")
 	}
 	out, err := protojson.Marshal(outer)
 	if err != nil {
 		t.Fatalf("protojson after the stand-in: %v", err)
 	}
-	for _, want := range []string{`"outer"`, `"inner"`, codec.UnknownTypeKey, "type.googleapis.com/acme.Widget", "AQID"} {
+	for _, want := range []string{`"outer"`, `"inner"`, redact.UnknownTypeKey, "type.googleapis.com/acme.Widget", "AQID"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("rendered message lacks %s:\n%s", want, out)
 		}
 	}
-	if codec.StandInUnknownAnys(outer.ProtoReflect()) {
+	if redact.StandInUnknownAnys(outer.ProtoReflect()) {
 		t.Error("a second pass changed something: nothing unknown was left")
 	}
 }
@@ -59,7 +59,7 @@ func TestEditNestedDescend(t *testing.T) {
 		LbSubsetConfig: &clusterv3.Cluster_LbSubsetConfig{SubsetSelectors: []*clusterv3.Cluster_LbSubsetConfig_LbSubsetSelector{{}}},
 	}
 	var seen []string
-	codec.EditNested(c.ProtoReflect(), codec.NestedEdit{
+	redact.EditNested(c.ProtoReflect(), redact.NestedEdit{
 		Field: func(fd protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
 			seen = append(seen, string(fd.Name()))
 			return false, fd.Name() != "common_lb_config"

@@ -1,5 +1,4 @@
-// Package logfmt is adstap's human log format: one short line per record.
-package logfmt
+package export
 
 import (
 	"context"

@@ -1,0 +1,57 @@
+package pipeline
+
+import (
+	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/tap"
+)
+
+// captureObserver hands what the relay saw to export.Capture as records:
+// headers and messages as they crossed, copied out of the relay's buffers.
+type captureObserver struct{ c *export.Capture }
+
+var _ tap.Observer = captureObserver{}
+
+func (o captureObserver) OnStreamOpen(s tap.StreamInfo) {
+	r := capture.Record{Time: s.OpenedAt, Kind: capture.KindOpen, Stream: s.ID, Conn: s.ConnID, Method: s.Method,
+		Protocol: string(s.Protocol), Headers: s.Header}
+	if s.Peer != nil {
+		r.Peer = s.Peer.String()
+	}
+	o.c.Record(r)
+}
+
+func (o captureObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
+	if f.Skipped > 0 {
+		o.c.Record(capture.Record{Time: f.Time, Kind: capture.KindGap, Stream: s.ID, Skipped: f.Skipped})
+	}
+	o.c.Record(capture.Record{Time: f.Time, Kind: capture.KindFrame, Stream: s.ID, Direction: f.Direction.String(), Size: f.Size,
+		Message: f.Data.Materialize()})
+}
+
+func (o captureObserver) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
+	if e.Skipped > 0 {
+		o.c.Record(capture.Record{Time: e.Time, Kind: capture.KindGap, Stream: s.ID, Skipped: e.Skipped})
+	}
+	o.c.Record(capture.Record{Time: e.Time, Kind: capture.KindClose, Stream: s.ID, Code: e.Code.String(), StatusMessage: e.Message})
+}
+
+func (captureObserver) OnUpstreamConnect(codec.UpstreamConnect) {}
+
+// retainObserver hands each push's bytes to export.ConfigStore.
+type retainObserver struct{ c *export.ConfigStore }
+
+var _ tap.Observer = retainObserver{}
+
+func (o retainObserver) OnStreamOpen(s tap.StreamInfo) { o.c.OpenStream(s.ID, s.Protocol) }
+
+func (o retainObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
+	if f.Direction == tap.Response && s.Protocol != codec.Opaque {
+		o.c.Response(s.ID, f.Data.Materialize())
+	}
+}
+
+func (o retainObserver) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) { o.c.CloseStream(s.ID) }
+
+func (retainObserver) OnUpstreamConnect(codec.UpstreamConnect) {}
