@@ -195,7 +195,7 @@ func (e *Engine) Connections() map[string]map[string]Watched {
 			continue
 		}
 		types := map[string]Watched{}
-		for url, w := range p.ShallowCloneWatchedResources() {
+		for url, w := range p.DeepCloneWatchedResources() {
 			types[url] = Watched{NonceSent: w.NonceSent, NonceAcked: w.NonceAcked, LastError: w.LastError}
 		}
 		out[p.ID] = types
