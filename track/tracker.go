@@ -67,7 +67,10 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
-	if c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+	// A request the server answers: the first of its type on the stream
+	// whatever its nonce (istio's adsc puts a made-up one in its first
+	// requests), a request without a nonce, or a subscription change.
+	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || c.changed {
 		ts.asked = c.kind != KindUnsubscribe
 	}
 	evs = append(evs, RequestSeen{
