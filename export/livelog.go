@@ -89,6 +89,9 @@ func (l *LiveLog) OnEvent(e track.Event) {
 			l.line(slog.LevelInfo, fmt.Sprintf("%s answer to nonce %s on stream %d, a push adstap did not observe (frames were skipped)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		}
+	case track.FullPush:
+		l.line(slog.LevelInfo, fmt.Sprintf("full push v=%s on stream %d: %s resent unasked (%d on this stream)%s", e.Version, e.StreamID, typeLabel(e.TypeURL), e.Count, nodeSuffix(e.Node.ID)),
+			"stream", e.StreamID, "node", e.Node.ID, "version", e.Version, "round", e.Round, "type_url", e.TypeURL, "full_pushes", e.Count)
 	case track.FullSyncComplete:
 		var types []string
 		for _, t := range e.Types {

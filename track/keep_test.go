@@ -130,7 +130,7 @@ func rejectedBy(t *testing.T, evs []track.Event) *track.Rejected {
 			return e.Rejected
 		}
 	}
-	t.Fatalf("no NACK among %v", describeAll(evs))
+	t.Fatalf("no NACK among %v", describeAll(evs, true))
 	return nil
 }
 

@@ -66,7 +66,10 @@ func (ts *typeState) dropApplied() {
 // client handles every response in order and its answer is merely late (and
 // will carry a stale nonce). Without that, a Delta push following an
 // unanswered one would be diffed against a state that misses the first.
-func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) []Event {
+//
+// It also places the push in its push round (round.go), and reports whether
+// the push made that round a new full push.
+func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) ([]Event, bool) {
 	p := &ts.p
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
@@ -99,12 +102,14 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Bytes = size
 	p.ev.SentAt = at
 	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
+	p.ev.Content = content
 	p.state = pushOpen
 	if s.recent == nil {
 		s.recent = new(pushRing)
 	}
 	ts.recent = s.recent
 	ts.seq = s.recent.add(&p.ev)
+	full := s.joinRound(ts, at, resp.VersionInfo)
 
 	ts.pushes++
 	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
@@ -115,7 +120,11 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	if p.ev.Redundant {
 		ts.redundant++
 	}
-	return append(evs, PushSent{Push: p.ev})
+	evs = append(evs, PushSent{Push: p.ev})
+	if full {
+		evs = append(evs, FullPush{StreamID: s.meta.ID, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
+	}
+	return evs, full
 }
 
 // answer ends the latest push with the client's verdict. A push that had

@@ -26,8 +26,11 @@ type StreamState struct {
 	Protocol     codec.Protocol `json:"protocol"`
 	OpenedAt     time.Time      `json:"opened_at"`
 	// FullSyncSeconds is the time to full sync, null until it is known.
-	FullSyncSeconds *float64              `json:"full_sync_seconds"`
-	Types           map[string]*TypeState `json:"types"` // by type URL
+	FullSyncSeconds *float64 `json:"full_sync_seconds"`
+	// FullPushes counts the control plane's full pushes on the stream:
+	// push rounds that resent configuration unasked (track.FullPush).
+	FullPushes int                   `json:"full_pushes"`
+	Types      map[string]*TypeState `json:"types"` // by type URL
 }
 
 // TypeState is one type of a stream.
@@ -94,7 +97,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		st := StreamState{
 			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
 			UserAgent: s.node.UserAgent, IstioVersion: s.istioVersion, ControlPlane: s.controlPlane, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
-			OpenedAt: s.meta.OpenedAt, Types: make(map[string]*TypeState, len(s.order)),
+			OpenedAt: s.meta.OpenedAt, FullPushes: s.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
 		}
 		if s.sync.done {
 			secs := s.sync.elapsed.Seconds()

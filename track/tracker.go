@@ -71,6 +71,12 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
+	// A request the server answers: the first of its type on the stream
+	// whatever its nonce (istio's adsc puts a made-up one in its first
+	// requests), a request without a nonce, or a subscription change.
+	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+		ts.asked = c.kind != KindUnsubscribe
+	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
 		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
@@ -110,9 +116,9 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	if ts == nil {
 		return evs
 	}
-	evs = ts.send(s, at, resp, size, &t.cfg, evs)
+	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
 	ts.keep.hold(&ts.held, data)
-	return t.det.pushed(s, ts, at, evs)
+	return t.det.pushed(s, ts, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its

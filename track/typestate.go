@@ -44,8 +44,15 @@ type typeState struct {
 	// then be that of a push it did not see.
 	unsure     bool
 	lastError  string
-	fullSynced bool      // the type has had its initial full sync on this stream
-	lastFull   time.Time // the last repeated full sync of the type
+	fullSynced bool // the type has had its initial full sync on this stream
+	// asked is set by a request that wants an answer (initial, re-request,
+	// subscription change) until the next response of the type.
+	asked bool
+	// roundSeq is the push round of the type's latest response, sent at
+	// lastSent; askedRound the latest round in which a response of the
+	// type answered a request.
+	roundSeq, askedRound uint64
+	lastSent             time.Time
 
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
