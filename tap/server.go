@@ -78,7 +78,7 @@ type Server struct {
 	draining bool
 
 	// workers counts the goroutines a stream leaves behind its handler: the
-	// request pump and the observation queue.
+	// request pump and the observation queue's worker.
 	workers sync.WaitGroup
 	// abandon is closed when Shutdown's deadline passes: the observation
 	// goroutines drop what they still hold (counted as skipped) and end.

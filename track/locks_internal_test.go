@@ -43,10 +43,11 @@ func TestStreamsNeverWaitForEachOther(t *testing.T) {
 		tr.OpenStream(StreamMeta{ID: id + 1, Method: sotwMethod, OpenedAt: at})
 		tr.Request(id+1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: "n"}}, 10)
 	}
-	held, unlock := tr.lock(2)
+	held := tr.lock(2)
 	if held == nil {
 		t.Fatal("stream 2 is not tracked")
 	}
+	unlock := held.unlock
 	defer func() { unlock() }()
 
 	within(t, 10*time.Second, "a push on stream 1", func() {

@@ -161,7 +161,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 	if delta {
 		method = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 	}
-	s := newStream(StreamMeta{ID: 1, Method: method})
+	s := newStream(StreamMeta{ID: 1, Method: method}, &keeper{})
 	s.sc.borrow()
 	defer s.sc.giveBack()
 	ts := s.typeFor(url)

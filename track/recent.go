@@ -104,10 +104,10 @@ func (r *pushRing) records() []PushRecord {
 // RecentPushes returns the latest pushes of a stream (at most RecentPushes),
 // oldest first, and whether the stream is tracked.
 func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
-	s, unlock := t.lock(streamID)
+	s := t.lock(streamID)
 	if s == nil {
 		return nil, false
 	}
-	defer unlock()
+	defer s.unlock()
 	return s.recent.records(), true
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/mem"
+
 	"github.com/adstap/adstap/codec"
 )
 
@@ -26,33 +28,37 @@ type Tracker struct {
 	cfg     Config
 	streams sync.Map // stream id → *stream
 	det     detectors
+	keep    keeper
 }
 
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults()}
+	t.keep.limit = t.cfg.KeepBytes
 	t.det = newDetectors(&t.cfg)
 	return t
 }
 
-// lock returns stream id locked, with scratch space to work in, and the
-// function that unlocks it; nil when the stream is not tracked.
-func (t *Tracker) lock(id uint64) (*stream, func()) {
+// lock returns stream id locked, with scratch space to work in (unlock
+// gives both back); nil when the stream is not tracked.
+func (t *Tracker) lock(id uint64) *stream {
 	v, ok := t.streams.Load(id)
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	s := v.(*stream)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, nil
+		return nil
 	}
 	s.sc.borrow()
-	return s, func() {
-		s.sc.giveBack()
-		s.mu.Unlock()
-	}
+	return s
+}
+
+func (s *stream) unlock() {
+	s.sc.giveBack()
+	s.mu.Unlock()
 }
 
 // sortedStreams returns the tracked streams in id order.
@@ -73,13 +79,13 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 		m.Protocol = codec.ProtocolOf(m.Method)
 	}
 	var evs []Event
-	if old, unlock := t.lock(m.ID); old != nil {
+	if old := t.lock(m.ID); old != nil {
 		// An id is never reused by the tap; if it were, the old stream's
 		// episodes must not stay active forever.
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
-		unlock()
+		old.unlock()
 	}
-	t.streams.Store(m.ID, newStream(m))
+	t.streams.Store(m.ID, newStream(m, &t.keep))
 	evs = append(evs, StreamOpened{Stream: m})
 	return t.det.opened(m.OpenedAt, evs)
 }
@@ -89,11 +95,11 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	if req == nil {
 		return nil
 	}
-	s, unlock := t.lock(streamID)
+	s := t.lock(streamID)
 	if s == nil {
 		return nil
 	}
-	defer unlock()
+	defer s.unlock()
 	if s.meta.Protocol == codec.Opaque {
 		return nil
 	}
@@ -104,6 +110,12 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
+	// A request the server answers: the first of its type on the stream
+	// whatever its nonce (istio's adsc puts a made-up one in its first
+	// requests), a request without a nonce, or a subscription change.
+	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+		ts.asked = c.kind != KindUnsubscribe
+	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
 		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
@@ -121,14 +133,22 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 // Response tracks a response (a push) of a stream. resp may be reused by the
 // caller once Response returns: nothing of it is kept without copying.
 func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, size int) []Event {
+	return t.ResponseFrame(streamID, at, resp, size, nil)
+}
+
+// ResponseFrame is Response with the response's bytes (those resp was
+// decoded from). The tracker keeps a reference to them (data.Ref) until the
+// push is answered, superseded or its stream ends, within Config.KeepBytes,
+// so that a NACK can name what it rejected (PushEnded.Rejected).
+func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	if resp == nil {
 		return nil
 	}
-	s, unlock := t.lock(streamID)
+	s := t.lock(streamID)
 	if s == nil {
 		return nil
 	}
-	defer unlock()
+	defer s.unlock()
 	if s.meta.Protocol == codec.Opaque {
 		return nil
 	}
@@ -140,19 +160,20 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 	if ts == nil {
 		return evs
 	}
-	evs = ts.send(s, at, resp, size, &t.cfg, evs)
-	return t.det.pushed(s, ts, at, evs)
+	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
+	ts.keep.hold(&ts.held, data)
+	return t.det.pushed(s, ts, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
 // episodes end, and its state is dropped. code and message are the gRPC
 // status the client got.
 func (t *Tracker) CloseStream(streamID uint64, at time.Time, code uint32, message string) []Event {
-	s, unlock := t.lock(streamID)
+	s := t.lock(streamID)
 	if s == nil {
 		return nil
 	}
-	defer unlock()
+	defer s.unlock()
 	return t.closeStream(s, at, code, message, nil)
 }
 
@@ -161,6 +182,8 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
 		evs = ts.closePush(at, evs)
+		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(ts, at, evs)
@@ -177,12 +200,12 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 // is observed, a request with a nonce the tracker does not know is reported
 // as KindUnobserved rather than stale.
 func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
-	if s, unlock := t.lock(streamID); s != nil {
+	if s := t.lock(streamID); s != nil {
 		for _, ts := range s.order {
 			ts.unsure = true
 		}
 		s.unsure = true
-		unlock()
+		s.unlock()
 	}
 	return []Event{ObservationGap{StreamID: streamID, Skipped: skipped, At: at}}
 }

@@ -43,6 +43,7 @@ type runFlags struct {
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
 	retainMaxBytes                                                      byteSize
+	nackKeepBytes                                                       byteSize
 	pprof                                                               bool
 }
 
@@ -72,6 +73,8 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.maxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
 	f.observeQueueBytes = tap.DefaultObserveQueueBytes
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
+	f.nackKeepBytes = track.DefaultKeepBytes
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
@@ -107,10 +110,10 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.logFormat, "log-format", "text", "`format` of the log on stderr: text or json")
 	c.epilog = fmt.Sprintf(`Memory (Go's own variables):
   GOGC
-      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one
+      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one; past %d MiB of live heap and stacks (thousands of streams) it lowers it towards 100, so the extra headroom stays %d MiB
   GOMEMLIMIT
       soft memory limit; adstap defaults to %.0f%% of the container's memory limit (cgroup memory.max), so collecting less often never gets it killed
-`, gctune.DefaultPercent, gctune.LimitShare*100)
+`, gctune.DefaultPercent, gctune.ExtraHeadroom>>20, gctune.ExtraHeadroom>>20, gctune.LimitShare*100)
 	return c
 }
 
@@ -159,6 +162,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeLog(logOut, time.Second) // after wait, which closes it within the drain
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
+	defer gctune.Start(gc, time.Second)()
 	t, err := startTap(f, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
@@ -179,7 +183,12 @@ func logGC(log *slog.Logger, s gctune.Settings) {
 		b := byteSize(s.MemoryLimit)
 		limit = b.String()
 	}
-	log.Info("garbage collector", "gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource)
+	attrs := []any{"gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource}
+	if s.PercentSource != "GOGC" {
+		// The percent falls towards 100 past this much live heap and stacks.
+		attrs = append(attrs, "gc_extra_headroom_mib", gctune.ExtraHeadroom>>20)
+	}
+	log.Info("garbage collector", attrs...)
 }
 
 // logQueueBytes bounds the log lines waiting for stderr.
@@ -279,6 +288,10 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 	}
 	if f.traceGrouping != export.GroupByVersion && f.traceGrouping != export.GroupByStream {
 		return nil, usagef("--trace-grouping %q: want version or stream", f.traceGrouping)
+	}
+	f.detect.KeepBytes = int64(f.nackKeepBytes)
+	if f.detect.KeepBytes == 0 {
+		f.detect.KeepBytes = -1 // track.Config's zero is its default
 	}
 	pcfg := pipeline.Config{
 		Logger:           log,

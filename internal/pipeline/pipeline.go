@@ -124,6 +124,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
+	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
