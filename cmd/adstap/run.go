@@ -39,6 +39,7 @@ type runFlags struct {
 	otlpEndpoint, traceScope, traceGrouping                             string
 	capturePath                                                         string
 	outputQueueBytes                                                    byteSize
+	maxConcurrentStreams, maxStreamsPerConnection, maxPendingConns      int
 	captureMaxBytes                                                     byteSize
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
@@ -75,6 +76,12 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
 	f.nackKeepBytes = track.DefaultKeepBytes
 	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
+	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
+	c.Var(intValue{&f.maxConcurrentStreams}, "max-concurrent-streams", "streams (`count`) open at once over every connection; more end with ResourceExhausted, counted in adstap_refused_total")
+	f.maxStreamsPerConnection = tap.DefaultMaxStreamsPerConnection
+	c.Var(intValue{&f.maxStreamsPerConnection}, "max-streams-per-connection", "streams (`count`) open at once on one client connection; more end with ResourceExhausted")
+	f.maxPendingConns = tap.DefaultMaxPendingConnections
+	c.Var(intValue{&f.maxPendingConns}, "max-pending-connections", "connections (`count`) accepted but yet to send their first bytes; more are closed at once, counted in adstap_refused_total")
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
@@ -153,6 +160,15 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", err)
+		return exitUsage
+	}
+	if err := errors.Join(
+		cmd.needs("retain-max-bytes", "retain-resources", f.retainResources),
+		cmd.needs("metrics-max-nodes", "metrics-node-label", f.metricsNodeLabel),
+		cmd.needs("capture-max-bytes", "capture", f.capturePath != ""),
+		cmd.needs("capture-max-files", "capture", f.capturePath != ""),
+	); err != nil {
+		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return exitUsage
 	}
 	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
@@ -266,6 +282,10 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		UpstreamKeepalive: f.upstreamKeepalive,
 		ObserveQueueBytes: int64(f.observeQueueBytes),
 		Logger:            log,
+
+		MaxConcurrentStreams:    f.maxConcurrentStreams,
+		MaxStreamsPerConnection: f.maxStreamsPerConnection,
+		MaxPendingConnections:   f.maxPendingConns,
 	}
 	if int64(f.maxMessageSize) > int64(^uint32(0)>>1) {
 		return nil, usagef("--max-message-size %s: gRPC messages are at most 2GiB", f.maxMessageSize.String())
