@@ -73,6 +73,10 @@ type guardedListener struct {
 	maxPending int64
 	unchecked  atomic.Int64
 	limits     *limits
+	// peeked, when set (tests, before the first connection), is told how
+	// many first bytes each look at a connection found and whether they
+	// were enough to judge it.
+	peeked func(n int, judged bool)
 
 	// ready carries the connections checked and the temporary Accept errors
 	// to Accept, so gRPC backs off on those as it would without the guard.
@@ -102,7 +106,7 @@ type acceptResult struct {
 // newGuardedListener starts accepting on lis, waiting up to peekTimeout for
 // each connection's first bytes, with at most maxPending connections waiting
 // (refusals counted in lim); Close stops it.
-func newGuardedListener(lis net.Listener, tls bool, log *slog.Logger, peekTimeout time.Duration, maxPending int, lim *limits) *guardedListener {
+func newGuardedListener(lis net.Listener, tls bool, log *slog.Logger, peekTimeout time.Duration, maxPending int, lim *limits, opts ...func(*guardedListener)) *guardedListener {
 	l := &guardedListener{
 		Listener:    lis,
 		tls:         tls,
@@ -114,6 +118,9 @@ func newGuardedListener(lis net.Listener, tls bool, log *slog.Logger, peekTimeou
 		failed:      make(chan struct{}),
 		done:        make(chan struct{}),
 		checking:    make(map[net.Conn]struct{}),
+	}
+	for _, o := range opts {
+		o(l)
 	}
 	l.loops.Add(1)
 	go l.acceptLoop()
@@ -287,7 +294,18 @@ func (l *guardedListener) peekFirst(c net.Conn) ([]byte, error) {
 		return nil, fmt.Errorf("setting the peek deadline: %w", err)
 	}
 	buf := make([]byte, peekLen)
-	n, err := peek(c, buf, decided)
+	enough := decided
+	if l.peeked != nil {
+		enough = func(b []byte) bool {
+			judged := decided(b)
+			l.peeked(len(b), judged)
+			return judged
+		}
+	}
+	n, err := peek(c, buf, enough)
+	if l.peeked != nil {
+		l.peeked(n, true) // the look is over, whatever ended it
+	}
 	// gRPC sets and clears its own deadlines; one left here would cut the
 	// connection in the middle of its life.
 	if derr := c.SetReadDeadline(time.Time{}); derr != nil && err == nil {

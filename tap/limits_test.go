@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -44,6 +45,7 @@ func wantRefused(t *testing.T, err error, flag string) {
 }
 
 func TestMaxConcurrentStreams(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.StartRawUpstream(t, echoReversed(&digestLog{}))
 	srv, addr := startTap(t, tap.Config{Upstream: up.Addr, MaxConcurrentStreams: 2}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,6 +77,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 }
 
 func TestMaxStreamsPerConnection(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.StartRawUpstream(t, echoReversed(&digestLog{}))
 	srv, addr := startTap(t, tap.Config{Upstream: up.Addr, MaxStreamsPerConnection: 1}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,6 +100,7 @@ func TestMaxStreamsPerConnection(t *testing.T) {
 // guard's places; past them new connections are closed at once and counted,
 // and once the silent ones go, gRPC clients are served again.
 func TestMaxPendingConnections(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.StartRawUpstream(t, echoReversed(&digestLog{}))
 	srv, addr := startTap(t, tap.Config{Upstream: up.Addr, MaxPendingConnections: 2}, nil)
 	var silent []net.Conn

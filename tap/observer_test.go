@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -54,6 +55,7 @@ func (r *recorder) get() []string {
 }
 
 func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
+	leakcheck.Check(t)
 	// The upstream pushes, the client answers each push: the observer must see
 	// every push before the answer to it.
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
@@ -114,6 +116,7 @@ func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
 }
 
 func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
+	leakcheck.Check(t)
 	var atUpstream digestLog
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
 	release := make(chan struct{})
@@ -170,6 +173,7 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 // deadline; once the observer returns, the queued frames are dropped and
 // counted, every one of them accounted for.
 func TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 	release := make(chan struct{})
 	var mu sync.Mutex

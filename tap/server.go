@@ -82,9 +82,10 @@ type Server struct {
 	workers sync.WaitGroup
 	// abandon is closed when Shutdown's deadline passes: the observation
 	// goroutines drop what they still hold (counted as skipped) and end.
-	abandon  chan struct{}
-	connects connectReports
-	limits   limits
+	abandon     chan struct{}
+	abandonOnce sync.Once
+	connects    connectReports
+	limits      limits
 }
 
 // New builds a tap from cfg; Serve starts it.
@@ -215,7 +216,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	select {
 	case <-workersDone:
 	case <-ctx.Done():
-		close(s.abandon)
+		s.abandonOnce.Do(func() { close(s.abandon) })
 	}
 	s.connects.close(ctx)
 }

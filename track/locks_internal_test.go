@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 const sotwMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
@@ -37,6 +38,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 // and checks that the frames of another stream, a new stream, the debug
 // page and the sweep of the other streams all go on.
 func TestStreamsNeverWaitForEachOther(t *testing.T) {
+	leakcheck.Check(t)
 	tr := New(Config{})
 	at := time.Unix(1000, 0)
 	for id := range uint64(3) {

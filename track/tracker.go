@@ -193,8 +193,6 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	return append(evs, StreamClosed{Stream: s.meta, Node: s.node, At: at, Code: code, Message: message})
 }
 
-// DecodeFailed reports a frame that could not be decoded. The stream's state
-// is left as it was: the frame was relayed, but what it meant is unknown.
 // Gap tells the tracker that skipped frames of a stream were relayed but
 // never observed (the observation queue was full). Until a type's next push
 // is observed, a request with a nonce the tracker does not know is reported
@@ -210,6 +208,8 @@ func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
 	return []Event{ObservationGap{StreamID: streamID, Skipped: skipped, At: at}}
 }
 
+// DecodeFailed reports a frame that could not be decoded. The stream's state
+// is left as it was: the frame was relayed, but what it meant is unknown.
 func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction string, err error) []Event {
 	return []Event{DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}}
 }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
+	leakcheck.Check(t)
 	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +55,7 @@ func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
 }
 
 func TestAdminExposesOnlyWhatItIsToldTo(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	for _, tc := range []struct {
 		name      string

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 // TestDemoShowsPushesNACKsAStormAndRecovery runs `adstap demo` fast and reads
 // its live log for what the README promises a newcomer.
 func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
+	leakcheck.Check(t)
 	ctx, stop := context.WithCancel(context.Background())
 	var out syncbuf.Buffer
 	exited := make(chan int, 1)

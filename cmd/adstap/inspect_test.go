@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 )
 
@@ -30,6 +31,7 @@ func inspectCLI(t *testing.T, args ...string) (code int, stdout, stderr string) 
 }
 
 func TestInspectShowsEachMode(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	cdsRow := regexp.MustCompile(`\n  CDS\s+6\s+3\s+3\s+\S+\s+1/5\s+0\s+0\s+0\s+1\s+v=v4 ack\n`)
 	tests := []struct {
@@ -88,6 +90,7 @@ func TestInspectShowsEachMode(t *testing.T) {
 }
 
 func TestInspectExitStatus(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	dir := t.TempDir()
 	notCapture := filepath.Join(dir, "notes.txt")
@@ -150,6 +153,7 @@ func TestInspectExitStatus(t *testing.T) {
 // TestInspectFollowStopsOnCtrlC: --follow prints the timeline of what the
 // file holds, waits for more, and prints the summary when stopped.
 func TestInspectFollowStopsOnCtrlC(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -32,6 +33,7 @@ func withEnv(t *testing.T, env map[string]string) {
 }
 
 func TestStartupErrorsExitWithStatus2AndOneClearLine(t *testing.T) {
+	leakcheck.Check(t)
 	dir := t.TempDir()
 	ca := xdstest.NewCA(t)
 	a := ca.Issue(t, "a", []string{"a"}, nil, false)
@@ -104,6 +106,7 @@ func TestStartupErrorsExitWithStatus2AndOneClearLine(t *testing.T) {
 }
 
 func TestRunHelpListsEveryFlagWithItsEnvironmentTwin(t *testing.T) {
+	leakcheck.Check(t)
 	var stdout, stderr bytes.Buffer
 	if code := runCLI(context.Background(), []string{"run", "--help"}, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status %d; stderr %s", code, stderr.String())
@@ -129,6 +132,7 @@ func TestRunHelpListsEveryFlagWithItsEnvironmentTwin(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	leakcheck.Check(t)
 	var stdout bytes.Buffer
 	if code := runCLI(context.Background(), []string{"version"}, &stdout, &stdout); code != exitOK {
 		t.Fatalf("exit status %d", code)
@@ -142,6 +146,7 @@ func TestVersion(t *testing.T) {
 // given by its environment twin), with grpc-go's xDS client resolving a
 // service through it from a go-control-plane server.
 func TestRunRelaysARealClient(t *testing.T) {
+	leakcheck.Check(t)
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const node = "proxyless~10.0.0.9~client.default~default.svc.cluster.local"

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
+	leakcheck.Check(t)
 	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -258,6 +259,7 @@ func isAgain(err error) bool {
 // drop what does not fit, and once they take writes again the losses are
 // counted and said.
 func TestObservationGoesOnWhileOutputsStall(t *testing.T) {
+	leakcheck.Check(t)
 	s := startStalledOutputs(t)
 	stallEnds := time.Now().Add(5 * time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -323,6 +325,7 @@ func TestObservationGoesOnWhileOutputsStall(t *testing.T) {
 // while its capture file and stderr take nothing and their queues are full:
 // shutdown ends within the drain timeout, counting what it could not write.
 func TestShutdownEndsWithinTheDrainTimeoutWhileOutputsStall(t *testing.T) {
+	leakcheck.Check(t)
 	s := startStalledOutputs(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.runClients(t, ctx)

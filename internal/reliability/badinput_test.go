@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -42,6 +43,7 @@ var (
 // byte for byte, in order; the stream must go on; and each malformed frame
 // must be counted once in adstap_decode_errors_total and logged.
 func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
+	leakcheck.Check(t)
 	for _, b := range badRequests {
 		if _, err := codec.DecodeRequest(b, false); err == nil {
 			t.Fatalf("request %x decodes: the test needs frames that do not", b)

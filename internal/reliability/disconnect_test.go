@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
@@ -220,6 +221,7 @@ type soakClient struct {
 // must agree with the relay's own counters and end with no stream and no
 // push left open; and no goroutine may be left behind.
 func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
+	leakcheck.Check(t)
 	total := rel.Pick(5_000, 100_000)
 	streams := rel.Pick(20, 200)
 

@@ -17,6 +17,7 @@ import (
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -32,6 +33,7 @@ import (
 // served, and the tracker must show every stream SYNCED on the new version.
 // How long it took is the figure.
 func TestReconnectHerd(t *testing.T) {
+	leakcheck.Check(t)
 	streams := rel.Pick(200, 1000)
 	conns := rel.Pick(10, 50)
 	resources := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(10, 1000)}

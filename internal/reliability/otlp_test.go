@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -229,6 +230,7 @@ func (r *otlpRig) resumed(phase string, limit time.Duration) (until func() bool,
 // could not be delivered must be counted in adstap_spans_dropped_total, and
 // once the collector is back, spans must arrive in Jaeger again.
 func TestCollectorDownOrSilent(t *testing.T) {
+	leakcheck.Check(t)
 	phaseLength := rel.Pick(4*time.Second, 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -293,6 +295,7 @@ func TestCollectorDownOrSilent(t *testing.T) {
 // span of that time is dropped. Long form only: the outage must last long
 // enough for the backoff to grow.
 func TestSpanExportResumesPromptlyAfterAnOutage(t *testing.T) {
+	leakcheck.Check(t)
 	if !rel.Long() {
 		t.Skipf("long form only (%s=1): it needs a 30s collector outage", rel.SoakEnv)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -32,6 +33,7 @@ func field(b []byte, num protowire.Number, v []byte) []byte {
 // must reach Jaeger (the OTLP exporter drops a batch with such a string),
 // showing U+FFFD where the bytes were.
 func TestStringsThatAreNotUTF8(t *testing.T) {
+	leakcheck.Check(t)
 	const badNode = "sidecar~\xff\xfe~pod"
 	badCluster := "outbound|80||bad-\xc3\x28.svc"
 	cluster := func(name string, statName byte) []byte {
