@@ -13,6 +13,7 @@ import (
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
 	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // recordCapture runs the real tap, capturing, through inspecttest's
@@ -160,14 +161,10 @@ func TestInspectFollowStopsOnCtrlC(t *testing.T) {
 	var out, errOut syncbuf.Buffer
 	exited := make(chan int, 1)
 	go func() { exited <- runCLI(ctx, []string{"inspect", "--follow", sc.Path}, &out, &errOut) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "stream 2 closed") {
-		if time.Now().After(deadline) {
-			stop()
-			<-exited
-			t.Fatalf("no timeline after 10s:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !xdstest.Until(xdstest.WaitTimeout, func() bool { return strings.Contains(out.String(), "stream 2 closed") }) {
+		stop()
+		<-exited
+		t.Fatalf("no timeline after %v:\n%s", xdstest.WaitTimeout, out.String())
 	}
 	if strings.Contains(out.String(), "SUMMARY") {
 		t.Fatal("the summary came before --follow was stopped")

@@ -131,13 +131,11 @@ func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
 	// The relay counts a frame just after handing it to the observer, so
 	// the tracker can judge the last ACK a moment before it is counted.
 	// Past the deadline the comparison below shows what differs.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	xdstest.Until(xdstest.WaitTimeout, func() bool {
 		text = scrape(t, admin)
-		if value(t, text, `adstap_acks_total{type="cds"}`) == 3 &&
-			value(t, text, `adstap_messages_total{direction="request",protocol="sotw"}`) == 9 {
-			break
-		}
-	}
+		return value(t, text, `adstap_acks_total{type="cds"}`) == 3 &&
+			value(t, text, `adstap_messages_total{direction="request",protocol="sotw"}`) == 9
+	})
 	want := map[string]float64{
 		`adstap_pushes_total{type="cds"}`:                               8,
 		`adstap_acks_total{type="cds"}`:                                 3,

@@ -12,7 +12,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -107,7 +106,7 @@ func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
 		}()
 	}
 	wg.Wait()
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return closed == streams && srv.Stats()[codec.SotW].StreamsActive == 0

@@ -103,7 +103,7 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 	if _, err := xdstest.Recv(s); err != io.EOF {
 		t.Fatalf("end of stream: %v", err)
 	}
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
 		t.Fatal("the tracker never saw the stream close")
 	}
 	if len(gotAtUpstream) != len(sentDigests) {

@@ -276,7 +276,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 	}
 
 	// The relay is idle, and the tracker has seen the end of every stream.
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		st := tp.SotW()
 		return st.StreamsActive == 0 && int64(tp.Events.Counts().StreamsClosed) == st.StreamsOpened
 	}) {
@@ -318,7 +318,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 
 	// No goroutine of the relay, the observer or gRPC outlives the streams.
 	var leak error
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		for _, c := range clients {
 			c.cc.Close()
 		}
@@ -415,7 +415,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 		// before the client lets go.
 		last := id + "-" + strconv.Itoa(p.pushes-1)
 		var ts *track.TypeState
-		if !rel.WaitUntil(10*time.Second, func() bool {
+		if !xdstest.Until(10*time.Second, func() bool {
 			for _, st := range c.tp.Tracker.Streams(id) {
 				ts = st.Types[xdstest.ClusterType]
 				return ts != nil && ts.State == "SYNCED" && ts.LastAckedNonce == last && ts.Pushes == p.pushes

@@ -112,12 +112,12 @@ func TestReconnectHerd(t *testing.T) {
 		t.Fatalf("the first sync of %d streams did not complete within a minute", streams)
 	}
 	cold := time.Since(start)
-	if !rel.WaitUntil(30*time.Second, func() bool { return syncedStreams(tp, "v1") == streams }) {
+	if !xdstest.Until(30*time.Second, func() bool { return syncedStreams(tp, "v1") == streams }) {
 		t.Fatalf("the tracker shows %d of %d streams SYNCED on v1", syncedStreams(tp, "v1"), streams)
 	}
 	// The cold start was a herd too; let its episode end (on the tracker's
 	// next ticks) so the reconnect's is a new one.
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		ev := tp.Events.Counts()
 		return ev.DetectorsEnded[track.DetectorReconnectHerd] == ev.DetectorsStarted[track.DetectorReconnectHerd]
 	}) {
@@ -143,7 +143,7 @@ func TestReconnectHerd(t *testing.T) {
 		t.Fatalf("the herd of %d reconnects was not all served", streams)
 	}
 	clientsDone := time.Since(restart)
-	if !rel.WaitUntil(60*time.Second, func() bool { return syncedStreams(tp, "v2") == streams }) {
+	if !xdstest.Until(60*time.Second, func() bool { return syncedStreams(tp, "v2") == streams }) {
 		t.Errorf("the tracker shows %d of %d streams SYNCED on v2", syncedStreams(tp, "v2"), streams)
 	}
 	trackerDone := time.Since(restart)

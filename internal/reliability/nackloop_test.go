@@ -55,7 +55,7 @@ func TestNACKLoopAtFullSpeed(t *testing.T) {
 		}
 	})
 	heap = append(heap, rel.HeapAfterGC())
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
 		t.Fatal("the tracker never saw the stream close")
 	}
 	ev := tp.Events.Counts()

@@ -77,7 +77,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	// The client reads nothing. Wait until the control plane has sent
 	// nothing for 2s.
 	const still = 2 * time.Second
-	if !rel.WaitUntil(time.Minute, func() bool {
+	if !xdstest.Until(time.Minute, func() bool {
 		last := lastSent.Load()
 		return last != 0 && time.Since(time.Unix(0, last)) > still
 	}) {

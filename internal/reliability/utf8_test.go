@@ -121,7 +121,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		}
 	}
 
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Metric(t, "adstap_push_ack_seconds", nil) == 3 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Metric(t, "adstap_push_ack_seconds", nil) == 3 }) {
 		t.Fatalf("the tracker judged %v pushes, want 3", tp.Metric(t, "adstap_push_ack_seconds", nil))
 	}
 	for name, want := range map[string]float64{"adstap_acks_total": 2, "adstap_nacks_total": 1, "adstap_decode_errors_total": 0} {
