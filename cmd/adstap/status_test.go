@@ -112,7 +112,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
-	m := startStatusMesh(t)
+	m := startStatusMesh(t, "--nack-storm-threshold=1")
 
 	code, out, stderr := cli(t, "status", "--admin", m.admin)
 	if code != exitOutOfSync {
@@ -139,8 +139,12 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		t.Errorf("no problem line with the NACK's version and message:\n%s", out)
 	}
 
-	// One node: the one in sync exits 0.
-	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") {
+	if !regexp.MustCompile(`(?m)^Active detectors:\n  NACK storm: stream \d+ cds, for \d+m?s \(1\)$`).MatchString(out) {
+		t.Errorf("the NACK storm is not among the active detectors:\n%s", out)
+	}
+
+	// One node: the one in sync exits 0, without the other's problems.
+	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") || strings.Contains(out, "NACK storm") {
 		t.Errorf("status --node %s: exit %d, want 0 and only that proxy:\n%s", m.good, code, out)
 	}
 
