@@ -96,12 +96,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		adminAddr = t.admin.addr()
 	}
 	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
-  live log:        below, one line per push outcome and per detector event
-  live page:       %s/
-  proxy status:    adstap status --admin %s   (go run ./cmd/adstap status ...)
+  live log:          below, one line per push outcome and per detector event
+  live page:         %s/
+  proxy status:      adstap status --admin %s   (go run ./cmd/adstap status ...)
   what one accepted: adstap config --admin %s --node %s --type cluster
-  stream state:    curl -s %s/debug/streams
-  one node:        curl -s '%s/debug/streams?node=%s'
+  stream state:      curl -s %s/debug/streams
+  one node:          curl -s '%s/debug/streams?node=%s'
 Every %s the configuration changes; a bad cluster is pushed, NACKed (a storm), then fixed. Ctrl-C stops.
 
 `, cp.Addr(), tapAddr, admin, adminAddr, adminAddr, demo.DeltaNode, admin, admin, demo.DeltaNode, f.interval)

@@ -172,7 +172,11 @@ var configTables = map[string]configTable{
 }
 
 func printConfig(w io.Writer, short string, cfg export.ConfigPage) {
-	fmt.Fprintf(w, "Stream %d, %s version %s: %d resources", cfg.Stream, short, or(printable(cfg.Version), "(none)"), len(cfg.Resources))
+	noun := "resources"
+	if len(cfg.Resources) == 1 {
+		noun = "resource"
+	}
+	fmt.Fprintf(w, "Stream %d, %s version %s: %d %s", cfg.Stream, short, or(printable(cfg.Version), "(none)"), len(cfg.Resources), noun)
 	if cfg.Incomplete {
 		fmt.Fprint(w, " (retention hit --retain-max-bytes: newer pushes were not kept)")
 	}

@@ -204,7 +204,7 @@ func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, re := range []string{
-		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resources$`,
+		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resource$`,
 		`(?m)^NAME\s+TYPE\s+LB POLICY\s+CONNECT TIMEOUT$`,
 		`(?m)^cluster-greeter\s+EDS\s+ROUND_ROBIN\s+\S+s$`,
 	} {
