@@ -36,7 +36,7 @@ func statusCommand(f *statusFlags) *command {
 		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message and the detectors that are active.",
 		"adstap status [flags]")
 	c.group("Where")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+	adminFlag(c, &f.admin)
 	c.String(&f.node, "node", "", "only the proxy with this node `id`")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
