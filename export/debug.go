@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -95,6 +96,15 @@ func DebugStreams(t *track.Tracker) http.Handler {
 			Now:       time.Now(),
 			Streams:   f.Apply(t.Streams(f.Node)),
 			Detectors: t.Detectors(),
+		}
+		// What each type's last NACK rejected is read here, on the page's
+		// goroutine, not under the tracker's lock.
+		for _, s := range page.Streams {
+			for _, ts := range s.Types {
+				if x := origin.Of(ts.LastRejected); x != nil {
+					ts.LastErrorSource, _ = json.Marshal(x)
+				}
+			}
 		}
 		if page.Streams == nil {
 			page.Streams = []track.StreamState{}

@@ -72,6 +72,7 @@ type Metrics struct {
 	pending                                         *prometheus.GaugeVec
 	ackSeconds, pushBytes, pushResources            *prometheus.HistogramVec
 	fullSyncs                                       *prometheus.CounterVec
+	fullPushes                                      *prometheus.CounterVec
 	fullSyncSeconds                                 prometheus.Histogram
 	stormActive, loopActive                         *prometheus.GaugeVec
 	storms, loops                                   *prometheus.CounterVec
@@ -88,7 +89,8 @@ type Metrics struct {
 	nodes    map[string]bool
 	warned   bool
 	opened   map[uint64]time.Time // streams still waiting for their first response
-	streamTy map[uint64]string    // stream -> last decoded type, for decode errors
+	protocol map[uint64]codec.Protocol
+	streamTy map[uint64]string // stream -> last decoded type, for decode errors
 }
 
 var _ track.Sink = (*Metrics)(nil)
@@ -101,7 +103,7 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, streamTy: map[uint64]string{}}
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, protocol: map[uint64]codec.Protocol{}, streamTy: map[uint64]string{}}
 	typeLabels := []string{"type"}
 	if cfg.NodeLabel {
 		typeLabels = append(typeLabels, "node")
@@ -134,6 +136,11 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.pushBytes = histogram("adstap_push_bytes", "Size of each push in bytes.", sizeBuckets, typeLabels...)
 	m.pushResources = histogram("adstap_push_resources", "Resources in each push.", resourceBuckets, typeLabels...)
 	m.fullSyncs = counter("adstap_full_syncs_total", "Pushes carrying the whole subscribed set of their type; reason initial for the first on a stream, repeated after.", with("reason")...)
+	pushLabels := []string{"protocol"}
+	if cfg.NodeLabel {
+		pushLabels = append(pushLabels, "node")
+	}
+	m.fullPushes = counter("adstap_full_pushes_total", "Full pushes: push rounds that resent configuration (a type other than EDS and SDS) the client had not asked for, as istiod does after a config change; once per stream and version. Endpoint-only pushes and a stream's initial sync are not counted.", pushLabels...)
 	m.fullSyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adstap_full_sync_seconds",
 		Help: "Time from a stream opening until every type it asked for had an acknowledged push.", Buckets: fullSyncBuckets})
 	m.reg.MustRegister(m.fullSyncSeconds)
@@ -167,6 +174,18 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	return m
 }
 
+// WatchKept reports what the tracker keeps of unanswered pushes for their
+// NACKs (track.Tracker.Kept), read at scrape time.
+func (m *Metrics) WatchKept(kept func() track.KeptStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "adstap_nack_kept_bytes",
+			Help: "Bytes of unanswered pushes kept so that a NACK can name what it rejected (--nack-keep-bytes)."},
+			func() float64 { return float64(kept().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_nack_not_kept_total",
+			Help: "Pushes not kept for their NACK because --nack-keep-bytes was reached: a NACK of one cannot name the objects it rejected."},
+			func() float64 { return float64(kept().Skipped) }))
+}
+
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
@@ -182,10 +201,18 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.StreamOpened:
 		m.mu.Lock()
 		m.opened[e.Stream.ID] = e.Stream.OpenedAt
+		m.protocol[e.Stream.ID] = e.Stream.Protocol
 		m.mu.Unlock()
+		if e.Stream.Protocol != codec.Opaque {
+			l := []string{string(e.Stream.Protocol)}
+			if !m.cfg.NodeLabel {
+				m.fullPushes.WithLabelValues(l...) // from 0, for increase()
+			}
+		}
 	case track.StreamClosed:
 		m.mu.Lock()
 		delete(m.opened, e.Stream.ID)
+		delete(m.protocol, e.Stream.ID)
 		delete(m.streamTy, e.Stream.ID)
 		m.mu.Unlock()
 	case track.PushSent:
@@ -243,6 +270,15 @@ func (m *Metrics) OnEvent(e track.Event) {
 		if e.Kind == track.KindStale {
 			m.stale.WithLabelValues(m.labels(e.TypeURL, e.Node.ID)...).Inc()
 		}
+	case track.FullPush:
+		m.mu.Lock()
+		proto := m.protocol[e.StreamID]
+		m.mu.Unlock()
+		l := []string{string(proto)}
+		if m.cfg.NodeLabel {
+			l = append(l, m.labels("", e.Node.ID)[1])
+		}
+		m.fullPushes.WithLabelValues(l...).Inc()
 	case track.FullSyncComplete:
 		observeWithExemplar(m.fullSyncSeconds, e.Elapsed.Seconds(), prometheus.Labels{"node_id": e.Node.ID})
 	case track.DetectorStarted:

@@ -39,9 +39,9 @@ func outcomes(t *testing.T, tr *track.Tracker, id uint64) []outcome {
 	return out
 }
 
-// play runs steps for their effect on the tracker's state, whatever events
+// playForState runs steps for their effect on the tracker's state, whatever events
 // they give (the other tests check those).
-func play(t *testing.T, tr *track.Tracker, steps []step) {
+func playForState(t *testing.T, tr *track.Tracker, steps []step) {
 	t.Helper()
 	for _, st := range steps {
 		st.do(t, tr, t0.Add(st.at))
@@ -51,7 +51,7 @@ func play(t *testing.T, tr *track.Tracker, steps []step) {
 func TestRecentPushesKeepEachOutcome(t *testing.T) {
 	tr := track.New(track.Config{PushTimeout: 30 * time.Second})
 	const rejected = "Error adding/updating cluster(s) " + reviews + ": unknown lb_policy"
-	play(t, tr, []step{
+	playForState(t, tr, []step{
 		{do: open(1, adsSotW)},
 		{do: frame(1, withNode(initial(cds), sidecar))},
 		{at: 10 * ms, do: frame(1, push(cds, 1, cluster(reviews)))},
@@ -94,7 +94,7 @@ func TestRecentPushesAreBounded(t *testing.T) {
 		at := time.Duration(n) * 10 * ms
 		steps = append(steps, step{at: at, do: frame(1, push(cds, n, cluster(reviews)))}, step{at: at + ms, do: frame(1, ack(cds, n))})
 	}
-	play(t, tr, steps)
+	playForState(t, tr, steps)
 	got := outcomes(t, tr, 1)
 	if len(got) != track.RecentPushes {
 		t.Fatalf("%d recent pushes kept, want %d", len(got), track.RecentPushes)
@@ -120,7 +120,7 @@ func TestStreamsShowTheControlPlaneAndIstioVersion(t *testing.T) {
 	const istiod = `{"Component":"istiod","ID":"istiod-5d7c9d8d9b-x2x4k","Info":{"version":"1.28.1"}}`
 	p := push(cds, 1, cluster(reviews))
 	p.ControlPlane = &corev3.ControlPlane{Identifier: istiod}
-	play(t, tr, []step{
+	playForState(t, tr, []step{
 		{do: open(1, adsSotW)},
 		{do: frame(1, req)},
 		{at: 10 * ms, do: frame(1, p)},

@@ -1,6 +1,7 @@
 package track
 
 import (
+	"encoding/json"
 	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
@@ -25,8 +26,11 @@ type StreamState struct {
 	Protocol     codec.Protocol `json:"protocol"`
 	OpenedAt     time.Time      `json:"opened_at"`
 	// FullSyncSeconds is the time to full sync, null until it is known.
-	FullSyncSeconds *float64              `json:"full_sync_seconds"`
-	Types           map[string]*TypeState `json:"types"` // by type URL
+	FullSyncSeconds *float64 `json:"full_sync_seconds"`
+	// FullPushes counts the control plane's full pushes on the stream:
+	// push rounds that resent configuration unasked (track.FullPush).
+	FullPushes int                   `json:"full_pushes"`
+	Types      map[string]*TypeState `json:"types"` // by type URL
 }
 
 // TypeState is one type of a stream.
@@ -43,15 +47,21 @@ type TypeState struct {
 	LastError        string `json:"last_error,omitempty"`
 	// LastSentAt, LastACKAt and LastNACKAt: when the latest push went out,
 	// and the latest ACK and NACK came back; absent until then.
-	LastSentAt      time.Time `json:"last_sent_at,omitzero"`
-	LastACKAt       time.Time `json:"last_ack_at,omitzero"`
-	LastNACKAt      time.Time `json:"last_nack_at,omitzero"`
-	Pushes          int       `json:"pushes"`
-	ACKs            int       `json:"acks"`
-	NACKs           int       `json:"nacks"`
-	StaleNonces     int       `json:"stale_nonces"`
-	RedundantPushes int       `json:"redundant_pushes"`
-	FullSyncs       int       `json:"full_syncs"`
+	LastSentAt time.Time `json:"last_sent_at,omitzero"`
+	LastACKAt  time.Time `json:"last_ack_at,omitzero"`
+	LastNACKAt time.Time `json:"last_nack_at,omitzero"`
+	// LastRejected is what the last NACK rejected, until an ACK.
+	LastRejected *Rejected `json:"-"`
+	// LastErrorSource is LastRejected as /debug/streams shows it: the
+	// rejected resources and the Istio objects they came from, as
+	// origin.Rejection writes them. export.DebugStreams fills it in.
+	LastErrorSource json.RawMessage `json:"last_error_source,omitempty"`
+	Pushes          int             `json:"pushes"`
+	ACKs            int             `json:"acks"`
+	NACKs           int             `json:"nacks"`
+	StaleNonces     int             `json:"stale_nonces"`
+	RedundantPushes int             `json:"redundant_pushes"`
+	FullSyncs       int             `json:"full_syncs"`
 	// Subscribed is ["*"] for a wildcard subscription (followed by any names
 	// also subscribed explicitly), capped at Config.MaxNames entries, the
 	// last of which then says "+N more".
@@ -87,7 +97,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		st := StreamState{
 			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
 			UserAgent: s.node.UserAgent, IstioVersion: s.istioVersion, ControlPlane: s.controlPlane, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
-			OpenedAt: s.meta.OpenedAt, Types: make(map[string]*TypeState, len(s.order)),
+			OpenedAt: s.meta.OpenedAt, FullPushes: s.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
 		}
 		if s.sync.done {
 			secs := s.sync.elapsed.Seconds()
@@ -113,6 +123,7 @@ func (ts *typeState) state(maxNames int) *TypeState {
 		LastSentAt:       ts.p.ev.SentAt,
 		LastACKAt:        ts.ackedAt,
 		LastNACKAt:       ts.nackedAt,
+		LastRejected:     ts.rejection,
 		Pushes:           ts.pushes,
 		ACKs:             ts.acks,
 		NACKs:            ts.nacks,

@@ -85,12 +85,12 @@ func TestStreamsJSON(t *testing.T) {
 		t.Fatalf("got %d streams in %s", len(streams), b)
 	}
 	keys := func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
-	wantStream := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	wantStream := []string{"conn_id", "full_pushes", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
 	if diff := cmp.Diff(wantStream, keys(streams[0])); diff != "" {
 		t.Errorf("stream keys (-want +got):\n%s", diff)
 	}
 	// A stream without a full sync yet shows null rather than leaving it out.
-	wantDelta := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	wantDelta := []string{"conn_id", "full_pushes", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
 	if diff := cmp.Diff(wantDelta, keys(streams[1])); diff != "" {
 		t.Errorf("delta stream keys (-want +got):\n%s", diff)
 	}

@@ -44,8 +44,15 @@ type typeState struct {
 	// then be that of a push it did not see.
 	unsure     bool
 	lastError  string
-	fullSynced bool      // the type has had its initial full sync on this stream
-	lastFull   time.Time // the last repeated full sync of the type
+	fullSynced bool // the type has had its initial full sync on this stream
+	// asked is set by a request that wants an answer (initial, re-request,
+	// subscription change) until the next response of the type.
+	asked bool
+	// roundSeq is the push round of the type's latest response, sent at
+	// lastSent; askedRound the latest round in which a response of the
+	// type answered a request.
+	roundSeq, askedRound uint64
+	lastSent             time.Time
 
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
@@ -70,14 +77,25 @@ type typeState struct {
 	// errNames caches the names a NACK mentions, since a loop NACKs the same
 	// content with the same message again and again.
 	errNames errNamesCache
+
+	// held is the latest push's bytes while it awaits its answer (keeper).
+	held kept
+	keep *keeper // the tracker's
+	// rejection is what the latest NACK rejected, until an ACK; a NACK of
+	// the same content with the same message shares it, so a NACK loop
+	// decodes its push once.
+	rejection  *Rejected
+	rejContent uint64
+	rejMessage string
 }
 
-func newTypeState(url string, sc *scratch) *typeState {
+func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 	return &typeState{
 		url:         url,
 		short:       codec.ShortType(url),
 		replaceType: url == codec.TypeListener || url == codec.TypeCluster,
 		sc:          sc,
+		keep:        keep,
 	}
 }
 

@@ -145,14 +145,19 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	if !bytes.Contains(captured, []byte(`"kind":"frame"`)) {
 		t.Fatalf("the capture has no frames:\n%s", captured)
 	}
+	downloaded := get(t, "http://"+admin+"/debug/capture/"+filepath.Base(capturePath))
+	if !bytes.HasPrefix(captured, downloaded) || !bytes.Contains(downloaded, []byte(`"kind":"frame"`)) {
+		t.Errorf("GET /debug/capture/%s is not the capture file as written:\n%s", filepath.Base(capturePath), downloaded)
+	}
 	outputs := map[string][]byte{
-		"live log":       []byte(log.String()),
-		"/metrics":       scrape(t, admin),
-		"/debug/streams": streams,
-		"/debug/config":  append(config, clusters...),
-		"status, config": commands,
-		"capture file":   captured,
-		"spans":          append(spans, allSpans...),
+		"capture download": downloaded,
+		"live log":         []byte(log.String()),
+		"/metrics":         scrape(t, admin),
+		"/debug/streams":   streams,
+		"/debug/config":    append(config, clusters...),
+		"status, config":   commands,
+		"capture file":     captured,
+		"spans":            append(spans, allSpans...),
 	}
 	// The capture holds messages in base64: look for the secrets that way too.
 	secrets := map[string][]byte{"bearer token": []byte(token)}

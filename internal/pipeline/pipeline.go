@@ -100,6 +100,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
+	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
@@ -142,6 +143,9 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	}
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
+	}
+	if p.Capture != nil {
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.Capture)
 	}
 	for pattern, h := range export.Page() {
 		pages[pattern] = h
