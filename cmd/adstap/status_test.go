@@ -43,8 +43,8 @@ func withIstiodIdentifier() grpc.ServerOption {
 }
 
 // statusMesh is a running tap in front of go-control-plane with two proxies:
-// grpc-go's xDS client, in sync, and an Istio sidecar's stream (a raw ADS
-// client sending Envoy's node with ISTIO_VERSION) that NACKs its clusters.
+// grpc-go's xDS client (SotW), in sync, and an Istio sidecar's Delta stream
+// (a raw ADS client sending a node with ISTIO_VERSION) that NACKs its clusters.
 type statusMesh struct {
 	admin         string
 	good, nacking string // node ids
@@ -73,16 +73,17 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	cp.SetSnapshot(t, m.nacking, "2026-11-30T09:00:00Z/7", bad)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, tapAddr))
+	// Envoy sidecars speak Delta (Istio 1.22 on).
+	s := xdstest.OpenDelta(t, ctx, xdstest.DialRaw(t, tapAddr))
 	meta, err := structpb.NewStruct(map[string]any{"ISTIO_VERSION": "1.28.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
 		t.Fatal(err)
 	}
 	r := xdstest.RecvWithin(t, 10*time.Second, s.Recv)
-	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: m.rejection}}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,8 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 
 	code, out, _ = cli(t, "status", "--admin", m.admin, "-o", "wide")
 	if code != exitOutOfSync || !regexp.MustCompile(`(?m)^NAME\s+STREAM\s+PROTOCOL\s+PEER\s+CDS.*FULL SYNC$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) {
+		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^reviews-v2-5d8b\.demo\s+\d+\s+delta\s+127\.0\.0\.1:\d+\s+ERROR`).MatchString(out) {
 		t.Errorf("-o wide: exit %d, want stream, protocol, peer and time to full sync:\n%s", code, out)
 	}
 
