@@ -206,7 +206,7 @@ function renderTimeline(page) {
     root.append(mark);
     if (i % 8 === 0 || i === pushes.length - 1) {
       const label = svg("text", { x: x - 20, y: height - 8 });
-      label.textContent = new Date(p.sent_at).toISOString().slice(11, 19);
+      label.textContent = new Date(p.sent_at).toLocaleTimeString([], { hour12: false });
       root.append(label);
     }
   });
