@@ -2,26 +2,15 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/internal/syncbuf"
-	"github.com/adstap/adstap/tap"
 )
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
-	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := startAdmin("127.0.0.1:0", srv, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	srv, a := startTestAdmin(t)
 	// An address nothing listens on: a port that was just free.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
