@@ -122,3 +122,19 @@ func TestAdstapTemplateChangesOnlyWhatItMust(t *testing.T) {
 		}
 	})
 }
+
+// TestAdstapTemplateRefusesToDialItself: a pod whose proxy.istio.io/config
+// already points the agent at the tap (what the retired patch left) would
+// have adstap dial itself; the injector refuses it, saying why.
+func TestAdstapTemplateRefusesToDialItself(t *testing.T) {
+	noLeaks(t)
+	patched := workload(map[string]string{
+		optIn:                   "sidecar,adstap",
+		"proxy.istio.io/config": "discoveryAddress: 127.0.0.1:15100\ncontrolPlaneAuthPolicy: NONE\n",
+	})
+	_, err := injector(t, installs[0], true).Inject(patched)
+	if err == nil || !strings.Contains(err.Error(), "would dial itself") {
+		t.Fatalf("injecting a pod already pointed at the tap: %v, want the template's refusal", err)
+	}
+	t.Log(err)
+}
