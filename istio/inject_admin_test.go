@@ -305,8 +305,8 @@ func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 			t.Setenv(status.PrometheusScrapingConfig.Name, rt.remap.of(scrape))
 			agentPort := startAgentStatus(t)
 
-			own := string(getOK(t, "http://"+rt.admin+"/metrics", time.Second))
-			merged := string(getOK(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus", 30*time.Second))
+			own := string(get(t, "http://"+rt.admin+"/metrics"))
+			merged := string(get(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus"))
 			families := 0
 			for line := range strings.SplitSeq(own, "\n") {
 				if name, ok := strings.CutPrefix(line, "# TYPE adstap_"); ok {
@@ -374,25 +374,17 @@ func startAgentStatus(t *testing.T) string {
 	return ""
 }
 
-// getOK fetches url until it answers 200, within d.
-func getOK(t *testing.T, url string, d time.Duration) []byte {
+// get fetches url and fails the test unless it answers 200.
+func get(t *testing.T, url string) []byte {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			b, rerr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if rerr == nil && resp.StatusCode == http.StatusOK {
-				return b
-			}
-			err = fmt.Errorf("%s: %s", resp.Status, b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		// The status server opens its port in the background (Run); this
-		// waits for it as kubelet waits for a probe to pass.
-		time.Sleep(50 * time.Millisecond)
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", url, resp.Status, err, b)
+	}
+	return b
 }
