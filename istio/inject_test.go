@@ -46,6 +46,7 @@ type install struct {
 var installs = []install{
 	{"default", nil, "istiod.istio-system.svc:15012", false},
 	{"revision canary", []string{"revision=canary"}, "istiod-canary.istio-system.svc:15012", false},
+	{"namespace istio-control", []string{"namespace=istio-control", "values.global.istioNamespace=istio-control"}, "istiod.istio-control.svc:15012", false},
 	{"istio-cni", []string{"components.cni.enabled=true", "values.pilot.cni.enabled=true"}, "istiod.istio-system.svc:15012", true},
 }
 
@@ -249,6 +250,10 @@ func TestAdstapTemplateXDSPath(t *testing.T) {
 			if !slices.Contains(ports(o), port) {
 				t.Errorf("istio-init -o %q lacks %s: adstap's dial to istiod would go to Envoy", o, port)
 			}
+		}
+		ns := strings.TrimSuffix(strings.SplitN(host, ".", 2)[1], ".svc")
+		if otlp, _ := env(tap, "OTEL_EXPORTER_OTLP_ENDPOINT"); !strings.Contains(otlp, "."+ns+".svc:") {
+			t.Errorf("adstap's OTEL_EXPORTER_OTLP_ENDPOINT = %q, want the collector in istiod's namespace %s", otlp, ns)
 		}
 		t.Logf("agent -> %s (plaintext) -> adstap -> %s (TLS, server name %s); CA_ADDR %s; excludeOutboundPorts %s",
 			pc.DiscoveryAddress, up, flagValue(tap, "upstream-server-name"), in.istiod, pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"])
