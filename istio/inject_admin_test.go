@@ -240,6 +240,17 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 					t.Errorf("adstap's %s probe %q exits %d: %s", p.kind, p.p.Exec.Command, code, out)
 				}
 			}
+			// The capture, read in place as `kubectl exec … -c adstap --
+			// /adstap inspect FILE` would, and listed for download.
+			capture := rt.remap.of(flagValue(c, "capture"))
+			inspect := exec.Command(rt.bin, "inspect", "--summary-only", capture)
+			inspect.Env = rt.env
+			if out, err := inspect.CombinedOutput(); err != nil || !strings.Contains(string(out), "captured by adstap") {
+				t.Errorf("adstap inspect %s in place: %v\n%s", capture, err, out)
+			}
+			if list := get(t, "http://"+rt.admin+"/debug/capture"); !strings.Contains(string(list), `"name": "`+filepath.Base(capture)+`"`) {
+				t.Errorf("GET /debug/capture does not list %s:\n%s", filepath.Base(capture), list)
+			}
 			if conn, err := net.DialTimeout("tcp", rt.admin, 5*time.Second); err != nil {
 				t.Fatalf("the admin address does not answer on loopback: %v", err)
 			} else {
