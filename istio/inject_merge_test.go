@@ -138,3 +138,16 @@ func TestAdstapTemplateRefusesToDialItself(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestAdstapTemplateComesAfterSidecar: the template changes what Istio's
+// "sidecar" template injected, so alone or before it, it is refused with
+// the annotation to write instead.
+func TestAdstapTemplateComesAfterSidecar(t *testing.T) {
+	noLeaks(t)
+	for _, templates := range []string{"adstap", "adstap,sidecar"} {
+		_, err := injector(t, installs[0], true).Inject(workload(map[string]string{optIn: templates}))
+		if err == nil || !strings.Contains(err.Error(), "inject.istio.io/templates: sidecar,adstap") {
+			t.Errorf("inject.istio.io/templates: %s: %v, want the template's refusal", templates, err)
+		}
+	}
+}
