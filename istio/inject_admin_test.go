@@ -33,8 +33,8 @@ import (
 // container of the pod, so the pod's wiring is kept.
 
 // podPorts are the pod's ports this test moves: adstap's listener and
-// admin, the app's metrics.
-var podPorts = []string{"15100", "15101", "9080"}
+// admin, the app's metrics, Envoy's readiness.
+var podPorts = []string{"15100", "15101", "9080", "15021"}
 
 // remap moves the pod's ports and paths for one test.
 type remap struct {
@@ -177,7 +177,11 @@ func (rt *runningTap) probe(t *testing.T, p *corev1.Probe) (int, string) {
 	if p == nil || p.Exec == nil || len(p.Exec.Command) == 0 || p.Exec.Command[0] != "/adstap" {
 		t.Fatalf("want an exec probe of /adstap, got %+v", p)
 	}
-	cmd := exec.Command(rt.bin, p.Exec.Command[1:]...)
+	args := make([]string, 0, len(p.Exec.Command)-1)
+	for _, a := range p.Exec.Command[1:] {
+		args = append(args, rt.remap.of(a))
+	}
+	cmd := exec.Command(rt.bin, args...)
 	cmd.Env = rt.env
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -234,6 +238,26 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 				if strings.HasPrefix(e.Name, "ADSTAP_") && !strings.Contains(string(help), "(env "+e.Name) {
 					t.Errorf("the template sets %s, which adstap run does not read", e.Name)
 				}
+			}
+			// As a native sidecar started after istio-proxy, adstap's startup
+			// probe also waits for Envoy's readiness (:15021), holding the
+			// app until Envoy has its configuration; nothing answers there
+			// yet, then a stand-in for Envoy's listener does.
+			if native {
+				if code, out := rt.probe(t, c.StartupProbe); code == 0 {
+					t.Errorf("adstap's startup probe passes with Envoy not ready: %s", out)
+				}
+				lis, err := net.Listen("tcp", "127.0.0.1:"+rt.remap.ports["15021"])
+				if err != nil {
+					t.Fatal(err)
+				}
+				envoy := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/healthz/ready" {
+						io.WriteString(w, "LIVE\n")
+					}
+				})}
+				go envoy.Serve(lis)
+				defer envoy.Close()
 			}
 			for _, p := range probes(c) {
 				if code, out := rt.probe(t, p.p); code != 0 {
