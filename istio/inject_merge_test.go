@@ -151,3 +151,16 @@ func TestAdstapTemplateComesAfterSidecar(t *testing.T) {
 		}
 	}
 }
+
+// TestAdstapTemplateNeedsIstiodsRoot: adstap checks istiod against the
+// root Istio mounts with pilotCertProvider istiod; with another provider the
+// volume is not there, and the pod is refused with the reason instead of
+// failing Kubernetes' validation later.
+func TestAdstapTemplateNeedsIstiodsRoot(t *testing.T) {
+	noLeaks(t)
+	other := install{name: "pilotCertProvider custom", set: []string{"values.global.pilotCertProvider=custom"}}
+	_, err := injector(t, other, true).Inject(workload(map[string]string{optIn: "sidecar,adstap"}))
+	if err == nil || !strings.Contains(err.Error(), `pilotCertProvider is "custom"`) {
+		t.Fatalf("injecting with pilotCertProvider custom: %v, want the template's refusal", err)
+	}
+}
