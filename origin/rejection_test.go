@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -78,6 +79,7 @@ func rejected(t *testing.T, data mem.BufferSlice, message string) *track.Rejecte
 }
 
 func TestSummary(t *testing.T) {
+	leakcheck.Check(t)
 	var many []*clusterv3.Cluster
 	for i := range 5 {
 		many = append(many, stamped(fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i)))
@@ -117,6 +119,7 @@ func TestSummary(t *testing.T) {
 }
 
 func TestDecodedOnceAndReleased(t *testing.T) {
+	leakcheck.Check(t)
 	rej, released := rejectedBy(t, response(t, []*clusterv3.Cluster{stamped("c", "reviews")}), `resource "c": bad`)
 	if released() {
 		t.Fatal("the push was let go of before anyone read it")

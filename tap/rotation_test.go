@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
@@ -32,6 +33,7 @@ import (
 // accepted once the new root is written, as kubelet does, by swapping the
 // file.
 func TestUpstreamCARotationUnderALiveStream(t *testing.T) {
+	leakcheck.Check(t)
 	const istiod = "istiod.istio-system.svc"
 	oldRoot, newRoot := xdstest.NewCA(t), xdstest.NewCA(t)
 	var serving atomic.Pointer[tls.Certificate]
@@ -120,6 +122,7 @@ func writeSwapped(t *testing.T, path string, data []byte) {
 // file changes: clients of the new root are let in, those of the old one no
 // longer, and a stream opened before stays open.
 func TestListenClientCARotation(t *testing.T) {
+	leakcheck.Check(t)
 	oldRoot, newRoot := xdstest.NewCA(t), xdstest.NewCA(t)
 	dir := t.TempDir()
 	server := oldRoot.Issue(t, "adstap", []string{"adstap.local"}, nil, false)

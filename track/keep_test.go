@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -162,6 +163,7 @@ const (
 )
 
 func TestNACKNamesTheIstioObjects(t *testing.T) {
+	leakcheck.Check(t)
 	vhost := func(name string, routes ...*routev3.Route) *routev3.VirtualHost {
 		return &routev3.VirtualHost{Name: name, Domains: []string{name}, Routes: routes}
 	}
@@ -265,6 +267,7 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 }
 
 func TestKeptPushIsReleased(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name string
 		then func(h *keepHarness)
@@ -291,6 +294,7 @@ func TestKeptPushIsReleased(t *testing.T) {
 }
 
 func TestKeepBound(t *testing.T) {
+	leakcheck.Check(t)
 	big := push(cds, 1, stampedCluster(maglev, drPath))
 	h := newKeepHarness(t, track.Config{KeepBytes: int64(proto.Size(big)) - 1}, adsSotW)
 	h.send(initial(cds))
@@ -317,6 +321,7 @@ func TestKeepBound(t *testing.T) {
 // A control plane re-sending a rejected push (a NACK loop) gets one
 // Rejection for the lot: its push is decoded once, and the copies are let go.
 func TestNACKLoopSharesItsRejection(t *testing.T) {
+	leakcheck.Check(t)
 	h := newKeepHarness(t, track.Config{}, adsSotW)
 	h.send(initial(cds))
 	msg := "resource " + maglev + ": unexpected lbPolicy MAGLEV"
@@ -344,6 +349,7 @@ func TestNACKLoopSharesItsRejection(t *testing.T) {
 // A NACK that comes after its push timed out still names what it rejected:
 // the push stays kept while it is the latest.
 func TestLateNACKNamesTheIstioObjects(t *testing.T) {
+	leakcheck.Check(t)
 	h := newKeepHarness(t, track.Config{PushTimeout: time.Second}, adsSotW)
 	h.send(initial(cds))
 	h.send(push(cds, 1, stampedCluster(maglev, drPath)))
@@ -366,6 +372,7 @@ func TestLateNACKNamesTheIstioObjects(t *testing.T) {
 // A NACK no output asks about (its log line throttled, tracing off) does not
 // keep its push: the tracker lets go of it when it forgets the NACK.
 func TestUnreadRejectionIsReleased(t *testing.T) {
+	leakcheck.Check(t)
 	for _, then := range []struct {
 		name     string
 		returned int // buffers given back to the pool: the NACKed push's, and the next one's

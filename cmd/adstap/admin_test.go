@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
@@ -29,6 +30,7 @@ func startTestAdmin(t *testing.T) (*tap.Server, *adminServer) {
 }
 
 func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
+	leakcheck.Check(t)
 	srv, a := startTestAdmin(t)
 	status := func(path string) int {
 		t.Helper()
@@ -60,6 +62,7 @@ func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
 }
 
 func TestAdminExposesOnlyWhatItIsToldTo(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	for _, tc := range []struct {
 		name      string

@@ -24,6 +24,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/adstap/adstap/internal/demo"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -135,6 +136,7 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 // strings holding markup shown as text, and a console without errors.
 // ADSTAP_UPDATE_SCREENSHOT=1 writes the screenshot to docs/page.png.
 func TestLivePageInARealBrowser(t *testing.T) {
+	leakcheck.Check(t)
 	ctx, consoleProblems := browser(t)
 
 	// The demo: go-control-plane, grpc-go's xDS client, the Delta client,

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
+	leakcheck.Check(t)
 	srv, a := startTestAdmin(t)
 	// An address nothing listens on: a port that was just free.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

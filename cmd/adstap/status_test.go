@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -113,6 +114,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
+	leakcheck.Check(t)
 	m := startStatusMesh(t, "--nack-storm-threshold=1")
 
 	code, out, stderr := cli(t, "status", "--admin", m.admin)
@@ -168,6 +170,7 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 }
 
 func TestStatusAndConfigErrors(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	var log syncbuf.Buffer
 	_, admin := startTracedTap(t, cp.Addr(), &log)
@@ -200,6 +203,7 @@ func TestStatusAndConfigErrors(t *testing.T) {
 }
 
 func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
+	leakcheck.Check(t)
 	m := startStatusMesh(t, "--retain-resources")
 	code, out, stderr := cli(t, "config", "--admin", m.admin, "--node", m.good, "--type", "cluster")
 	if code != exitOK {
