@@ -106,7 +106,12 @@ function renderStreams(page) {
     let nack = null;
     for (const c of cols) {
       const ts = byShort[c];
-      if (ts && ts.state === "NACKED" && ts.last_error) nack = c.toUpperCase() + ": " + ts.last_error;
+      if (ts && ts.state === "NACKED" && ts.last_error) {
+        nack = c.toUpperCase() + ": " + ts.last_error;
+        // The Istio object the rejected resources came from, as istiod recorded it.
+        const source = ts.last_error_source && ts.last_error_source.summary;
+        if (source) nack += " — " + source;
+      }
     }
     const cells = cols.map((c) => {
       const ts = byShort[c];
