@@ -57,20 +57,21 @@ func Of(r *track.Rejected) *Rejection {
 	case r.NotKept != "":
 		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
 	}
-	if x, ok := r.Read(read).(*Rejection); ok {
+	if x, ok := r.Read(func(data mem.BufferSlice) any { return read(r, data) }).(*Rejection); ok {
 		return x
 	}
 	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
 }
 
 // read decodes the rejected push.
-func read(data mem.BufferSlice, delta bool, names []string) any {
+func read(r *track.Rejected, data mem.BufferSlice) any {
+	names := r.Names
 	x := &Rejection{named: len(names) > 0}
 	if data == nil {
 		return x
 	}
 	var resp codec.Response
-	if err := resp.DecodeBuffers(data, delta); err != nil {
+	if err := resp.DecodeBuffers(data, r.Delta); err != nil {
 		x.err = err
 		return x
 	}
@@ -79,7 +80,7 @@ func read(data mem.BufferSlice, delta bool, names []string) any {
 		if res.Heartbeat || (len(names) > 0 && !slices.Contains(names, name)) {
 			continue
 		}
-		objs, err := objectsOf(string(res.TypeURL), res.Body)
+		objs, err := objectsOf(string(res.TypeURL), res.Body, r.Message)
 		if err != nil {
 			x.err = fmt.Errorf("resource %q: %w", name, err)
 			continue
@@ -104,27 +105,68 @@ func (x *Rejection) Named() bool { return x != nil && x.named }
 
 // objectsOf opens one resource and collects the objects recorded in every
 // Metadata inside it, at any depth: istiod stamps clusters, filter chains
-// and routes, each where it builds them.
-func objectsOf(typeURL string, body []byte) ([]Object, error) {
+// and routes, each where it builds them. When the NACK's message names a
+// part of the resource that records objects (a virtual host, a route, a
+// filter chain, by its name), only that part's objects are returned: a
+// route configuration gathers the routes of every VirtualService on its
+// port, and the message may say which one failed.
+func objectsOf(typeURL string, body []byte, message string) ([]Object, error) {
 	m, err := (&anypb.Any{TypeUrl: typeURL, Value: body}).UnmarshalNew()
 	if err != nil {
 		return nil, err
 	}
-	var objs []Object
+	all := collect(m.ProtoReflect(), nil)
+	var named []Object
 	redact.EditNested(m.ProtoReflect(), redact.NestedEdit{
+		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
+			if mentioned(child, message) {
+				named = collect(child, named)
+			}
+			return false, true
+		},
+	})
+	if len(named) > 0 {
+		return named, nil
+	}
+	return all, nil
+}
+
+// collect adds to objs the objects recorded in m and in what it holds.
+func collect(m protoreflect.Message, objs []Object) []Object {
+	add := func(md *core.Metadata) {
+		p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
+		if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
+			objs = append(objs, o)
+		}
+	}
+	if md, ok := m.Interface().(*core.Metadata); ok {
+		add(md)
+		return objs
+	}
+	redact.EditNested(m, redact.NestedEdit{
 		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
 			md, ok := child.Interface().(*core.Metadata)
 			if !ok {
 				return false, true
 			}
-			p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
-			if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
-				objs = append(objs, o)
-			}
+			add(md)
 			return false, false
 		},
 	})
-	return objs, nil
+	return objs
+}
+
+// minMentionedName keeps short names ("v1", "80") from matching any message.
+const minMentionedName = 4
+
+// mentioned reports whether message names m by its name field.
+func mentioned(m protoreflect.Message, message string) bool {
+	fd := m.Descriptor().Fields().ByName("name")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return false
+	}
+	name := m.Get(fd).String()
+	return len(name) >= minMentionedName && strings.Contains(message, name)
 }
 
 // Where istiod writes the object a resource was built from
