@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +26,12 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// The shop: two services outside Kubernetes on port 9080. The tests add a
-// DestinationRule asking for Maglev hashing (Envoy has it, grpc-go's xDS
-// client does not) or a VirtualService whose URI regex does not compile.
+// The shop: two services outside Kubernetes on port 9080 and a good
+// VirtualService for one of them, so that the route configuration of port
+// 9080 gathers the routes of two VirtualServices once the bad one comes.
+// The tests add a DestinationRule asking for Maglev hashing (Envoy has it,
+// grpc-go's xDS client does not) or a VirtualService whose URI regex does
+// not compile.
 const shopConfig = `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata:
@@ -54,6 +59,20 @@ spec:
   location: MESH_INTERNAL
   endpoints:
   - address: 10.1.0.10
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: reviews
+  namespace: shop
+spec:
+  hosts: [reviews.shop.example.com]
+  http:
+  - name: reviews-timeout
+    timeout: 5s
+    route:
+    - destination:
+        host: reviews.shop.example.com
 `
 
 const maglevRule = `apiVersion: networking.istio.io/v1
@@ -88,6 +107,9 @@ func badRegexRoute() config.Config {
 	}
 }
 
+// reviewsVS is the good VirtualService of shopConfig, as istiod records it.
+const reviewsVS = "/apis/networking.istio.io/v1/namespaces/shop/virtual-service/reviews"
+
 // maglevCluster is the cluster istiod builds for reviews under maglevRule.
 const maglevCluster = "outbound|9080||reviews.shop.example.com"
 
@@ -102,18 +124,41 @@ func rejectMaglev(c *cluster.Cluster) error {
 
 // rejectBadRegex is Envoy's and grpc-go's rule for route regexes: both
 // compile RE2 when the route configuration arrives, and NACK what does
-// not compile.
-func rejectBadRegex(rc *route.RouteConfiguration) error {
+// not compile. It also notes, per route configuration, the Istio objects
+// istiod stamped on its routes.
+type rejectBadRegex struct {
+	mu      sync.Mutex
+	stamped map[string][]string // route configuration -> istio.config of each route
+}
+
+func (c *rejectBadRegex) check(rc *route.RouteConfiguration) error {
+	var stamps []string
+	var bad error
 	for _, vh := range rc.GetVirtualHosts() {
 		for _, r := range vh.GetRoutes() {
-			if re := r.GetMatch().GetSafeRegex().GetRegex(); re != "" {
+			if p := r.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); p != "" {
+				stamps = append(stamps, p)
+			}
+			if re := r.GetMatch().GetSafeRegex().GetRegex(); re != "" && bad == nil {
 				if _, err := regexp.Compile(re); err != nil {
-					return fmt.Errorf("resource %q: route %q contains an invalid regex %q: %v", rc.GetName(), r.GetName(), re, err)
+					bad = fmt.Errorf("resource %q: route %q contains an invalid regex %q: %v", rc.GetName(), r.GetName(), re, err)
 				}
 			}
 		}
 	}
-	return nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stamped == nil {
+		c.stamped = map[string][]string{}
+	}
+	c.stamped[rc.GetName()] = stamps
+	return bad
+}
+
+func (c *rejectBadRegex) stamps(name string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(slices.Values(c.stamped[name]))
 }
 
 // TestNACKNamesTheIstioObject: istiod's engine builds a cluster from a
@@ -156,7 +201,8 @@ func TestNACKNamesTheIstioObject(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			engine := mesh.StartEngine(t, mesh.EngineOptions{ConfigString: shopConfig})
 			tp := mesh.StartTap(t, mesh.TapOptions{Upstream: engine.Addr})
-			mesh.DeltaChecked(t, tp.Addr, "productpage", "10.0.0.7", mesh.Checks{Cluster: rejectMaglev, Route: rejectBadRegex})
+			routes := &rejectBadRegex{}
+			mesh.DeltaChecked(t, tp.Addr, "productpage", "10.0.0.7", mesh.Checks{Cluster: rejectMaglev, Route: routes.check})
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -195,6 +241,14 @@ func TestNACKNamesTheIstioObject(t *testing.T) {
 			objs := rejected.Objects()
 			if len(objs) != 1 || objs[0].Path != tt.path || objs[0].Kubectl() != tt.kubectl {
 				t.Errorf("objects = %+v, want %s alone", objs, tt.path)
+			}
+			if tt.typeURL == v3.RouteType {
+				// istiod stamped each route with its own VirtualService: the
+				// message's route name picked the bad one out of the two.
+				want := slices.Sorted(slices.Values([]string{reviewsVS, tt.path}))
+				if got := routes.stamps("9080"); !slices.Equal(got, want) {
+					t.Errorf("the routes of 9080 record %v, want %v", got, want)
+				}
 			}
 
 			// The live log's NACK line.
