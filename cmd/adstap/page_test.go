@@ -64,7 +64,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 900),
+		chromedp.WindowSize(1400, 1080),
 	)
 	ctx, cancelTab := chromedp.NewContext(alloc)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)

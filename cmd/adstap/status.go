@@ -37,7 +37,7 @@ func statusCommand(f *statusFlags) *command {
 		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message and the detectors that are active.",
 		"adstap status [flags]")
 	c.group("Where")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+	adminFlag(c, &f.admin)
 	c.String(&f.node, "node", "", "only the proxy with this node `id`")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
@@ -115,7 +115,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap status: %v\n", err)
 		return exitFailure
 	}
-	rep := buildStatus(page, f.staleAfter)
+	rep := buildStatus(page, f.node, f.staleAfter)
 	switch f.output {
 	case "json":
 		enc := json.NewEncoder(stdout)
@@ -130,7 +130,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-func buildStatus(page export.StreamsPage, staleAfter time.Duration) statusReport {
+func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration) statusReport {
 	now := page.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -192,8 +192,15 @@ func buildStatus(page export.StreamsPage, staleAfter time.Duration) statusReport
 		}
 		return int(a.Stream) - int(b.Stream)
 	})
+	shown := map[uint64]bool{}
+	nodes := map[string]bool{}
+	for _, s := range page.Streams {
+		shown[s.ID], nodes[s.NodeID] = true, true
+	}
 	for _, d := range page.Detectors {
-		if d.Active {
+		// With --node, the page has that node's streams only: so do the
+		// detectors shown (a herd, about the whole tap, is not the node's).
+		if d.Active && (node == "" || shown[d.StreamID] || (d.StreamID == 0 && nodes[d.Node])) {
 			rep.Detectors = append(rep.Detectors, d)
 		}
 	}

@@ -43,8 +43,8 @@ func withIstiodIdentifier() grpc.ServerOption {
 }
 
 // statusMesh is a running tap in front of go-control-plane with two proxies:
-// grpc-go's xDS client, in sync, and an Istio sidecar's stream (a raw ADS
-// client sending Envoy's node with ISTIO_VERSION) that NACKs its clusters.
+// grpc-go's xDS client (SotW), in sync, and an Istio sidecar's Delta stream
+// (a raw ADS client sending a node with ISTIO_VERSION) that NACKs its clusters.
 type statusMesh struct {
 	admin         string
 	good, nacking string // node ids
@@ -76,16 +76,17 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	cp.SetSnapshot(t, m.nacking, "2026-11-30T09:00:00Z/7", bad)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, tapAddr))
+	// Envoy sidecars speak Delta (Istio 1.22 on).
+	s := xdstest.OpenDelta(t, ctx, xdstest.DialRaw(t, tapAddr))
 	meta, err := structpb.NewStruct(map[string]any{"ISTIO_VERSION": "1.28.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
 		t.Fatal(err)
 	}
 	r := xdstest.RecvWithin(t, 10*time.Second, s.Recv)
-	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: m.rejection}}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
-	m := startStatusMesh(t)
+	m := startStatusMesh(t, "--nack-storm-threshold=1")
 
 	code, out, stderr := cli(t, "status", "--admin", m.admin)
 	if code != exitOutOfSync {
@@ -145,14 +146,19 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		t.Errorf("the problem line is not followed by the DestinationRule to fix and its kubectl get:\n%s", out)
 	}
 
-	// One node: the one in sync exits 0.
-	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") {
+	if !regexp.MustCompile(`(?m)^Active detectors:\n  NACK storm: stream \d+ cds, for \d+m?s \(1\)$`).MatchString(out) {
+		t.Errorf("the NACK storm is not among the active detectors:\n%s", out)
+	}
+
+	// One node: the one in sync exits 0, without the other's problems.
+	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") || strings.Contains(out, "NACK storm") {
 		t.Errorf("status --node %s: exit %d, want 0 and only that proxy:\n%s", m.good, code, out)
 	}
 
 	code, out, _ = cli(t, "status", "--admin", m.admin, "-o", "wide")
 	if code != exitOutOfSync || !regexp.MustCompile(`(?m)^NAME\s+STREAM\s+PROTOCOL\s+PEER\s+CDS.*FULL SYNC$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) {
+		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^reviews-v2-5d8b\.demo\s+\d+\s+delta\s+127\.0\.0\.1:\d+\s+ERROR`).MatchString(out) {
 		t.Errorf("-o wide: exit %d, want stream, protocol, peer and time to full sync:\n%s", code, out)
 	}
 
@@ -209,7 +215,7 @@ func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, re := range []string{
-		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resources$`,
+		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resource$`,
 		`(?m)^NAME\s+TYPE\s+LB POLICY\s+CONNECT TIMEOUT$`,
 		`(?m)^cluster-greeter\s+EDS\s+ROUND_ROBIN\s+\S+s$`,
 	} {
