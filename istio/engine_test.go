@@ -60,9 +60,17 @@ type meshUnderTest struct {
 	ctx          context.Context
 	pushesBefore int // the engine's pushes before the scenario
 	eventsBefore int // adstap's events before the scenario
+	start        time.Time
 }
 
 func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
+	t.Helper()
+	return startMeshWith(t, check, mesh.TapOptions{})
+}
+
+// startMeshWith starts the mesh with a tap configured by opts (its
+// upstream and detectors are set here).
+func startMeshWith(t *testing.T, check mesh.ClusterCheck, opts mesh.TapOptions) *meshUnderTest {
 	t.Helper()
 	m := &meshUnderTest{
 		sotw: mesh.ProxyID("sotw"), delta: mesh.ProxyID("delta"),
@@ -70,7 +78,9 @@ func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
 	}
 	m.engine = mesh.StartEngine(t, mesh.EngineOptions{ConfigString: baseConfig, KubernetesObjectString: baseKube})
 	// The defaults, spelled out: more than one full push a minute is the alarm.
-	m.tap = mesh.StartTap(t, mesh.TapOptions{Upstream: m.engine.Addr, Detect: track.Config{RepeatedFullSyncLimit: 1, RepeatedFullSyncWindow: time.Minute}})
+	opts.Upstream = m.engine.Addr
+	opts.Detect = track.Config{RepeatedFullSyncLimit: 1, RepeatedFullSyncWindow: time.Minute}
+	m.tap = mesh.StartTap(t, opts)
 	mesh.SotW(t, m.tap.Addr, "sotw", "10.0.0.1")
 	mesh.Delta(t, m.tap.Addr, "delta", "10.0.0.2", check)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -79,6 +89,7 @@ func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
 	m.waitSynced(t, m.sotw, m.delta)
 	m.pushesBefore = m.engine.Pushes.Len()
 	m.eventsBefore = len(m.tap.Events())
+	m.start = time.Now()
 	return m
 }
 
