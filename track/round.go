@@ -49,8 +49,10 @@ type pushRound struct {
 // roundGap is the longest pause between two responses of one push round:
 // istiod sends a proxy's responses of one push, and its answers to the
 // requests that come in meanwhile, from one goroutine, back to back; its
-// next push comes after its debounce (PILOT_DEBOUNCE_AFTER, 100 ms).
-const roundGap = 100 * time.Millisecond
+// next push comes after its debounce (PILOT_DEBOUNCE_AFTER, 100 ms), from
+// the change that triggers it. Half the debounce leaves a margin for the
+// time frames wait to be observed.
+const roundGap = 50 * time.Millisecond
 
 // configType reports whether a type is configuration that a full push
 // resends: everything but endpoints, secrets and istioctl's debug types.

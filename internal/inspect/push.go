@@ -23,9 +23,9 @@ type PushDiff struct {
 	// versions send under the version of the last full push.
 	PushID              string
 	FullPush, Requested bool
-	At             time.Time
-	Resources      int
-	Bytes          int
+	At                  time.Time
+	Resources           int
+	Bytes               int
 	// Added, Removed and Changed are every name, against the state the
 	// client had accepted (the tracker's diff, uncapped).
 	Added, Removed, Changed []string
