@@ -13,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 // The image: what can be checked without a Docker engine. The binary the
@@ -72,6 +75,60 @@ func TestStaticBinary(t *testing.T) {
 	for name, value := range vars {
 		if !bytes.Contains(out, []byte(value)) {
 			t.Errorf("the Makefile's -X %s=%s did not reach the binary: adstap version says\n%s", name, value, out)
+		}
+	}
+	checkStatusInTheImage(t, bin)
+}
+
+// checkStatusInTheImage runs the static binary as the image does and asks it
+// for `adstap status` and `adstap config` with nothing else at hand (an
+// empty environment, no curl): what kubectl exec … -- /adstap status gets.
+func checkStatusInTheImage(t *testing.T, bin string) {
+	t.Helper()
+	run := exec.Command(bin, "run", "--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--upstream=127.0.0.1:1", "--log-format=json")
+	run.Env = []string{}
+	var logs syncbuf.Buffer
+	run.Stderr = &logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		run.Process.Signal(os.Interrupt)
+		run.Wait()
+	}()
+	adminRE := regexp.MustCompile(`"admin":"http://(127\.0\.0\.1:\d+)"`)
+	var admin string
+	deadline := time.Now().Add(10 * time.Second)
+	for admin == "" {
+		if m := adminRE.FindStringSubmatch(logs.String()); m != nil {
+			admin = m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adstap run did not say its admin address:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status", "--admin", admin}, 0, "No streams"},
+		{[]string{"status", "--admin", admin, "-o", "json"}, 0, `"in_sync": true`},
+		{[]string{"config", "--admin", admin, "--stream", "1", "--type", "cluster"}, 1, "start adstap with --retain-resources"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = []string{}
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("adstap %s: exit %d, want %d and %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
 	}
 }

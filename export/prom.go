@@ -78,6 +78,8 @@ type Metrics struct {
 	storms, loops                                   *prometheus.CounterVec
 	resyncActive                                    prometheus.Gauge
 	resyncAlarms                                    prometheus.Counter
+	herdActive                                      prometheus.Gauge
+	herds                                           prometheus.Counter
 	decodeErrors                                    *prometheus.CounterVec
 	connectSeconds                                  *prometheus.HistogramVec
 	connectFailures                                 *prometheus.CounterVec
@@ -149,7 +151,9 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.resyncActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_repeated_full_sync_active", Help: "Nodes resent their whole configuration more than --full-sync-limit times within --full-sync-window, now."})
 	m.resyncAlarms = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_repeated_full_sync_alarms_total", Help: "Repeated full sync alarms raised."})
 	m.nodeOverflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_metrics_node_overflow_total", Help: "Events of nodes past --metrics-max-nodes, counted under node=\"other\"."})
-	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow)
+	m.herdActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_reconnect_herd_active", Help: "1 while a reconnect herd is on (--herd-threshold streams opened within --herd-window), else 0."})
+	m.herds = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_reconnect_herds_total", Help: "Reconnect herds started."})
+	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow, m.herdActive, m.herds)
 	m.decodeErrors = counter("adstap_decode_errors_total", "Frames whose envelope could not be decoded; they were relayed unchanged.", "type")
 	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
 	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
@@ -168,6 +172,18 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// WatchKept reports what the tracker keeps of unanswered pushes for their
+// NACKs (track.Tracker.Kept), read at scrape time.
+func (m *Metrics) WatchKept(kept func() track.KeptStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "adstap_nack_kept_bytes",
+			Help: "Bytes of unanswered pushes kept so that a NACK can name what it rejected (--nack-keep-bytes)."},
+			func() float64 { return float64(kept().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_nack_not_kept_total",
+			Help: "Pushes not kept for their NACK because --nack-keep-bytes was reached: a NACK of one cannot name the objects it rejected."},
+			func() float64 { return float64(kept().Skipped) }))
 }
 
 // Registry is where the metrics live, for other exporters to add theirs.
@@ -311,6 +327,11 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 		m.resyncActive.Add(delta)
 		if delta > 0 {
 			m.resyncAlarms.Inc()
+		}
+	case track.DetectorReconnectHerd:
+		m.herdActive.Add(delta)
+		if delta > 0 {
+			m.herds.Inc()
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -22,29 +23,37 @@ func (b *byteBudget) take(n int) bool {
 
 func (b *byteBudget) give(n int) { b.used.Add(-int64(n)) }
 
-// observation hands one stream's frames to the observer from a goroutine of
-// its own, so the relay only ever appends to a bounded queue. Frames that do
-// not fit are relayed anyway and counted as skipped.
+// observation hands one stream's frames to the observer, so the relay only
+// ever appends to a bounded queue. Frames that do not fit are relayed anyway
+// and counted as skipped. A worker goroutine drains the queue while it has
+// frames and ends when it is empty; the next frame starts another. An idle
+// stream (most streams, most of the time) thus holds no goroutine, and no
+// stack grown by the observer's work, for its observation.
 type observation struct {
 	obs       Observer
 	info      StreamInfo
 	budget    *byteBudget
 	maxFrames int
+	workers   *sync.WaitGroup
 
 	mu      sync.Mutex
 	queue   []Frame
 	end     *StreamEnd
 	skipped int
-
-	wake chan struct{}
+	// draining is set while a worker runs; only one runs at a time, so the
+	// observer's calls for the stream never overlap and keep their order.
+	draining bool
+	// spare is the worker's batch, kept between workers for its capacity.
+	spare []Frame
 }
 
 func startObservation(obs Observer, info StreamInfo, budget *byteBudget, maxFrames int, wg *sync.WaitGroup) *observation {
-	o := &observation{obs: obs, info: info, budget: budget, maxFrames: maxFrames, wake: make(chan struct{}, 1)}
+	o := &observation{obs: obs, info: info, budget: budget, maxFrames: maxFrames, workers: wg, draining: true}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		o.run()
+		o.obs.OnStreamOpen(o.info)
+		o.drain()
 	}()
 	return o
 }
@@ -67,8 +76,9 @@ func (o *observation) frame(f Frame) bool {
 	f.Skipped, o.skipped = o.skipped, 0
 	f.Data.Ref()
 	o.queue = append(o.queue, f)
+	start := o.wake()
 	o.mu.Unlock()
-	o.signal()
+	start()
 	return true
 }
 
@@ -81,24 +91,49 @@ func (o *observation) close(e StreamEnd) {
 	}
 	e.Skipped, o.skipped = o.skipped, 0
 	o.end = &e
+	start := o.wake()
 	o.mu.Unlock()
-	o.signal()
+	start()
 }
 
-func (o *observation) signal() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
+// wake, called with mu held, marks the queue as being drained and returns
+// what starts a worker when none is running; the caller calls it after
+// unlocking.
+func (o *observation) wake() func() {
+	if o.draining {
+		return func() {}
+	}
+	o.draining = true
+	o.workers.Add(1)
+	return func() {
+		go func() {
+			defer o.workers.Done()
+			o.drain()
+		}()
 	}
 }
 
-func (o *observation) run() {
-	o.obs.OnStreamOpen(o.info)
-	var batch []Frame
-	for range o.wake {
+// drain hands the queued frames to the observer until the queue is empty,
+// then ends; after the stream's end it tells the observer and ends for good.
+//
+// It first yields: a goroutine just started runs next on its processor,
+// ahead of the relay's goroutines that are ready (the writers that put the
+// frame on the wire, the readers of other streams). When the cores are busy
+// — a push to a thousand streams at once — the frames go out first and are
+// observed right after, rather than observation stretching the push.
+func (o *observation) drain() {
+	runtime.Gosched()
+	for {
 		o.mu.Lock()
-		batch, o.queue = o.queue, batch[:0]
+		batch := o.queue
+		o.queue = o.spare[:0]
 		end := o.end
+		if len(batch) == 0 && end == nil {
+			o.spare = batch
+			o.draining = false
+			o.mu.Unlock()
+			return
+		}
 		o.mu.Unlock()
 		for i := range batch {
 			o.obs.OnFrame(o.info, batch[i])
@@ -107,9 +142,13 @@ func (o *observation) run() {
 			batch[i] = Frame{}
 		}
 		if end != nil {
-			// No frame is queued once the end is set, so this batch was the last.
+			// No frame is queued once the end is set, so this batch was
+			// the last; draining stays set, so no worker starts again.
 			o.obs.OnStreamClose(o.info, *end)
 			return
 		}
+		o.mu.Lock()
+		o.spare = batch[:0]
+		o.mu.Unlock()
 	}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // Observer is told about every stream and every frame the tap relays, in the
-// order the frames crossed the tap. Calls for one stream never overlap and come
-// from one goroutine per stream; calls for different streams may run at once.
+// order the frames crossed the tap. Calls for one stream never overlap and
+// come from a goroutine of the stream's own (one at a time: a new one after
+// the stream was idle); calls for different streams may run at once.
 //
 // The relay never waits for an observer: frames are queued for it, and when
 // the queue is over its bound they are skipped and counted (Frame.Skipped).

@@ -69,7 +69,7 @@ type Server struct {
 	draining bool
 
 	// workers counts the goroutines a stream leaves behind its handler: the
-	// request pump and the observation queue.
+	// request pump and the observation queue's worker.
 	workers sync.WaitGroup
 }
 

@@ -149,6 +149,10 @@ type PushEnded struct {
 	ErrorCode  int32
 	Error      string
 	ErrorNames []string
+	// Rejected is what the NACK rejected: the push's bytes and the names its
+	// message mentions, for the outputs to read the Istio objects the
+	// resources came from (origin.Of).
+	Rejected *Rejected
 }
 
 // LateAnswer: the client answered a push after it had timed out.
@@ -157,6 +161,8 @@ type LateAnswer struct {
 	Result  PushResult // ack or nack
 	At      time.Time
 	Latency time.Duration
+	// Rejected is set for a NACK, as in PushEnded.
+	Rejected *Rejected
 }
 
 // FullSyncComplete: every type the client subscribed to at the start of the

@@ -30,9 +30,16 @@ type stream struct {
 	fullCounted     bool
 	lastFullVersion string
 	sc              *scratch // the tracker's
+	keep            *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
 	// that starts unsure too (see typeState.unsure).
 	unsure bool
+	// controlPlane is the control_plane.identifier of the latest response
+	// that carried one: the control-plane replica serving the stream.
+	controlPlane string
+	// istioVersion is the node metadata's ISTIO_VERSION.
+	istioVersion string
+	recent       *pushRing // nil before the first push
 }
 
 // fullSyncClock measures the time to full sync. Clients request types in a
@@ -47,8 +54,8 @@ type fullSyncClock struct {
 	types     []string
 }
 
-func newStream(m StreamMeta, sc *scratch) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc}
+func newStream(m StreamMeta, sc *scratch, keep *keeper) *stream {
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc, keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -63,7 +70,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url, s.sc)
+	ts := newTypeState(url, s.sc, s.keep)
 	ts.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)
@@ -77,6 +84,7 @@ func (s *stream) setNode(n *codec.Node) {
 		return
 	}
 	s.hasNode = true
+	s.istioVersion = n.IstioVersion
 	s.node = Node{ID: n.ID, Cluster: n.Cluster, Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
 	switch {
 	case n.UserAgentVersion != "":

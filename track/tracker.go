@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/mem"
+
 	"github.com/adstap/adstap/codec"
 )
 
@@ -24,11 +26,13 @@ type Tracker struct {
 	det     detectors
 	ids     []uint64 // scratch for visiting streams in id order
 	sc      scratch
+	keep    keeper
 }
 
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults(), streams: make(map[uint64]*stream)}
+	t.keep.limit = t.cfg.KeepBytes
 	t.det = newDetectors(&t.cfg)
 	return t
 }
@@ -47,7 +51,7 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 		// episodes must not stay active forever.
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
 	}
-	t.streams[m.ID] = newStream(m, &t.sc)
+	t.streams[m.ID] = newStream(m, &t.sc, &t.keep)
 	evs = append(evs, StreamOpened{Stream: m})
 	return t.det.opened(m.OpenedAt, evs)
 }
@@ -93,6 +97,14 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 // Response tracks a response (a push) of a stream. resp may be reused by the
 // caller once Response returns: nothing of it is kept without copying.
 func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, size int) []Event {
+	return t.ResponseFrame(streamID, at, resp, size, nil)
+}
+
+// ResponseFrame is Response with the response's bytes (those resp was
+// decoded from). The tracker keeps a reference to them (data.Ref) until the
+// push is answered, superseded or its stream ends, within Config.KeepBytes,
+// so that a NACK can name what it rejected (PushEnded.Rejected).
+func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
@@ -100,11 +112,15 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	if resp.ControlPlane != "" {
+		s.controlPlane = resp.ControlPlane
+	}
 	ts := s.typeFor(resp.TypeURL)
 	if ts == nil {
 		return evs
 	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
+	ts.keep.hold(&ts.held, data)
 	return t.det.pushed(s, ts, at, full, evs)
 }
 
@@ -125,6 +141,8 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
 		evs = ts.closePush(at, evs)
+		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(ts, at, evs)

@@ -1,13 +1,15 @@
 // Command adstap-bench measures adstap against the floor and against the
 // usual alternative, in one run (`make bench`): each workload of
-// internal/bench goes over four paths — direct, a tap with observation off,
-// a tap with everything on, and a typed relay that re-marshals every
-// message, as istio-agent's proxy does — alternated, several times. The
-// middle of each path runs as a child process of this program
-// (`adstap-bench serve-tap` / `serve-typed`), so its CPU time and resident
-// memory are its own. The table goes to stdout and into docs/performance.md.
+// internal/bench goes over five paths — direct, a plain pass-through relay
+// with one upstream connection per client connection, a tap with
+// observation off, a tap with everything on, and a typed relay that
+// re-marshals every message, as istio-agent's proxy does — alternated,
+// several times. The middle of each path runs as a child process of this
+// program (`adstap-bench serve-tap` / `serve-relay` / `serve-typed`), so its
+// CPU time and resident memory are its own. The table goes to stdout and
+// into docs/performance.md.
 //
-//	adstap-bench [-quick] [-reps N] [-workloads W1,W2,W3,W4] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
+//	adstap-bench [-quick] [-reps N] [-workloads W1,…,W6] [-paths LIST] [-w5-streams N] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,7 +30,9 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "serve-tap" || os.Args[1] == "serve-typed") {
+	// Thousands of streams take two descriptors each, on both sides.
+	bench.RaiseFileLimit()
+	if len(os.Args) > 1 && (os.Args[1] == "serve-tap" || os.Args[1] == "serve-relay" || os.Args[1] == "serve-typed") {
 		os.Exit(bench.ServeChild(os.Args[1], os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	args := os.Args[1:]
@@ -49,10 +54,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("adstap-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about half a minute)")
-	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2 and W4, 3 for W3; 1 with -quick)")
-	only := fs.String("workloads", "W1,W2,W3,W4", "`list` of workloads to run")
+	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2, W4 and W6, 3 for W3 and W5; 1 with -quick)")
+	only := fs.String("workloads", strings.Join(bench.WorkloadIDs, ","), "`list` of workloads to run")
+	paths := fs.String("paths", "", "`list` of paths to run (default all: "+pathNames()+")")
+	w5Streams := fs.Int("w5-streams", 0, "streams held open in W5 (default 2000)")
+	w5Sources := fs.Int("w5-sources", 0, "loopback addresses W5's clients connect from, 127.0.0.1 onwards (default 1)")
 	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only. A partial run (-quick, -reps, -workloads) writes it only when -out is given")
 	profile := fs.String("profile", "", "write a CPU and a heap profile of each middle's measured window into `dir`")
+	memRate := fs.Int("memprofilerate", 0, "with -profile: sample one allocation per `bytes` in the middles' heap profiles (1: every allocation; 0: Go's default)")
 	execTrace := fs.String("trace", "", "write an execution trace of each middle's measured window into `dir`")
 	codecBench := fs.Bool("codec", true, "also run the codec micro-benchmark (go test -bench DecodeCDS10MB ./codec/)")
 	goCmd := fs.String("go", "go", "the go `command` for the codec micro-benchmark")
@@ -68,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	partial := set["quick"] || set["reps"] || set["workloads"]
+	partial := set["quick"] || set["reps"] || set["workloads"] || set["paths"] || set["w5-streams"] || set["w5-sources"]
 	if partial && !set["out"] {
 		*out = ""
 	}
@@ -91,9 +100,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	// W1 runs are short and vary the most: more of them.
-	sizes, repsOf := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5}
+	sizes, repsOf := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5, "W5": 3, "W6": 5}
 	if *quick {
-		sizes, repsOf = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1}
+		sizes, repsOf = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1, "W5": 1, "W6": 1}
+	}
+	if *w5Streams > 0 {
+		sizes.W5Streams = *w5Streams
+	}
+	if *w5Sources > 0 {
+		sizes.W5Sources = *w5Sources
+	}
+	selected := bench.Paths
+	if *paths != "" {
+		selected = nil
+		for _, name := range strings.Split(*paths, ",") {
+			p := bench.Path(strings.TrimSpace(name))
+			if !slices.Contains(bench.Paths, p) {
+				fmt.Fprintf(stderr, "adstap-bench: -paths: unknown path %q (want %s)\n", p, pathNames())
+				return 2
+			}
+			selected = append(selected, p)
+		}
 	}
 	if *reps > 0 {
 		for id := range repsOf {
@@ -104,12 +131,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, id := range strings.Split(*only, ",") {
 		id = strings.ToUpper(strings.TrimSpace(id))
 		if _, ok := repsOf[id]; !ok {
-			fmt.Fprintf(stderr, "adstap-bench: -workloads: unknown workload %q (want W1, W2, W3, W4)\n", id)
+			fmt.Fprintf(stderr, "adstap-bench: -workloads: unknown workload %q (want one of %s)\n", id, strings.Join(bench.WorkloadIDs, ", "))
 			return 2
 		}
 		want[id] = true
 	}
-	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, TraceDir: *execTrace, Stderr: stderr}
+	if err := bench.CheckFileLimit(sizes, want); err != nil {
+		fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
+		return 1
+	}
+	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, MemProfileRate: *memRate, TraceDir: *execTrace, Stderr: stderr}
 	var label string
 	quiet := &bench.Quiet{PerRun: *quietWait, Total: *quietTotal}
 	all := &bench.Runs{Results: map[string]map[bench.Path][]bench.Result{}}
@@ -123,6 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		n := repsOf[id]
 		runs, err := bench.Run(ctx, bench.RunConfig{
 			Workloads: []bench.Workload{w},
+			Paths:     selected,
 			Reps:      n,
 			Start: func(p bench.Path, l string) bench.StartMiddle {
 				label = l
@@ -166,4 +198,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap-bench: report written to %s\n", abs)
 	}
 	return 0
+}
+
+func pathNames() string {
+	var names []string
+	for _, p := range bench.Paths {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ",")
 }

@@ -31,7 +31,7 @@ func demoCommand(f *demoFlags) *command {
 	c.group("Demo")
 	f.interval = 3 * time.Second
 	c.Var(durationValue{&f.interval}, "interval", "change the configuration every `duration`")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (/debug/streams, /healthz, /readyz)")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (the live page at /, /debug/streams, /metrics, /healthz, /readyz)")
 	c.group("Logging")
 	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	c.String(&f.logFormat, "log-format", "text", "`format` of the live log on stderr: text or json")
@@ -77,6 +77,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rf.listen = "127.0.0.1:0"
 	rf.upstream = cp.Addr()
 	rf.admin = f.admin
+	rf.retainResources = true // so that adstap config has something to show
 	t, err := startTap(rf, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
@@ -90,13 +91,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if t.admin != nil {
 		admin = "http://" + t.admin.addr()
 	}
+	adminAddr := "off"
+	if t.admin != nil {
+		adminAddr = t.admin.addr()
+	}
 	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
-  live log:        below, one line per push outcome and per detector event
-  stream state:    curl -s %s/debug/streams
-  one node:        curl -s '%s/debug/streams?node=%s'
+  live log:          below, one line per push outcome and per detector event
+  live page:         %s/
+  proxy status:      adstap status --admin %s   (go run ./cmd/adstap status ...)
+  what one accepted: adstap config --admin %s --node %s --type cluster
+  stream state:      curl -s %s/debug/streams
+  one node:          curl -s '%s/debug/streams?node=%s'
 Every %s the configuration changes; a bad cluster is pushed, NACKed (a storm), then fixed. Ctrl-C stops.
 
-`, cp.Addr(), tapAddr, admin, admin, demo.DeltaNode, f.interval)
+`, cp.Addr(), tapAddr, admin, adminAddr, adminAddr, demo.DeltaNode, admin, admin, demo.DeltaNode, f.interval)
 
 	var wg sync.WaitGroup
 	run := func(name string, fn func(context.Context) error) {

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/internal/bench"
@@ -10,7 +11,7 @@ import (
 
 // The workloads check what they measure: every push arrives byte for byte
 // (its xxhash is compared with what the upstream sent) and every ACK reaches
-// the upstream, on each of the four paths. Nothing here looks at speed.
+// the upstream, on each of the five paths. Nothing here looks at speed.
 func TestWorkloadsOverEveryPath(t *testing.T) {
 	sizes := bench.TinySizes()
 	for _, w := range bench.Workloads(sizes) {
@@ -57,6 +58,13 @@ func checkCounts(t *testing.T, id string, s bench.Sizes, res bench.Result) {
 		pushes, acks, streams = 2*s.W3Streams, 2*s.W3Streams, s.W3Streams
 	case "W4":
 		pushes, acks, streams = s.W4Pushes, s.W4Pushes+1, 1
+	case "W5":
+		pushes, acks, streams = 2*s.W5Streams, 2*s.W5Streams, s.W5Streams
+	case "W6":
+		pushes, acks, streams = s.W6Streams, 2*s.W6Streams, s.W6Streams
+		if len(res.Latencies) != streams {
+			t.Errorf("%d latencies, want one per stream (%d)", len(res.Latencies), streams)
+		}
 	}
 	if res.Pushes != pushes || res.ACKs != acks || res.Streams != streams {
 		t.Errorf("%s: %d pushes, %d ACKs, %d streams; want %d, %d, %d", id, res.Pushes, res.ACKs, res.Streams, pushes, acks, streams)
@@ -78,7 +86,7 @@ func TestChildProcess(t *testing.T) {
 	}
 	cfg := bench.ChildConfig{Command: []string{exe}, Env: append(os.Environ(), childEnv+"=1"), ProfileDir: t.TempDir()}
 	w := bench.NewW1(bench.TinySizes())
-	for _, p := range []bench.Path{bench.TapOff, bench.TapFull, bench.Typed} {
+	for _, p := range []bench.Path{bench.Relay, bench.TapOff, bench.TapFull, bench.Typed} {
 		t.Run(string(p), func(t *testing.T) {
 			res, err := w.Run(context.Background(), bench.Child(cfg, p, func() string { return "W1-" + string(p) }))
 			if err != nil {
@@ -94,5 +102,26 @@ func TestChildProcess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A run that would need more file descriptors than the process may open
+// is refused before it starts, with the number of streams that would fit.
+func TestCheckFileLimit(t *testing.T) {
+	limit, err := bench.FileLimit()
+	if err != nil {
+		t.Skip(err)
+	}
+	tiny := bench.TinySizes()
+	if err := bench.CheckFileLimit(tiny, map[string]bool{"W5": true}); err != nil {
+		t.Errorf("tiny sizes refused: %v", err)
+	}
+	huge := tiny
+	huge.W5Streams = int(limit)
+	if err := bench.CheckFileLimit(huge, map[string]bool{"W5": true}); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("W5 with %d streams under a limit of %d files: got %v, want an error saying how many fit", huge.W5Streams, limit, err)
+	}
+	if err := bench.CheckFileLimit(huge, map[string]bool{"W1": true}); err != nil {
+		t.Errorf("W5's streams checked though only W1 runs: %v", err)
 	}
 }

@@ -20,10 +20,10 @@ import (
 	"github.com/adstap/adstap/internal/gctune"
 )
 
-// The middle of paths 2–4 runs in a process of its own, so that its CPU time
+// The middle of paths 2–5 runs in a process of its own, so that its CPU time
 // and resident memory are its own and not the load generator's. The harness
-// starts it as `adstap-bench serve-tap --mode=off|full` or
-// `adstap-bench serve-typed`, with --upstream; the child prints
+// starts it as `adstap-bench serve-tap --mode=off|full`,
+// `adstap-bench serve-relay` or `adstap-bench serve-typed`, with --upstream; the child prints
 // "ready ADDR" and then answers one command per line on stdin with one JSON
 // Usage line on stdout:
 //
@@ -42,7 +42,8 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	up := fs.String("upstream", "", "upstream `host:port`")
 	listen := fs.String("listen", "127.0.0.1:0", "`host:port` to accept clients on")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured window to `file`")
-	memProfile := fs.String("memprofile", "", "write a heap profile at the window's end to `file`")
+	memProfile := fs.String("memprofile", "", "write a heap profile and a goroutine profile (FILE.goroutines) at the window's end to `file`")
+	memRate := fs.Int("memprofilerate", 0, "sample one allocation per `bytes` in the heap profile (runtime.MemProfileRate; 0: Go's default, 512 KiB)")
 	execTrace := fs.String("trace", "", "write an execution trace of the measured window to `file`")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -51,22 +52,27 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	switch {
 	case subcommand == "serve-typed":
 		p = Typed
+	case subcommand == "serve-relay":
+		p = Relay
 	case subcommand == "serve-tap" && *mode == "off":
 		p = TapOff
 	case subcommand == "serve-tap" && *mode == "full":
 		p = TapFull
 	default:
-		fmt.Fprintf(stderr, "%s: want serve-tap --mode=off|full or serve-typed\n", subcommand)
+		fmt.Fprintf(stderr, "%s: want serve-tap --mode=off|full, serve-relay or serve-typed\n", subcommand)
 		return 2
 	}
 	if *up == "" {
 		fmt.Fprintf(stderr, "%s: --upstream is required\n", subcommand)
 		return 2
 	}
-	if p != Typed {
-		// As `adstap run` does; the typed relay keeps Go's defaults, as
+	if *memRate > 0 {
+		runtime.MemProfileRate = *memRate
+	}
+	if p == TapOff || p == TapFull {
+		// As `adstap run` does; the relays keep Go's defaults, as
 		// istio-agent does.
-		gctune.Apply(os.Getenv, gctune.SystemCgroup())
+		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second)()
 	}
 	srv, err := Serve(p, *up, *listen)
 	if err != nil {
@@ -157,7 +163,18 @@ func writeHeapProfile(path string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	g, err := os.Create(strings.TrimSuffix(path, ".heap.pprof") + ".goroutines")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+		g.Close()
+		return err
+	}
+	return g.Close()
 }
 
 // ChildConfig says how the harness starts middle processes.
@@ -168,8 +185,10 @@ type ChildConfig struct {
 	// Env is the child's environment (nil: the harness's).
 	Env []string
 	// ProfileDir, when set, gets a CPU and a heap profile of each
-	// measured window, named after Label.
+	// measured window, named after Label, and a list of the goroutines.
 	ProfileDir string
+	// MemProfileRate, when set, is the middle's runtime.MemProfileRate.
+	MemProfileRate int
 	// TraceDir, when set, gets an execution trace of each measured window.
 	TraceDir string
 	Stderr   io.Writer
@@ -188,6 +207,8 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 			args = append(args, "serve-tap", "--mode=off")
 		case TapFull:
 			args = append(args, "serve-tap", "--mode=full")
+		case Relay:
+			args = append(args, "serve-relay")
 		case Typed:
 			args = append(args, "serve-typed")
 		}
@@ -195,6 +216,9 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 		if cfg.ProfileDir != "" {
 			base := cfg.ProfileDir + "/" + label()
 			args = append(args, "--cpuprofile="+base+".cpu.pprof", "--memprofile="+base+".heap.pprof")
+		}
+		if cfg.MemProfileRate > 0 {
+			args = append(args, fmt.Sprintf("--memprofilerate=%d", cfg.MemProfileRate))
 		}
 		if cfg.TraceDir != "" {
 			args = append(args, "--trace="+cfg.TraceDir+"/"+label()+".trace")

@@ -23,13 +23,14 @@ type Path string
 
 const (
 	Direct  Path = "direct"   // client → upstream: the floor
-	TapOff  Path = "tap-off"  // through adstap with no observer: the proxy floor
+	Relay   Path = "relay"    // through a plain pass-through relay, one upstream connection per client connection
+	TapOff  Path = "tap-off"  // through adstap with no observer
 	TapFull Path = "tap-full" // through adstap with tracker, metrics, tracing and live log
 	Typed   Path = "typed"    // through a relay that unmarshals and re-marshals every message
 )
 
-// Paths are the four paths, in the order the report shows them.
-var Paths = []Path{Direct, TapOff, TapFull, Typed}
+// Paths are the five paths, in the order the report shows them.
+var Paths = []Path{Direct, Relay, TapOff, TapFull, Typed}
 
 // Middle is what stands between the clients and the upstream on one path.
 type Middle interface {
@@ -88,7 +89,8 @@ func (m inProcess) Sample() (Usage, error)        { return m.s.counts(), nil }
 func (m inProcess) SampleAfterGC() (Usage, error) { return m.s.counts(), nil }
 func (m inProcess) Close() error                  { return m.s.Close() }
 
-// Server is a running middle: a tap (observation off or full) or the typed relay.
+// Server is a running middle: a tap (observation off or full), the
+// pass-through relay or the typed relay.
 type Server struct {
 	lis   net.Listener
 	close func() error
@@ -117,6 +119,8 @@ func Serve(p Path, upstream, listen string) (*Server, error) {
 	switch p {
 	case TapOff, TapFull:
 		s.close, err = s.serveTap(upstream, p == TapFull)
+	case Relay:
+		s.close, err = servePassRelay(lis, upstream)
 	case Typed:
 		s.close, err = serveTyped(lis, upstream)
 	default:

@@ -79,11 +79,32 @@ func (u *upstream) Stop() {
 }
 
 // dialRaw connects a load-generator client to addr.
-func dialRaw(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+addr,
+func dialRaw(addr string) (*grpc.ClientConn, error) { return dialRawFrom(addr, nil) }
+
+// dialRawFrom connects a load-generator client to addr from the local
+// address from (nil: the system's choice). Clients spread over several
+// loopback addresses are not bounded by one address's ephemeral ports.
+func dialRawFrom(addr string, from net.Addr) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
-	)
+	}
+	if from != nil {
+		d := &net.Dialer{LocalAddr: from}
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", a)
+		}))
+	}
+	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// sourceAddr is the i-th loopback source address, 127.0.0.1 onwards; nil
+// for the first, which leaves the choice to the system.
+func sourceAddr(i int) net.Addr {
+	if i == 0 {
+		return nil
+	}
+	return &net.TCPAddr{IP: net.IPv4(127, 0, byte((i+1)>>8), byte(i+1))}
 }
 
 var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}

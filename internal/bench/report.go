@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Report is a harness run made readable: the table, the targets of issue 8
-// and the machine.
+// Report is a harness run made readable: the table, the targets and the
+// machine.
 type Report struct {
 	Runs     *Runs
 	Codec    *CodecResult // nil when not run
@@ -20,7 +20,7 @@ type Report struct {
 	Command  string // how the run was started
 }
 
-// Target is one of issue 8's performance targets and how the run did.
+// Target is one of the performance targets and how the run did.
 type Target struct {
 	What, Want, Got string
 	Met             bool
@@ -68,6 +68,14 @@ func wallOf(r Result) float64 { return float64(r.Wall) }
 func cpuOf(r Result) float64  { return float64(r.Middle.CPU) }
 func peakOf(r Result) float64 { return float64(r.Middle.PeakRSS) }
 
+// perStreamOf is an idle workload's resident memory per stream.
+func perStreamOf(r Result) float64 {
+	if r.Streams == 0 {
+		return 0
+	}
+	return float64(r.Settled.RSS-r.Idle.RSS) / float64(r.Streams)
+}
+
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
@@ -75,7 +83,7 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// Targets checks the run against issue 8's targets.
+// Targets checks the run against the performance targets.
 func (r *Report) Targets() []Target {
 	var ts []Target
 	add := func(what, want string, known bool, got string, met bool) {
@@ -100,11 +108,29 @@ func (r *Report) Targets() []Target {
 	add("W2 added p99 latency, tap-full − direct", "≤ 1 ms", okDir && okFull2,
 		fmt.Sprintf("%s (p99 %s vs %s)", fmtSignedDur(added), fmtDur(full2.P99), fmtDur(dir.P99)), added <= time.Millisecond)
 
+	relay2, okRelay2 := r.summary("W2", Relay)
+	addedRelay := r.addedP99(Relay)
+	add("W2 added p99 latency, tap-full / pass-through relay", "≤ 1.10×", okDir && okFull2 && okRelay2,
+		fmt.Sprintf("%.2f× (%s vs %s; p99 %s vs %s)", ratio(float64(added), float64(addedRelay)), fmtSignedDur(added), fmtSignedDur(addedRelay), fmtDur(full2.P99), fmtDur(relay2.P99)),
+		added <= addedRelay*11/10)
+
 	full3, okFull3 := r.summary("W3", TapFull)
 	add("W3 RSS per idle synced stream, tap-full", "≤ 200 KB", okFull3,
 		fmt.Sprintf("%.0f KB", full3.PerStreamRSS/1e3), full3.PerStreamRSS <= 200e3)
 	add("W3 RSS of an idle tap with no streams, tap-full", "≤ 30 MB", okFull3,
 		fmt.Sprintf("%.1f MB", float64(full3.IdleRSS)/1e6), full3.IdleRSS <= 30e6)
+
+	full5, okFull5 := r.summary("W5", TapFull)
+	relay5, okRelay5 := r.summary("W5", Relay)
+	m5 := r.paired("W5", TapFull, Relay, perStreamOf)
+	add("W5 RSS per idle synced stream, tap-full / pass-through relay", "≤ 0.80×", okFull5 && okRelay5,
+		fmt.Sprintf("%.2f× (%.0f KB vs %.0f KB)", m5, full5.PerStreamRSS/1e3, relay5.PerStreamRSS/1e3), m5 <= 0.80)
+
+	full6, okFull6 := r.summary("W6", TapFull)
+	relay6, okRelay6 := r.summary("W6", Relay)
+	c6 := r.paired("W6", TapFull, Relay, wallOf)
+	add("W6 fan-out convergence (first send → last ACK), tap-full / pass-through relay", "≤ 1.10×", okFull6 && okRelay6,
+		fmt.Sprintf("%.2f× (%s vs %s)", c6, fmtDur(full6.Wall), fmtDur(relay6.Wall)), c6 <= 1.10)
 
 	if r.Codec != nil {
 		gbs := r.Codec.MBPerSec / 1000
@@ -226,12 +252,14 @@ func (r *Report) detail(id string, p Path, s Summary) string {
 			out += fmt.Sprintf(" (p99 %s vs direct)", fmtSignedDur(r.addedP99(p)))
 		}
 		return out
-	case "W3":
+	case "W3", "W5":
 		if p == Direct {
 			return fmt.Sprintf("sync of %d streams", s.Streams)
 		}
-		return fmt.Sprintf("RSS idle %s → %s synced: **%.0f KB per stream** (%.0f KB live, after a forced GC); %.0f goroutines per stream",
-			fmtBytes(s.IdleRSS), fmtBytes(s.SettledRSS), s.PerStreamRSS/1e3, s.PerStreamLive/1e3, s.PerStreamGoroutines)
+		return fmt.Sprintf("RSS idle %s → %s synced: **%.0f KB per stream** (%.0f KB live, after a forced GC); %.0f goroutines and %.0f FDs per stream",
+			fmtBytes(s.IdleRSS), fmtBytes(s.SettledRSS), s.PerStreamRSS/1e3, s.PerStreamLive/1e3, s.PerStreamGoroutines, s.PerStreamFDs)
+	case "W6":
+		return fmt.Sprintf("**converged in %s** (first send → last ACK); per stream p50 %s, p99 %s", fmtDur(s.Wall), fmtDur(s.P50), fmtDur(s.P99))
 	}
 	return ""
 }

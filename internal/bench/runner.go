@@ -11,6 +11,8 @@ import (
 // RunConfig says what a harness run does.
 type RunConfig struct {
 	Workloads []Workload
+	// Paths are the paths to run (nil: all of Paths).
+	Paths []Path
 	// Reps is how many times each workload runs over each path. Each
 	// repetition runs every path once, in an order rotated by one from the
 	// previous repetition's, so the paths alternate and none always goes first.
@@ -60,13 +62,17 @@ func Run(ctx context.Context, cfg RunConfig) (*Runs, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
+	paths := cfg.Paths
+	if len(paths) == 0 {
+		paths = Paths
+	}
 	for _, w := range cfg.Workloads {
 		byPath := map[Path][]Result{}
 		runs.Results[w.ID()] = byPath
 		runs.Workloads = append(runs.Workloads, WorkloadInfo{w.ID(), w.Describe(), cfg.Reps})
 		fmt.Fprintf(progress, "%s: %s\n", w.ID(), w.Describe())
 		for rep := range cfg.Reps {
-			order := rotate(Paths, rep)
+			order := rotate(paths, rep)
 			for _, p := range order {
 				label := fmt.Sprintf("%s-%s-%d", w.ID(), p, rep+1)
 				if busy := cfg.Quiet.wait(ctx); busy >= 0.1 {
@@ -96,10 +102,13 @@ func runDetail(id string, r Result) string {
 	case "W2":
 		p50, p99 := percentile(r.Latencies, 0.50), percentile(r.Latencies, 0.99)
 		return fmt.Sprintf("  latency p50 %s p99 %s", fmtDur(p50), fmtDur(p99))
-	case "W3":
-		return fmt.Sprintf("  RSS idle %s, synced+settled %s (after GC %s: heap %s, stacks %s), goroutines %d → %d",
-			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse),
-			fmtBytes(r.Collected.Stacks), r.Idle.Goroutines, r.Settled.Goroutines)
+	case "W3", "W5":
+		return fmt.Sprintf("  RSS idle %s, synced+settled %s (heap %s, stacks %s; after GC %s: heap %s, stacks %s), goroutines %d → %d, FDs %d → %d",
+			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Settled.HeapInuse), fmtBytes(r.Settled.Stacks),
+			fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse), fmtBytes(r.Collected.Stacks),
+			r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
+	case "W6":
+		return fmt.Sprintf("  per stream p50 %s p99 %s", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)))
 	}
 	if r.Middle.End.Spans > 0 || r.Middle.End.LogBytes > 0 {
 		return fmt.Sprintf("  (observed: %d spans exported, %s of live log)", r.Middle.End.Spans, fmtBytes(r.Middle.End.LogBytes))
@@ -147,11 +156,12 @@ type Summary struct {
 	WallSpread, CPUSpread float64
 	PeakRSS               int64
 	PerPush               time.Duration // W1, W4
-	P50, P99              time.Duration // W2
+	P50, P99              time.Duration // W2, W6 (per stream)
 	IdleRSS, SettledRSS   int64         // W3
 	PerStreamRSS          float64       // W3, bytes
 	PerStreamLive         float64       // W3, bytes, after a forced GC
 	PerStreamGoroutines   float64       // W3
+	PerStreamFDs          float64       // W3
 	SettledHeap           int64         // W3
 	Pushes, Streams       int
 	// Others is the median and the largest share of a core the rest of the
@@ -164,7 +174,7 @@ func Summarize(results []Result) Summary {
 	s := Summary{N: len(results)}
 	var wall, cpu, perPush, p50, p99 []time.Duration
 	var peak, idle, settled, heap []int64
-	var perStream, perStreamLive, goroutines, others []float64
+	var perStream, perStreamLive, goroutines, fds, others []float64
 	for _, r := range results {
 		wall = append(wall, r.Wall)
 		cpu = append(cpu, r.Middle.CPU)
@@ -183,6 +193,7 @@ func Summarize(results []Result) Summary {
 			perStream = append(perStream, float64(r.Settled.RSS-r.Idle.RSS)/float64(r.Streams))
 			perStreamLive = append(perStreamLive, float64(r.Collected.RSS-r.Idle.RSS)/float64(r.Streams))
 			goroutines = append(goroutines, float64(r.Settled.Goroutines-r.Idle.Goroutines)/float64(r.Streams))
+			fds = append(fds, float64(r.Settled.FDs-r.Idle.FDs)/float64(r.Streams))
 		}
 		s.Pushes, s.Streams = r.Pushes, r.Streams
 		others = append(others, r.Middle.othersShare())
@@ -191,7 +202,7 @@ func Summarize(results []Result) Summary {
 	s.WallSpread, s.CPUSpread = spread(wall), spread(cpu)
 	s.PerPush, s.P50, s.P99 = median(perPush), median(p50), median(p99)
 	s.IdleRSS, s.SettledRSS, s.SettledHeap, s.PerStreamRSS = median(idle), median(settled), median(heap), median(perStream)
-	s.PerStreamLive, s.PerStreamGoroutines = median(perStreamLive), median(goroutines)
+	s.PerStreamLive, s.PerStreamGoroutines, s.PerStreamFDs = median(perStreamLive), median(goroutines), median(fds)
 	s.OthersMedian = median(others)
 	if len(others) > 0 {
 		s.OthersMax = slices.Max(others)

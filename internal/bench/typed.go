@@ -34,17 +34,23 @@ func serveTyped(lis net.Listener, upstream string) (func() error, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)
 	discovery.RegisterAggregatedDiscoveryServiceServer(srv, r)
+	return serveRelay(srv, lis, &r.pumps), nil
+}
+
+// serveRelay serves a relay's gRPC server on lis; the function it returns
+// stops it and waits for its request pumps.
+func serveRelay(srv *grpc.Server, lis net.Listener, pumps *sync.WaitGroup) func() error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	return func() error {
 		srv.Stop()
 		err := <-served
-		r.pumps.Wait()
+		pumps.Wait()
 		if err == grpc.ErrServerStopped {
 			err = nil
 		}
 		return err
-	}, nil
+	}
 }
 
 func (r *typedRelay) dial() (*grpc.ClientConn, error) {

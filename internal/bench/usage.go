@@ -15,6 +15,7 @@ type Usage struct {
 	HeapInuse  int64         `json:"heap"`     // Go heap objects, bytes
 	Stacks     int64         `json:"stacks"`   // goroutine stacks, bytes
 	Goroutines int           `json:"goroutines"`
+	FDs        int           `json:"fds"` // open file descriptors
 	// What a full tap's observation produced, to show it was on.
 	Spans    int64 `json:"spans"`
 	LogBytes int64 `json:"log_bytes"`

@@ -23,6 +23,9 @@ func SelfUsage() (Usage, error) {
 		CPU:        time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		Goroutines: runtime.NumGoroutine(),
 	}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		u.FDs = len(fds)
+	}
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return u, err
@@ -85,4 +88,34 @@ func MachineCPU() (all, self time.Duration, err error) {
 		return 0, 0, err
 	}
 	return time.Duration(ticks) * time.Second / userHZ, time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// RaiseFileLimit raises this process's limit on open files as far as it
+// can: to the hard limit, and past it (up to the kernel's nr_open) when the
+// process may. Every stream through a middle costs two descriptors in the
+// middle and two in the load generator.
+func RaiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil && n > l.Max {
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}) == nil {
+				return
+			}
+		}
+	}
+	l.Cur = l.Max
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+}
+
+// FileLimit is this process's limit on open files (the soft limit, which
+// RaiseFileLimit raises as far as it may).
+func FileLimit() (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	return l.Cur, nil
 }

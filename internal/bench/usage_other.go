@@ -20,3 +20,9 @@ func ResetPeakRSS() error { return errors.New("bench: clear_refs is Linux only")
 func MachineCPU() (all, self time.Duration, err error) {
 	return 0, 0, errors.New("bench: /proc/stat is Linux only")
 }
+
+// RaiseFileLimit does nothing off Linux.
+func RaiseFileLimit() {}
+
+// FileLimit is only implemented on Linux.
+func FileLimit() (uint64, error) { return 0, errors.New("bench: getrlimit is Linux only") }

@@ -26,17 +26,7 @@ type W1 struct {
 
 // NewW1 builds W1's pushes.
 func NewW1(s Sizes) *W1 {
-	res := xdsconfig.Clusters(s.W1Clusters, s.W1PadTo)
-	a := make([]proto.Message, len(res))
-	b := make([]proto.Message, len(res))
-	for i, r := range res {
-		a[i], b[i] = r, r
-		if i%50 == 0 {
-			c := proto.Clone(r).(*clusterv3.Cluster)
-			c.ConnectTimeout = durationpb.New(7 * time.Second)
-			b[i] = c
-		}
-	}
+	a, b := clusterVersions(s.W1Clusters, s.W1PadTo)
 	bodies := [2][]byte{sotwBody(a), sotwBody(b)}
 	w := &W1{clusters: s.W1Clusters, pushSequence: pushSequence{
 		method:       MethodSotW,
@@ -52,6 +42,24 @@ func NewW1(s Sizes) *W1 {
 		w.acks = append(w.acks, sotwACK(v, n, codec.TypeCluster, nil))
 	}
 	return w
+}
+
+// clusterVersions are n Istio-shaped clusters of about padTo bytes each, in
+// two versions that differ in 2 % of them, as consecutive pushes of a
+// control plane do.
+func clusterVersions(n, padTo int) (a, b []proto.Message) {
+	res := xdsconfig.Clusters(n, padTo)
+	a = make([]proto.Message, len(res))
+	b = make([]proto.Message, len(res))
+	for i, r := range res {
+		a[i], b[i] = r, r
+		if i%50 == 0 {
+			c := proto.Clone(r).(*clusterv3.Cluster)
+			c.ConnectTimeout = durationpb.New(7 * time.Second)
+			b[i] = c
+		}
+	}
+	return a, b
 }
 
 func (*W1) ID() string { return "W1" }

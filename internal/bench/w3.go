@@ -17,10 +17,13 @@ import (
 
 // W3 is many idle, synced proxies: each stream (one per connection) gets
 // its clusters and their endpoints, ACKs both, and then nothing happens.
-// What it measures is the middle's resident memory: with no stream, and with
-// every stream synced and left idle for a while.
+// What it measures is the middle's resident memory, goroutines and file
+// descriptors: with no stream, and with every stream synced and left idle
+// for a while. W5 is the same with more streams.
 type W3 struct {
+	id         string
 	streams    int
+	sources    int // client source addresses, 127.0.0.1 onwards
 	settle     time.Duration
 	initial    [][]byte // per stream
 	cds, eds   Msg
@@ -31,13 +34,16 @@ type W3 struct {
 	ackEDS     []byte
 }
 
-// w3Openers bounds how many clients connect at once.
-const w3Openers = 32
-
 // NewW3 builds W3's pushes: every stream receives the same ones.
-func NewW3(s Sizes) *W3 {
-	w := &W3{streams: s.W3Streams, settle: s.W3Settle}
-	clusters := xdsconfig.Clusters(s.W3Clusters, 1000)
+func NewW3(s Sizes) *W3 { return newIdle("W3", s.W3Streams, s.W3Clusters, 1, s.W3Settle) }
+
+// NewW5 is W3 with W5's number of streams, spread over W5Sources client
+// addresses (each address has its own ephemeral ports towards the middle).
+func NewW5(s Sizes) *W3 { return newIdle("W5", s.W5Streams, s.W3Clusters, s.W5Sources, s.W3Settle) }
+
+func newIdle(id string, streams, clusterCount, sources int, settle time.Duration) *W3 {
+	w := &W3{id: id, streams: streams, sources: max(1, sources), settle: settle}
+	clusters := xdsconfig.Clusters(clusterCount, 1000)
 	var cds, eds []proto.Message
 	var names []string
 	for i, c := range clusters {
@@ -51,16 +57,16 @@ func NewW3(s Sizes) *W3 {
 	w.ackCDS = sotwACK(pushVersion("w3", 1), w.cdsNonce, codec.TypeCluster, nil)
 	w.edsRequest = mustMarshal(&discovery.DiscoveryRequest{TypeUrl: codec.TypeEndpoint, ResourceNames: names})
 	w.ackEDS = sotwACK(pushVersion("w3", 1), w.edsNonce, codec.TypeEndpoint, names)
-	for i := range s.W3Streams {
+	for i := range streams {
 		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{Node: node(i), TypeUrl: codec.TypeCluster}))
 	}
 	return w
 }
 
-func (*W3) ID() string { return "W3" }
+func (w *W3) ID() string { return w.id }
 
 func (w *W3) Describe() string {
-	return fmt.Sprintf("%d streams synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
+	return fmt.Sprintf("%d streams, one connection each, synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
 }
 
 func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
@@ -126,66 +132,25 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	t0 := time.Now()
-	var (
-		clients    sync.WaitGroup
-		clientErrs = newFirstError()
-		next       atomic.Int64
-		conns      = make([]*grpc.ClientConn, w.streams)
-		opened     = make(chan struct{}, w.streams)
-	)
-	for range min(w3Openers, w.streams) {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= w.streams {
-					return
-				}
-				cc, err := dialRaw(m.Addr())
-				if err != nil {
-					clientErrs.set(err)
-					return
-				}
-				conns[i] = cc
-				clients.Add(1)
-				go func() {
-					defer clients.Done()
-					clientErrs.set(w.client(ctx, cc, i, opened))
-				}()
-				select {
-				case <-opened:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() {
-		clients.Wait()
-		close(done)
-	}()
+	clients := startFleet(ctx, m.Addr(), w.streams, w.sources, func(cc *grpc.ClientConn, i int, ready func()) error {
+		return w.client(ctx, cc, i, ready)
+	})
 	defer func() {
 		released()
 		cancel()
-		<-done
-		for _, cc := range conns {
-			if cc != nil {
-				cc.Close()
-			}
-		}
+		<-clients.done
+		clients.closeConns()
 	}()
 	select {
 	case <-allSync:
-	case <-done:
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before every stream synced"))
-	case <-clientErrs.failed:
-		return res, firstOf(clientErrs.get(), errs.get())
+	case <-clients.done:
+		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("clients ended before every stream synced"))
+	case <-clients.errs.failed:
+		return res, firstOf(clients.errs.get(), errs.get())
 	case <-errs.failed:
-		return res, firstOf(errs.get(), clientErrs.get())
+		return res, firstOf(errs.get(), clients.errs.get())
 	case <-ctx.Done():
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
+		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
 	}
 	res.Wall = time.Since(t0)
 	if res.Middle, err = m.End(); err != nil {
@@ -200,11 +165,11 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	}
 	released()
 	select {
-	case <-done:
+	case <-clients.done:
 	case <-ctx.Done():
 		return res, fmt.Errorf("streams did not end: %w", ctx.Err())
 	}
-	if err := firstOf(errs.get(), clientErrs.get()); err != nil {
+	if err := firstOf(errs.get(), clients.errs.get()); err != nil {
 		return res, err
 	}
 	res.ACKs, res.Streams, res.Pushes = int(acks.Load()), w.streams, 2*w.streams
@@ -215,11 +180,9 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	return res, nil
 }
 
-// client is proxy i: it syncs CDS and EDS, says so on opened, and waits
+// client is proxy i: it syncs CDS and EDS, says so with ready, and waits
 // for the upstream to end its stream.
-func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, opened chan<- struct{}) error {
-	signal := sync.OnceFunc(func() { opened <- struct{}{} })
-	defer signal()
+func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
 	s, err := openRaw(ctx, cc, MethodSotW)
 	if err != nil {
 		return err
@@ -242,6 +205,6 @@ func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, opened chan
 	if err := sendBytes(s, w.ackEDS); err != nil {
 		return err
 	}
-	signal()
+	ready()
 	return expectEnd(s)
 }

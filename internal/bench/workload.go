@@ -14,7 +14,7 @@ import (
 
 // Workload is one kind of xDS traffic, built once and run over each path.
 type Workload interface {
-	ID() string       // W1 … W4
+	ID() string       // W1 … W6
 	Describe() string // what it sends, for the report
 	// Run starts an upstream, the path's middle (start) in front of it and
 	// the clients, measures one run, and checks that every push arrived
@@ -50,6 +50,9 @@ type Sizes struct {
 	W3Settle                      time.Duration
 	W4Resources, W4Churn          int
 	W4Pushes, W4Size              int
+	W5Streams, W5Sources          int
+	W6Streams, W6Clusters         int
+	W6Settle                      time.Duration
 }
 
 // FullSizes are the sizes of issue 8: a 10 MB CDS push of 10,000 clusters,
@@ -61,6 +64,8 @@ func FullSizes() Sizes {
 		W2Streams: 200, W2Rounds: 30, W2Size: 800, W2Interval: 100 * time.Millisecond,
 		W3Streams: 1000, W3Clusters: 100, W3Settle: 2 * time.Second,
 		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
+		W5Streams: 2000, W5Sources: 1,
+		W6Streams: 1000, W6Clusters: 200, W6Settle: time.Second,
 	}
 }
 
@@ -78,11 +83,13 @@ func TinySizes() Sizes {
 		W2Streams: 5, W2Rounds: 3, W2Size: 1000, W2Interval: 5 * time.Millisecond,
 		W3Streams: 5, W3Clusters: 10, W3Settle: 0,
 		W4Resources: 100, W4Churn: 1, W4Pushes: 3, W4Size: 300,
+		W5Streams: 6, W5Sources: 2,
+		W6Streams: 5, W6Clusters: 10, W6Settle: 0,
 	}
 }
 
-// WorkloadIDs name the four workloads.
-var WorkloadIDs = []string{"W1", "W2", "W3", "W4"}
+// WorkloadIDs name the six workloads.
+var WorkloadIDs = []string{"W1", "W2", "W3", "W4", "W5", "W6"}
 
 // NewWorkload builds one workload (its pre-encoded messages), or nil for an
 // unknown id.
@@ -96,11 +103,15 @@ func NewWorkload(id string, s Sizes) Workload {
 		return NewW3(s)
 	case "W4":
 		return NewW4(s)
+	case "W5":
+		return NewW5(s)
+	case "W6":
+		return NewW6(s)
 	}
 	return nil
 }
 
-// Workloads builds the four workloads.
+// Workloads builds every workload.
 func Workloads(s Sizes) []Workload {
 	var ws []Workload
 	for _, id := range WorkloadIDs {
@@ -191,4 +202,32 @@ func closeAll(fs ...func() error) error {
 		}
 	}
 	return first
+}
+
+// filesPerStream is what one stream of one connection costs in file
+// descriptors, in the load generator (the client's connection and the
+// upstream's) and in a middle (the client's and its upstream connection);
+// fileMargin covers the rest (listeners, pipes, the binary, epoll).
+const (
+	filesPerStream = 2
+	fileMargin     = 64
+)
+
+// CheckFileLimit fails when the workloads in want (by id) hold more streams
+// open at once than this process may open files for: the run would fail
+// half-way with "too many open files". Every middle process has the same
+// limit, since it inherits it.
+func CheckFileLimit(s Sizes, want map[string]bool) error {
+	streams := map[string]int{"W2": s.W2Streams, "W3": s.W3Streams, "W5": s.W5Streams, "W6": s.W6Streams}
+	limit, err := FileLimit()
+	if err != nil {
+		return nil
+	}
+	for id, n := range streams {
+		if need := filesPerStream*n + fileMargin; want[id] && uint64(need) > limit {
+			return fmt.Errorf("%s holds %d streams open, which needs about %d file descriptors in this process and as many in the middle; the limit here is %d (ulimit -n; a hard limit can only be raised with CAP_SYS_RESOURCE): at most %d streams",
+				id, n, need, limit, (int(limit)-fileMargin)/filesPerStream)
+		}
+	}
+	return nil
 }

@@ -24,6 +24,9 @@ const DefaultPercent = 200
 // less often never gets the container killed.
 const LimitShare = 0.9
 
+// defaultSource is Settings.PercentSource when the percent is adstap's.
+const defaultSource = "adstap default"
+
 // Settings are what Apply chose, for the start-up log.
 type Settings struct {
 	Percent       int    // the GC percent in force
@@ -40,7 +43,7 @@ func Apply(getenv func(string) string, cgroup fs.FS) Settings {
 	s := Settings{PercentSource: "GOGC", LimitSource: "GOMEMLIMIT"}
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(DefaultPercent)
-		s.PercentSource = "adstap default"
+		s.PercentSource = defaultSource
 	}
 	s.Percent = debug.SetGCPercent(-1)
 	debug.SetGCPercent(s.Percent)

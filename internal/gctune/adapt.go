@@ -1,0 +1,89 @@
+package gctune
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// ExtraHeadroom caps what DefaultPercent lets the heap grow beyond Go's
+// default. The collector lets the heap grow by GC percent of what it scans
+// (the live heap, the goroutine stacks, the globals) before it collects
+// again. At 200 a tap with many streams, whose live heap and stacks are
+// hundreds of MB, would keep twice that much again in garbage and freed
+// pages, while what 200 is for — fewer collections under a steady flow of
+// pushes — is already won once the headroom is a few tens of MB. So the
+// percent is 200 up to a scanned size of ExtraHeadroom, and above it only
+// ExtraHeadroom more than Go's 100 would allow (133 at 192 MiB, 106 at
+// 1 GiB).
+const ExtraHeadroom = 64 << 20
+
+// Percent is the GC percent for a heap whose collector scans base bytes.
+func Percent(base uint64) int {
+	if base <= ExtraHeadroom {
+		return DefaultPercent
+	}
+	return 100 + int(uint64(DefaultPercent-100)*ExtraHeadroom/base)
+}
+
+// adaptStep is the smallest change of percent Adapt makes.
+const adaptStep = 5
+
+// Start keeps the GC percent at Percent of what the collector scans,
+// reading it every interval, until the returned stop is called; stop waits
+// for it to end. It does nothing when the user set GOGC, or when settings
+// say the percent is not adstap's default.
+func Start(s Settings, every time.Duration) (stop func()) {
+	if s.PercentSource != defaultSource {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		adapt(ctx, every, scanned)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+func adapt(ctx context.Context, every time.Duration, base func() uint64) {
+	current := debug.SetGCPercent(-1)
+	debug.SetGCPercent(current)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
+			debug.SetGCPercent(p)
+			current = p
+		}
+	}
+}
+
+// scanned is what the collector scans: the live heap as of the last
+// collection, the goroutine stacks and the globals.
+func scanned() uint64 {
+	s := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/gc/scan/stack:bytes"},
+		{Name: "/gc/scan/globals:bytes"},
+	}
+	metrics.Read(s)
+	var n uint64
+	for _, v := range s {
+		if v.Value.Kind() == metrics.KindUint64 {
+			n += v.Value.Uint64()
+		}
+	}
+	return n
+}
