@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"os"
 	"os/exec"
 	"path"
@@ -50,6 +51,7 @@ func ldflagsVars(ldflags string) map[string]string {
 // statically linked and that the version variables the Makefile sets exist
 // (-X on a missing variable is silently ignored).
 func TestStaticBinary(t *testing.T) {
+	leakcheck.Check(t)
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -162,6 +164,7 @@ func checkStatic(file string) error {
 // TestCheckStaticCatchesDynamic: the check above fails on a dynamically
 // linked program (the test binary of a cgo build, when one can be made).
 func TestCheckStaticCatchesDynamic(t *testing.T) {
+	leakcheck.Check(t)
 	var dynamic string
 	for _, p := range []string{"/bin/sh", "/usr/bin/env", "/bin/ls"} {
 		if f, err := elf.Open(p); err == nil {
@@ -257,6 +260,7 @@ func (s stage) find(op string) []instruction {
 // binary: same static build and ldflags, the built file is the one copied,
 // the entrypoint is the copied file, run as the nonroot user.
 func TestDockerfile(t *testing.T) {
+	leakcheck.Check(t)
 	st := stages(readDockerfile(t))
 	if len(st) < 2 {
 		t.Fatalf("Dockerfile: want a multi-stage build, found %d stages", len(st))
@@ -391,6 +395,7 @@ func jsonForm(t *testing.T, s stage, op string) []string {
 // TestDockerignoreKeepsSources: the build context keeps go.mod, go.sum and
 // every package of the module that cmd/adstap is built from.
 func TestDockerignoreKeepsSources(t *testing.T) {
+	leakcheck.Check(t)
 	var patterns []string
 	for line := range strings.SplitSeq(string(mustRead(t, "../.dockerignore")), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
@@ -458,6 +463,7 @@ func ignored(pattern, file string) bool {
 // TestMakeImage: `make image` runs docker build with the version, the commit
 // and the Dockerfile (make -n: no Docker engine needed).
 func TestMakeImage(t *testing.T) {
+	leakcheck.Check(t)
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("no make")

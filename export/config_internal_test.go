@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -15,6 +17,7 @@ import (
 // TestShowResourceDecodesIstioAmbientTypes: /debug/config shows ztunnel's
 // Address decoded with Istio's descriptors, not as undecoded bytes.
 func TestShowResourceDecodesIstioAmbientTypes(t *testing.T) {
+	leakcheck.Check(t)
 	mt, err := redact.Types.FindMessageByURL(codec.TypeAddress)
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,13 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // TestPageServesItsOwnFilesOnly: the page and what it loads come from the
 // binary, with their types and a policy that allows nothing else.
 func TestPageServesItsOwnFilesOnly(t *testing.T) {
+	leakcheck.Check(t)
 	mux := http.NewServeMux()
 	for pattern, h := range export.Page() {
 		mux.Handle(pattern, h)

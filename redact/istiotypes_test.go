@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
+
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -17,6 +19,7 @@ import (
 // TestIstioAmbientTypes: ztunnel's Address and Authorization decode from
 // Istio's own descriptors, and render as JSON with their field names.
 func TestIstioAmbientTypes(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tt := range []struct {
 		typeURL string
 		fill    func(m protoreflect.Message)

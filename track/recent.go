@@ -113,11 +113,10 @@ func (r *pushRing) records() []PushRecord {
 // RecentPushes returns the latest pushes of a stream (at most RecentPushes),
 // oldest first, and whether the stream is tracked.
 func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[streamID]
+	s := t.lock(streamID)
 	if s == nil {
 		return nil, false
 	}
+	defer s.unlock()
 	return s.recent.records(), true
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"github.com/adstap/adstap/internal/leakcheck"
 	"testing"
 	"time"
 )
 
 func TestStatusWords(t *testing.T) {
+	leakcheck.Check(t)
 	now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		ago  time.Duration

@@ -49,11 +49,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap demo: %v (see adstap demo --help)\n", err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		return exitUsage
 	}
+	defer closeLog(logOut, time.Second)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -78,7 +79,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rf.upstream = cp.Addr()
 	rf.admin = f.admin
 	rf.retainResources = true // so that adstap config has something to show
-	t, err := startTap(rf, log)
+	t, err := startTap(rf, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		if errors.As(err, new(usageError)) {

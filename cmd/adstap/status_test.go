@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -56,7 +57,7 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	m := statusMesh{
 		good:      "proxyless~10.0.0.3~greeter-client-7d9f.demo~demo.svc.cluster.local",
 		nacking:   "sidecar~10.0.0.4~reviews-v2-5d8b.demo~demo.svc.cluster.local",
-		rejection: "Error adding/updating cluster(s) outbound|9080||reviews.demo.svc.cluster.local: unexpected lbPolicy MAGLEV",
+		rejection: "Error adding/updating cluster(s) outbound|8080||svc-00001.ns-1.svc.cluster.local: unexpected lbPolicy MAGLEV",
 	}
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), withIstiodIdentifier())
@@ -69,7 +70,10 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	cc.Connect()
 
 	bad := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)}
-	bad[resource.ClusterType][1].(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_MAGLEV
+	maglev := bad[resource.ClusterType][1].(*clusterv3.Cluster)
+	maglev.LbPolicy = clusterv3.Cluster_MAGLEV
+	// Stamped as istiod stamps a cluster a DestinationRule shaped.
+	maglev.Metadata = xdsconfig.IstioConfig("destination-rule", "ns-1", "svc-00001-maglev")
 	cp.SetSnapshot(t, m.nacking, "2026-11-30T09:00:00Z/7", bad)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -113,6 +117,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
+	leakcheck.Check(t)
 	m := startStatusMesh(t, "--nack-storm-threshold=1")
 
 	code, out, stderr := cli(t, "status", "--admin", m.admin)
@@ -138,6 +143,9 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 	if !strings.Contains(out, "Problems:\n  "+wantProblem) || !strings.Contains(out, "cds: NACKED") ||
 		!strings.Contains(out, "rejected 2026-11-30T09:00:00Z/7: "+m.rejection) {
 		t.Errorf("no problem line with the NACK's version and message:\n%s", out)
+	}
+	if !strings.Contains(out, m.rejection+"\n    from DestinationRule ns-1/svc-00001-maglev\n      kubectl get destinationrule -n ns-1 svc-00001-maglev\n") {
+		t.Errorf("the problem line is not followed by the DestinationRule to fix and its kubectl get:\n%s", out)
 	}
 
 	if !regexp.MustCompile(`(?m)^Active detectors:\n  NACK storm: stream \d+ cds, for \d+m?s \(1\)$`).MatchString(out) {
@@ -165,9 +173,13 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		rep.Proxies[0].Types["cds"].State != "ERROR" || rep.Proxies[1].Types["eds"].State != "SYNCED" {
 		t.Errorf("-o json: exit %d, %+v", code, rep)
 	}
+	if src := rep.Proxies[0].Types["cds"].Source; src.Summary() != "from DestinationRule ns-1/svc-00001-maglev" {
+		t.Errorf("-o json: the ERROR's source is %q", src.Summary())
+	}
 }
 
 func TestStatusAndConfigErrors(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	var log syncbuf.Buffer
 	_, admin := startTracedTap(t, cp.Addr(), &log)
@@ -200,6 +212,7 @@ func TestStatusAndConfigErrors(t *testing.T) {
 }
 
 func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
+	leakcheck.Check(t)
 	m := startStatusMesh(t, "--retain-resources")
 	code, out, stderr := cli(t, "config", "--admin", m.admin, "--node", m.good, "--type", "cluster")
 	if code != exitOK {

@@ -1,6 +1,7 @@
 package jaegertest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,33 +19,59 @@ const buildHint = "run scripts/build-jaeger.sh (or make jaeger-bin) to build it 
 // say how to build it.
 func Binary(t testing.TB) string {
 	t.Helper()
+	path, err := binary()
+	if err == nil {
+		return path
+	}
+	if path == "" {
+		t.Fatalf("jaegertest: %v", err)
+	}
+	if inCI() {
+		t.Fatalf("jaegertest: no Jaeger binary at %s (%v): %s", path, err, buildHint)
+	}
+	t.Skipf("jaegertest: no Jaeger binary at %s: %s", path, buildHint)
+	return ""
+}
+
+// Available reports whether the Jaeger binary is there, for a test that
+// checks spans as one of several outputs and goes on without them.
+func Available() bool {
+	_, err := binary()
+	return err == nil
+}
+
+// binary returns the binary's path, and an error when it is not there
+// (with the path of the nearest module's, which it looked at first) or no
+// module root can be found (without).
+func binary() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("jaegertest: working directory: %v", err)
+		return "", fmt.Errorf("working directory: %w", err)
 	}
-	var path string // the nearest module's, for the message
+	nearest := ""
+	var nearestErr error
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if fi, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && !fi.IsDir() {
-			candidate := filepath.Join(dir, ".cache", "bin", "jaeger")
-			if fi, err := os.Stat(candidate); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-				return candidate
+			path := filepath.Join(dir, ".cache", "bin", "jaeger")
+			fi, err := os.Stat(path)
+			if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				return path, nil
 			}
-			if path == "" {
-				path = candidate
+			if err == nil {
+				err = os.ErrPermission
+			}
+			if nearest == "" {
+				nearest, nearestErr = path, err
 			}
 		}
 		if filepath.Dir(dir) == dir {
 			break
 		}
 	}
-	if path == "" {
-		t.Fatalf("jaegertest: no go.mod in %s or above it", wd)
+	if nearest == "" {
+		return "", fmt.Errorf("no go.mod in %s or above it", wd)
 	}
-	if inCI() {
-		t.Fatalf("jaegertest: no Jaeger binary at %s or beside a go.mod above it: %s", path, buildHint)
-	}
-	t.Skipf("jaegertest: no Jaeger binary at %s or beside a go.mod above it: %s", path, buildHint)
-	return ""
+	return nearest, nearestErr
 }
 
 func inCI() bool {

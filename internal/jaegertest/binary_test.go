@@ -4,12 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // TestBinaryOfTheRepositoryFromANestedModule: a module nested in the
 // repository (istio/) has no .cache of its own; Binary finds the
 // repository's, beside the go.mod further up.
 func TestBinaryOfTheRepositoryFromANestedModule(t *testing.T) {
+	leakcheck.Check(t)
 	root := t.TempDir()
 	nested := filepath.Join(root, "istio", "internal", "mesh")
 	for _, dir := range []string{filepath.Join(root, ".cache", "bin"), nested} {
