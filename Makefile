@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKGS     := ./...
 
-.PHONY: build test test-istio lint fmt vet fuzz-short demo clean jaeger-bin jaeger rules
+.PHONY: build test test-istio lint fmt vet fuzz-short demo clean jaeger-bin jaeger rules chromium dashboard
 
 # A control plane and two xDS clients talking through a real tap on loopback;
 # the live log shows pushes, ACKs, NACKs, a NACK storm and recovery. Ctrl-C stops.
@@ -28,11 +28,25 @@ image:
 	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) -f Dockerfile .
 
 # The test command of the README and of CI: every package with the race
-# detector and goroutine-leak checks, plus lint and the alert rules. The demo
-# tag includes the demo's test.
-test: lint rules jaeger-bin
+# detector and goroutine-leak checks, plus lint, the alert rules and the
+# Grafana dashboard. The demo tag includes the demo's test.
+test: lint rules dashboard jaeger-bin chromium
 	$(GO) test -race -count=1 -timeout 15m -tags demo $(PKGS)
 	$(MAKE) fuzz-short
+
+# Debian's chromium, for the live page's test in a real headless browser:
+# installed when missing and apt-get can run; otherwise that test is skipped
+# (and fails in CI).
+chromium:
+	@bash scripts/ensure-chromium.sh
+
+# The Grafana dashboard (deploy/grafana/dashboard.json): deploy/grafana, a
+# module of its own so that Prometheus's parser and its dependencies stay out
+# of adstap's, checks that the file is what its generator writes, that it is a
+# valid dashboard, and that every query parses and names only series a real
+# scrape of a running tap has. DASHBOARD_UPDATE=1 rewrites the file.
+dashboard:
+	cd deploy/grafana && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 # The Istio compatibility suite (istio/, its own Go module pinned to one
 # istio.io/istio): Istio's real injector, istiod's xDS engine, istio-agent and

@@ -170,3 +170,7 @@ func (w *Writer) Close() error {
 	}
 	return err
 }
+
+// Files lists this writer's files, oldest first: the rotated ones, then the
+// one being written.
+func (w *Writer) Files() []string { return Files(w.path, w.maxFiles) }

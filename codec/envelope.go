@@ -18,7 +18,10 @@ type Node struct {
 	// structured user_agent_build_version instead (Envoy does), its semantic
 	// version as "major.minor.patch".
 	UserAgentVersion string
-	Locality         Locality
+	// IstioVersion is the node metadata's ISTIO_VERSION, which istio-agent
+	// (and so every sidecar and gateway) sets.
+	IstioVersion string
+	Locality     Locality
 }
 
 // Locality is where the client says it runs.
@@ -241,6 +244,10 @@ func (d *nodeDecoder) decode(b []byte) error {
 			n.ID = Text(rd.b)
 		case rd.bytesField(nodeCluster):
 			n.Cluster = Text(rd.b)
+		case rd.bytesField(nodeMetadata):
+			if err := decodeIstioVersion(rd.b, &n.IstioVersion); err != nil {
+				return fmt.Errorf("metadata: Struct %w", err)
+			}
 		case rd.bytesField(nodeLocality):
 			if err := decodeLocality(rd.b, &n.Locality); err != nil {
 				return fmt.Errorf("locality: Locality %w", err)
@@ -274,6 +281,40 @@ func (d *nodeDecoder) finish() *Node {
 			strconv.FormatUint(uint64(v[1]), 10) + "." + strconv.FormatUint(uint64(v[2]), 10)
 	}
 	return d.node
+}
+
+// decodeIstioVersion finds ISTIO_VERSION among the fields of a node's
+// metadata, as protobuf would read it: the last entry of the key wins, and
+// so does the last kind set in its Value, which shows only if a string.
+func decodeIstioVersion(b []byte, v *string) error {
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if !rd.bytesField(structFields) {
+			continue
+		}
+		k, val, err := decodeMapEntry(rd.b)
+		if err != nil {
+			return fmt.Errorf("fields: %w", err)
+		}
+		if string(k) != "ISTIO_VERSION" {
+			continue
+		}
+		*v = ""
+		sv := fieldReader{buf: val}
+		for sv.next() {
+			switch {
+			case sv.bytesField(valueString):
+				*v = Text(sv.b)
+			case sv.varintField(valueNull), sv.num == valueNumber && sv.typ == protowire.Fixed64Type,
+				sv.varintField(valueBool), sv.bytesField(valueStruct), sv.bytesField(valueList):
+				*v = ""
+			}
+		}
+		if sv.err != nil {
+			return fmt.Errorf("fields: ISTIO_VERSION: Value %w", sv.err)
+		}
+	}
+	return rd.err
 }
 
 func decodeLocality(b []byte, l *Locality) error {

@@ -160,6 +160,7 @@ func wantNode(n *corev3.Node) *codec.Node {
 	}
 	return &codec.Node{
 		ID: n.GetId(), Cluster: n.GetCluster(), UserAgentName: n.GetUserAgentName(), UserAgentVersion: v,
+		IstioVersion: n.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue(),
 		Locality: codec.Locality{
 			Region: n.GetLocality().GetRegion(), Zone: n.GetLocality().GetZone(), SubZone: n.GetLocality().GetSubZone(),
 		},

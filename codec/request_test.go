@@ -16,7 +16,7 @@ import (
 )
 
 // envoyNode is what an Istio sidecar sends on the first request of a stream,
-// including metadata the decoder must skip.
+// including metadata the decoder must skip (all but ISTIO_VERSION).
 func envoyNode() *corev3.Node {
 	return &corev3.Node{
 		Id:      "sidecar~10.1.2.3~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local",
@@ -42,6 +42,7 @@ func wantEnvoyNode() *codec.Node {
 		Cluster:          "productpage.default",
 		UserAgentName:    "envoy",
 		UserAgentVersion: "1.35.3",
+		IstioVersion:     "1.27.0",
 		Locality:         codec.Locality{Region: "europe-west1", Zone: "europe-west1-b", SubZone: "rack7"},
 	}
 }

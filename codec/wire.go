@@ -19,6 +19,7 @@ import (
 //   - go-control-plane/envoy v1.40.0 type/v3/semantic_version.pb.go: SemanticVersion
 //   - genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 status/status.pb.go: Status
 //   - protobuf v1.36.12 types/known/anypb/any.pb.go: Any
+//   - protobuf v1.36.12 types/known/structpb/struct.pb.go: Struct, Value
 //
 // Fields the tap has no use for are listed in comments so that a reader can
 // tell "skipped on purpose" from "forgotten".
@@ -52,6 +53,13 @@ const (
 	statusCode                = 1 // int32 Status.code
 	statusMessage             = 2 // string Status.message; details (3) skipped
 	anyTypeURL                = 1 // string Any.type_url
+	structFields              = 1 // map<string, Value> Struct.fields
+	valueNull                 = 1 // Value.null_value (enum); the Value kinds are a oneof
+	valueNumber               = 2 // double Value.number_value
+	valueString               = 3 // string Value.string_value
+	valueBool                 = 4 // bool Value.bool_value
+	valueStruct               = 5 // Struct Value.struct_value
+	valueList                 = 6 // ListValue Value.list_value
 	anyValue                  = 2 // bytes Any.value
 	semverMajor               = 1 // uint32 SemanticVersion.major_number
 	semverMinor               = 2 // uint32 SemanticVersion.minor_number
@@ -61,7 +69,8 @@ const (
 	localityZone              = 2 // string Locality.zone
 	localitySubZone           = 3 // string Locality.sub_zone
 	nodeID                    = 1 // string Node.id
-	nodeCluster               = 2 // string Node.cluster; metadata (3) skipped
+	nodeCluster               = 2 // string Node.cluster
+	nodeMetadata              = 3 // google.protobuf.Struct Node.metadata: only ISTIO_VERSION is read
 	nodeLocality              = 4 // Locality Node.locality
 	nodeUserAgentName         = 6 // string Node.user_agent_name
 	nodeUserAgentVersion      = 7 // string Node.user_agent_version, oneof with 8

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -36,7 +37,7 @@ import (
 
 var (
 	// wantManifests are the files docs/deploy.md sends users to.
-	wantManifests = []string{"sidecar.yaml", "debug-pod.yaml", "debug-target.yaml", "jaeger.yaml"}
+	wantManifests = []string{"debug-pod.yaml", "debug-target.yaml", "jaeger.yaml"}
 	// ruleFiles are not Kubernetes objects; rules_test.go checks them.
 	ruleFiles = []string{"alerts.yaml", "alerts_test.yaml"}
 )
@@ -516,23 +517,24 @@ func TestTapAdminPortAndProbes(t *testing.T) {
 			t.Error(err)
 			continue
 		}
-		if !unspecified(host) {
-			t.Errorf("%s: --admin=%s: kubelet's probes and Prometheus come from outside the pod; listen on 0.0.0.0", where, tp.cfg.get("admin"))
+		scraped := tp.p.meta.Annotations["prometheus.io/scrape"] == "true"
+		if scraped && !unspecified(host) {
+			t.Errorf("%s: --admin=%s: Prometheus scrapes it from outside the pod; listen on 0.0.0.0", where, tp.cfg.get("admin"))
 		}
-		if got, ok := containerPort(tp.c, "admin"); !ok {
-			t.Errorf("%s: no container port named admin", where)
-		} else if got != port {
+		if got, ok := containerPort(tp.c, "admin"); ok && got != port {
 			t.Errorf("%s: container port admin is %d, --admin listens on %d", where, got, port)
+		} else if !ok && scraped {
+			t.Errorf("%s: no container port named admin", where)
 		}
 		probes := []struct {
 			kind     string
 			probe    *corev1.Probe
-			path     string
+			check    string
 			required bool
 		}{
-			{"liveness", tp.c.LivenessProbe, "/healthz", true},
-			{"readiness", tp.c.ReadinessProbe, "/readyz", true},
-			{"startup", tp.c.StartupProbe, "/readyz", false},
+			{"liveness", tp.c.LivenessProbe, "healthz", true},
+			{"readiness", tp.c.ReadinessProbe, "readyz", true},
+			{"startup", tp.c.StartupProbe, "readyz", false},
 		}
 		for _, pr := range probes {
 			if pr.probe == nil {
@@ -541,14 +543,17 @@ func TestTapAdminPortAndProbes(t *testing.T) {
 				}
 				continue
 			}
-			g := pr.probe.HTTPGet
-			switch {
-			case g == nil:
-				t.Errorf("%s: %s probe: want httpGet %s on the admin port", where, pr.kind, pr.path)
-			case g.Path != pr.path:
-				t.Errorf("%s: %s probe path %q, want %s", where, pr.kind, g.Path, pr.path)
-			case !(g.Port.Type == intstr.String && g.Port.StrVal == "admin") && !(g.Port.Type == intstr.Int && int(g.Port.IntVal) == port):
-				t.Errorf("%s: %s probe port %s, want admin (%d)", where, pr.kind, g.Port.String(), port)
+			// adstap probe asks the admin address of ADSTAP_ADMIN or its
+			// own default, which is adstap run's: the same address as the
+			// container's unless --admin is given on run's command line only.
+			want := []string{"/adstap", "probe", pr.check}
+			switch e := pr.probe.Exec; {
+			case e == nil:
+				t.Errorf("%s: %s probe: want exec %q (an HTTP probe needs the admin address off loopback, and Istio's injector rewrites it)", where, pr.kind, want)
+			case !slices.Equal(e.Command, want):
+				t.Errorf("%s: %s probe runs %q, want %q", where, pr.kind, e.Command, want)
+			case tp.cfg.args["admin"] != "" && tp.cfg.env[envTwin("admin")] != tp.cfg.args["admin"]:
+				t.Errorf("%s: --admin=%s on the command line: adstap probe cannot see it; set ADSTAP_ADMIN instead, which both read", where, tp.cfg.args["admin"])
 			}
 		}
 		if tp.p.meta.Annotations["prometheus.io/scrape"] == "true" {
@@ -639,6 +644,48 @@ func TestTapFilesComeFromVolumes(t *testing.T) {
 					t.Errorf("%s: --%s=%s: the istio-ca-root-cert ConfigMap has the key root-cert.pem, not %s", tp.cfg.where, flag, file, key)
 				}
 			}
+		}
+	}
+}
+
+// TestCaptureGoesToABoundedVolume: the root filesystem is read-only, so a
+// capture needs a writable mount, and an emptyDir whose size limit holds
+// every file the rotation keeps, so a busy tap is not evicted for it.
+func TestCaptureGoesToABoundedVolume(t *testing.T) {
+	for _, tp := range taps(t) {
+		file := tp.cfg.get("capture")
+		if file == "" {
+			continue
+		}
+		i := slices.IndexFunc(tp.c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+			return strings.HasPrefix(file, strings.TrimSuffix(vm.MountPath, "/")+"/")
+		})
+		if i < 0 || tp.c.VolumeMounts[i].ReadOnly {
+			t.Errorf("%s: --capture=%s is under no writable mount", tp.cfg.where, file)
+			continue
+		}
+		vi := slices.IndexFunc(tp.p.spec.Volumes, func(v corev1.Volume) bool { return v.Name == tp.c.VolumeMounts[i].Name })
+		if vi < 0 {
+			continue // TestVolumeMountsHaveVolumes reports it
+		}
+		ed := tp.p.spec.Volumes[vi].EmptyDir
+		if ed == nil || ed.SizeLimit == nil {
+			t.Errorf("%s: --capture=%s: want an emptyDir with a sizeLimit", tp.cfg.where, file)
+			continue
+		}
+		// adstap's 64MiB is Kubernetes' 64Mi.
+		maxBytes, err := resource.ParseQuantity(strings.TrimSuffix(tp.cfg.get("capture-max-bytes"), "B"))
+		if err != nil {
+			t.Errorf("%s: --capture-max-bytes: %v", tp.cfg.where, err)
+			continue
+		}
+		files, err := strconv.Atoi(tp.cfg.get("capture-max-files"))
+		if err != nil {
+			t.Errorf("%s: --capture-max-files: %v", tp.cfg.where, err)
+			continue
+		}
+		if need := maxBytes.Value() * int64(files); ed.SizeLimit.Value() < need {
+			t.Errorf("%s: emptyDir sizeLimit %s holds less than %d files of %s", tp.cfg.where, ed.SizeLimit, files, tp.cfg.get("capture-max-bytes"))
 		}
 	}
 }
@@ -782,68 +829,6 @@ func portList(s string) []string {
 	return out
 }
 
-// TestSidecarPlacement checks the chain docs/deploy.md explains: istio-agent
-// dials adstap on loopback in plaintext, adstap is up before istio-proxy
-// starts, adstap's own traffic to istiod and kubelet's probes bypass Envoy.
-func TestSidecarPlacement(t *testing.T) {
-	p := onePod(t, "sidecar.yaml")
-	var tp *tap
-	for _, x := range taps(t) {
-		if x.p.m.file == "sidecar.yaml" {
-			tp = &x
-		}
-	}
-	if tp == nil {
-		t.Fatal("sidecar.yaml: no adstap container")
-	}
-	if !slices.ContainsFunc(p.spec.InitContainers, func(c corev1.Container) bool { return c.Name == tp.c.Name }) {
-		t.Errorf("sidecar.yaml: adstap is not an init container (a native sidecar)")
-	}
-	if tp.c.RestartPolicy == nil || *tp.c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-		t.Errorf("sidecar.yaml: adstap needs restartPolicy: Always (a native sidecar, Kubernetes >= 1.29)")
-	}
-	if tp.c.StartupProbe == nil {
-		t.Errorf("sidecar.yaml: adstap needs a startup probe: it is what holds the next containers back")
-	}
-
-	pc := proxyConfig(t, p)
-	lh, lp, err := tp.cfg.hostPort("listen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ip := net.ParseIP(lh); ip == nil || !ip.IsLoopback() {
-		t.Errorf("sidecar.yaml: --listen=%s: the agent is in the same pod; keep the plaintext listener on loopback", tp.cfg.get("listen"))
-	}
-	if got, want := pc["discoveryAddress"], net.JoinHostPort(lh, strconv.Itoa(lp)); got != want {
-		t.Errorf("sidecar.yaml: discoveryAddress %v, want adstap's --listen %s", got, want)
-	}
-	if tp.cfg.get("listen-cert") == "" && pc["controlPlaneAuthPolicy"] != "NONE" {
-		t.Errorf("sidecar.yaml: adstap listens in plaintext, so the agent needs controlPlaneAuthPolicy: NONE (got %v)", pc["controlPlaneAuthPolicy"])
-	}
-	a := p.meta.Annotations
-	if a["sidecar.istio.io/nativeSidecar"] != "false" {
-		t.Errorf("sidecar.yaml: want sidecar.istio.io/nativeSidecar: \"false\" (a native istio-proxy starts before adstap and waits for xDS forever)")
-	}
-	uh, up, err := tp.cfg.hostPort("upstream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(portList(a["traffic.sidecar.istio.io/excludeOutboundPorts"]), strconv.Itoa(up)) {
-		t.Errorf("sidecar.yaml: traffic.sidecar.istio.io/excludeOutboundPorts %q lacks the upstream port %d: adstap's dial would be sent to Envoy", a["traffic.sidecar.istio.io/excludeOutboundPorts"], up)
-	}
-	_, ap, err := tp.cfg.hostPort("admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(portList(a["traffic.sidecar.istio.io/excludeInboundPorts"]), strconv.Itoa(ap)) {
-		t.Errorf("sidecar.yaml: traffic.sidecar.istio.io/excludeInboundPorts %q lacks the admin port %d: the startup probe would go to Envoy, which is not up", a["traffic.sidecar.istio.io/excludeInboundPorts"], ap)
-	}
-	if up != 15012 || tp.cfg.get("upstream-ca") == "" || tp.cfg.get("upstream-server-name") != uh {
-		t.Errorf("sidecar.yaml: want istiod's TLS port 15012, the mesh root CA and the server name %s; got --upstream=%s --upstream-ca=%q --upstream-server-name=%q",
-			uh, tp.cfg.get("upstream"), tp.cfg.get("upstream-ca"), tp.cfg.get("upstream-server-name"))
-	}
-}
-
 // TestDebugPodReachable follows debug-target.yaml's discoveryAddress to the
 // Service of debug-pod.yaml and on to adstap's listener.
 func TestDebugPodReachable(t *testing.T) {
@@ -913,6 +898,9 @@ func TestDebugPodReachable(t *testing.T) {
 var foreignFlags = []string{
 	"patch-file", "type", "cert", "key", // kubectl
 	"build-arg", "platform", // docker
+	"reuse-values", // helm
+	"revision",     // istioctl
+	"nacks",        // adstap inspect
 }
 
 // TestDocsUseRealFlags: the flags, ADSTAP_ variables and files the
@@ -939,7 +927,7 @@ func TestDocsUseRealFlags(t *testing.T) {
 			t.Errorf("docs/deploy.md: %s is no OpenTelemetry variable adstap's help names", m)
 		}
 	}
-	for _, m := range regexp.MustCompile(`\bdeploy/([a-z0-9_-]+\.yaml)\b`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`\bdeploy/([a-z0-9_/-]+\.(?:yaml|tmpl))\b`).FindAllStringSubmatch(text, -1) {
 		if _, err := os.Stat(m[1]); err != nil {
 			t.Errorf("docs/deploy.md: names deploy/%s, which does not exist", m[1])
 		}

@@ -235,10 +235,17 @@ func (c *ConfigStore) Handler() http.Handler {
 		for _, b := range bodies {
 			page.Resources = append(page.Resources, showResource(b))
 		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(page)
+		writeJSON(w, page)
+	})
+}
+
+// RetentionOff is what GET /debug/config says without --retain-resources.
+const RetentionOff = "resources are not retained: start adstap with --retain-resources (it keeps what each proxy accepted, up to --retain-max-bytes)"
+
+// ConfigOff serves GET /debug/config when resources are not retained.
+func ConfigOff() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, RetentionOff, http.StatusNotFound)
 	})
 }
 

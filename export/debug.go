@@ -2,24 +2,109 @@ package export
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
 // StreamsPage is the body of GET /debug/streams (schema in docs/debug.md).
 type StreamsPage struct {
+	// Now is the tap's clock when the page was made, for the ages of the
+	// times below whatever the reader's clock says.
+	Now       time.Time             `json:"now"`
 	Streams   []track.StreamState   `json:"streams"`
 	Detectors []track.DetectorState `json:"detectors"`
 }
 
+// TypeStates are the states a type of a stream can be in, as TypeState.State
+// says them.
+var TypeStates = []string{"SYNCED", "STALE", "NACKED", "NOT_SENT"}
+
+// StreamFilter keeps the streams of one node, and the types of one type
+// and state; empty fields keep everything.
+type StreamFilter struct {
+	Node  string
+	Type  string // a short name (cds) or a type URL
+	State string // one of TypeStates
+}
+
+// ParseStreamFilter reads ?node=&type=&state= of /debug/streams.
+func ParseStreamFilter(q map[string][]string) (StreamFilter, error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	f := StreamFilter{Node: get("node"), Type: get("type"), State: strings.ToUpper(get("state"))}
+	// adstap status's words for the same states.
+	switch f.State {
+	case "ERROR":
+		f.State = "NACKED"
+	case "NOT SENT":
+		f.State = "NOT_SENT"
+	}
+	if f.State != "" && !slices.Contains(TypeStates, f.State) {
+		return f, fmt.Errorf("state %q: want one of %s", get("state"), strings.Join(TypeStates, ", "))
+	}
+	return f, nil
+}
+
+// matchesType reports whether a type URL is the one a filter names.
+func matchesType(url, want string) bool {
+	return want == "" || url == want || codec.ShortType(url) == want
+}
+
+// Apply keeps what the filter asks for. With a type or state, a stream
+// keeps only its matching types, and a stream left with none is dropped.
+func (f StreamFilter) Apply(streams []track.StreamState) []track.StreamState {
+	if f.Type == "" && f.State == "" {
+		return streams
+	}
+	out := streams[:0]
+	for _, s := range streams {
+		for url, ts := range s.Types {
+			if !matchesType(url, f.Type) || (f.State != "" && ts.State != f.State) {
+				delete(s.Types, url)
+			}
+		}
+		if len(s.Types) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // DebugStreams serves GET /debug/streams: every stream's protocol state, in
-// istioctl proxy-status terms, and the detectors. ?node=ID keeps one node.
+// istioctl proxy-status terms, and the detectors. ?node=ID keeps one node,
+// ?type=cds one type, ?state=NACKED the types in that state.
 func DebugStreams(t *track.Tracker) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := ParseStreamFilter(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		page := StreamsPage{
-			Streams:   t.Streams(r.URL.Query().Get("node")),
+			Now:       time.Now(),
+			Streams:   f.Apply(t.Streams(f.Node)),
 			Detectors: t.Detectors(),
+		}
+		// What each type's last NACK rejected is read here, on the page's
+		// goroutine, not under the tracker's lock.
+		for _, s := range page.Streams {
+			for _, ts := range s.Types {
+				if x := origin.Of(ts.LastRejected); x != nil {
+					ts.LastErrorSource, _ = json.Marshal(x)
+				}
+			}
 		}
 		if page.Streams == nil {
 			page.Streams = []track.StreamState{}
@@ -27,9 +112,39 @@ func DebugStreams(t *track.Tracker) http.Handler {
 		if page.Detectors == nil {
 			page.Detectors = []track.DetectorState{}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(page)
+		writeJSON(w, page)
 	})
+}
+
+// PushesPage is the body of GET /debug/pushes?stream=ID.
+type PushesPage struct {
+	Now    time.Time          `json:"now"`
+	Stream uint64             `json:"stream"`
+	Pushes []track.PushRecord `json:"pushes"` // oldest first, at most track.RecentPushes
+}
+
+// DebugPushes serves GET /debug/pushes?stream=ID: the stream's latest pushes
+// and how each ended, for the live page's timeline.
+func DebugPushes(t *track.Tracker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.URL.Query().Get("stream"), 10, 64)
+		if err != nil {
+			http.Error(w, "want ?stream=ID (stream ids are on /debug/streams)", http.StatusBadRequest)
+			return
+		}
+		pushes, ok := t.RecentPushes(id)
+		if !ok {
+			http.Error(w, fmt.Sprintf("no stream %d (it may have ended)", id), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, PushesPage{Now: time.Now(), Stream: id, Pushes: pushes})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }

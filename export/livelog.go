@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -71,9 +72,14 @@ func (l *LiveLog) OnEvent(e track.Event) {
 	case track.PushEnded:
 		l.pushEnded(e)
 	case track.LateAnswer:
-		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s", typeLabel(e.Push.TypeURL), e.Push.Version,
-			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID)),
-			"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency))
+		source := ""
+		facts := []any{"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency)}
+		if x := origin.Of(e.Rejected); x != nil {
+			source = " — " + x.Summary()
+			facts = append(facts, "istio_config", objectPaths(x), "source", x.Summary())
+		}
+		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s%s", typeLabel(e.Push.TypeURL), e.Push.Version,
+			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID), source), facts...)
 	case track.RequestSeen:
 		switch e.Kind {
 		case track.KindStale:
@@ -83,6 +89,9 @@ func (l *LiveLog) OnEvent(e track.Event) {
 			l.line(slog.LevelInfo, fmt.Sprintf("%s answer to nonce %s on stream %d, a push adstap did not observe (frames were skipped)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		}
+	case track.FullPush:
+		l.line(slog.LevelInfo, fmt.Sprintf("full push v=%s on stream %d: %s resent unasked (%d on this stream)%s", e.Version, e.StreamID, typeLabel(e.TypeURL), e.Count, nodeSuffix(e.Node.ID)),
+			"stream", e.StreamID, "node", e.Node.ID, "version", e.Version, "round", e.Round, "type_url", e.TypeURL, "full_pushes", e.Count)
 	case track.FullSyncComplete:
 		var types []string
 		for _, t := range e.Types {
@@ -139,7 +148,7 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	// pairs, but without boxing each value in an interface first.
 	n := 17
 	if e.Result == track.ResultNACK {
-		n += 4
+		n += 6
 	}
 	facts := make([]slog.Attr, 0, n)
 	facts = append(facts,
@@ -153,6 +162,9 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	if e.Result == track.ResultNACK {
 		facts = append(facts, slog.Int64("error_code", int64(e.ErrorCode)), slog.String("error", e.Error),
 			slog.Any("error_resources", e.ErrorNames), slog.Int("suppressed_before", suppressed))
+		if x := origin.Of(e.Rejected); x != nil {
+			facts = append(facts, slog.Any("istio_config", objectPaths(x)), slog.String("source", x.Summary()))
+		}
 	}
 	// The stream id stays in plain sight, to look the stream up in
 	// /debug/streams; the facts are for machines only.
@@ -200,6 +212,10 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 		b = AppendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
+		if s := origin.Of(e.Rejected).Summary(); s != "" {
+			b = append(b, " — "...)
+			b = append(b, s...)
+		}
 		if suppressed > 0 {
 			b = append(b, " [+"...)
 			b = strconv.AppendInt(b, int64(suppressed), 10)
@@ -301,6 +317,16 @@ func quoteIf(s string) string {
 		return ""
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// objectPaths are the paths of the Istio objects a NACK's rejected resources
+// record, as istiod wrote them; nil when there is no NACK or none.
+func objectPaths(r *origin.Rejection) []string {
+	var paths []string
+	for _, o := range r.Objects() {
+		paths = append(paths, o.Path)
+	}
+	return paths
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

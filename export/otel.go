@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	ccodec "github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -489,6 +490,14 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 			if len(e.ErrorNames) > 0 {
 				attrs = append(attrs, attribute.StringSlice("xds.error.resources", e.ErrorNames))
 			}
+			if x := origin.Of(e.Rejected); x != nil {
+				// The Istio objects to fix, as istiod recorded them, and
+				// the sentence the live log shows.
+				attrs = append(attrs, attribute.String("xds.error.source", x.Summary()))
+				if paths := objectPaths(x); len(paths) > 0 {
+					attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
+				}
+			}
 		}
 		span.SetAttributes(attrs...)
 		sc.attrs = attrs
@@ -504,8 +513,8 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 }
 
 // maxPushAttrs is the most attributes a push span has: node (3), rpc (2),
-// the push (15), its names (3), its NACK (3).
-const maxPushAttrs = 26
+// the push (15), its names (3), its NACK (3) and its source (2).
+const maxPushAttrs = 28
 
 // pushScratch is what making a push span needs only until the span ends.
 type pushScratch struct {

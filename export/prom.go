@@ -72,11 +72,14 @@ type Metrics struct {
 	pending                                         *prometheus.GaugeVec
 	ackSeconds, pushBytes, pushResources            *prometheus.HistogramVec
 	fullSyncs                                       *prometheus.CounterVec
+	fullPushes                                      *prometheus.CounterVec
 	fullSyncSeconds                                 prometheus.Histogram
 	stormActive, loopActive                         *prometheus.GaugeVec
 	storms, loops                                   *prometheus.CounterVec
 	resyncActive                                    prometheus.Gauge
 	resyncAlarms                                    prometheus.Counter
+	herdActive                                      prometheus.Gauge
+	herds                                           prometheus.Counter
 	decodeErrors                                    *prometheus.CounterVec
 	connectSeconds                                  *prometheus.HistogramVec
 	connectFailures                                 *prometheus.CounterVec
@@ -86,7 +89,8 @@ type Metrics struct {
 	nodes    map[string]bool
 	warned   bool
 	opened   map[uint64]time.Time // streams still waiting for their first response
-	streamTy map[uint64]string    // stream -> last decoded type, for decode errors
+	protocol map[uint64]codec.Protocol
+	streamTy map[uint64]string // stream -> last decoded type, for decode errors
 }
 
 var _ track.Sink = (*Metrics)(nil)
@@ -99,7 +103,7 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, streamTy: map[uint64]string{}}
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, protocol: map[uint64]codec.Protocol{}, streamTy: map[uint64]string{}}
 	typeLabels := []string{"type"}
 	if cfg.NodeLabel {
 		typeLabels = append(typeLabels, "node")
@@ -132,6 +136,11 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.pushBytes = histogram("adstap_push_bytes", "Size of each push in bytes.", sizeBuckets, typeLabels...)
 	m.pushResources = histogram("adstap_push_resources", "Resources in each push.", resourceBuckets, typeLabels...)
 	m.fullSyncs = counter("adstap_full_syncs_total", "Pushes carrying the whole subscribed set of their type; reason initial for the first on a stream, repeated after.", with("reason")...)
+	pushLabels := []string{"protocol"}
+	if cfg.NodeLabel {
+		pushLabels = append(pushLabels, "node")
+	}
+	m.fullPushes = counter("adstap_full_pushes_total", "Full pushes: push rounds that resent configuration (a type other than EDS and SDS) the client had not asked for, as istiod does after a config change; once per stream and version. Endpoint-only pushes and a stream's initial sync are not counted.", pushLabels...)
 	m.fullSyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adstap_full_sync_seconds",
 		Help: "Time from a stream opening until every type it asked for had an acknowledged push.", Buckets: fullSyncBuckets})
 	m.reg.MustRegister(m.fullSyncSeconds)
@@ -142,7 +151,9 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.resyncActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_repeated_full_sync_active", Help: "Nodes resent their whole configuration more than --full-sync-limit times within --full-sync-window, now."})
 	m.resyncAlarms = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_repeated_full_sync_alarms_total", Help: "Repeated full sync alarms raised."})
 	m.nodeOverflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_metrics_node_overflow_total", Help: "Events of nodes past --metrics-max-nodes, counted under node=\"other\"."})
-	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow)
+	m.herdActive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "adstap_reconnect_herd_active", Help: "1 while a reconnect herd is on (--herd-threshold streams opened within --herd-window), else 0."})
+	m.herds = prometheus.NewCounter(prometheus.CounterOpts{Name: "adstap_reconnect_herds_total", Help: "Reconnect herds started."})
+	m.reg.MustRegister(m.resyncActive, m.resyncAlarms, m.nodeOverflow, m.herdActive, m.herds)
 	m.decodeErrors = counter("adstap_decode_errors_total", "Frames whose envelope could not be decoded; they were relayed unchanged.", "type")
 	m.connectSeconds = histogram("adstap_upstream_connect_seconds", "Time each phase of connecting upstream took: dns, tcp, tls, and first_response (stream open to first push).", connectBuckets, "phase")
 	m.connectFailures = counter("adstap_upstream_connect_failures_total", "Upstream connections that failed, by the phase that failed.", "reason")
@@ -163,6 +174,18 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	return m
 }
 
+// WatchKept reports what the tracker keeps of unanswered pushes for their
+// NACKs (track.Tracker.Kept), read at scrape time.
+func (m *Metrics) WatchKept(kept func() track.KeptStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "adstap_nack_kept_bytes",
+			Help: "Bytes of unanswered pushes kept so that a NACK can name what it rejected (--nack-keep-bytes)."},
+			func() float64 { return float64(kept().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_nack_not_kept_total",
+			Help: "Pushes not kept for their NACK because --nack-keep-bytes was reached: a NACK of one cannot name the objects it rejected."},
+			func() float64 { return float64(kept().Skipped) }))
+}
+
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
@@ -178,10 +201,18 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.StreamOpened:
 		m.mu.Lock()
 		m.opened[e.Stream.ID] = e.Stream.OpenedAt
+		m.protocol[e.Stream.ID] = e.Stream.Protocol
 		m.mu.Unlock()
+		if e.Stream.Protocol != codec.Opaque {
+			l := []string{string(e.Stream.Protocol)}
+			if !m.cfg.NodeLabel {
+				m.fullPushes.WithLabelValues(l...) // from 0, for increase()
+			}
+		}
 	case track.StreamClosed:
 		m.mu.Lock()
 		delete(m.opened, e.Stream.ID)
+		delete(m.protocol, e.Stream.ID)
 		delete(m.streamTy, e.Stream.ID)
 		m.mu.Unlock()
 	case track.PushSent:
@@ -239,6 +270,15 @@ func (m *Metrics) OnEvent(e track.Event) {
 		if e.Kind == track.KindStale {
 			m.stale.WithLabelValues(m.labels(e.TypeURL, e.Node.ID)...).Inc()
 		}
+	case track.FullPush:
+		m.mu.Lock()
+		proto := m.protocol[e.StreamID]
+		m.mu.Unlock()
+		l := []string{string(proto)}
+		if m.cfg.NodeLabel {
+			l = append(l, m.labels("", e.Node.ID)[1])
+		}
+		m.fullPushes.WithLabelValues(l...).Inc()
 	case track.FullSyncComplete:
 		observeWithExemplar(m.fullSyncSeconds, e.Elapsed.Seconds(), prometheus.Labels{"node_id": e.Node.ID})
 	case track.DetectorStarted:
@@ -287,6 +327,11 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 		m.resyncActive.Add(delta)
 		if delta > 0 {
 			m.resyncAlarms.Inc()
+		}
+	case track.DetectorReconnectHerd:
+		m.herdActive.Add(delta)
+		if delta > 0 {
+			m.herds.Inc()
 		}
 	}
 }

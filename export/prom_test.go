@@ -40,6 +40,7 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.DetectorStarted{Detector: track.DetectorNACKLoop, TypeURL: codec.TypeCluster},
 		track.DetectorEnded{Detector: track.DetectorNACKLoop, TypeURL: codec.TypeCluster},
 		track.DetectorStarted{Detector: track.DetectorRepeatedFullSync, Node: node},
+		track.DetectorStarted{Detector: track.DetectorReconnectHerd, Key: "tap"},
 		track.DecodeError{StreamID: 3, Direction: "request", Err: fmt.Errorf("truncated")},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
@@ -88,6 +89,12 @@ adstap_nack_loops_total{type="cds"} 1
 # HELP adstap_repeated_full_sync_alarms_total Repeated full sync alarms raised.
 # TYPE adstap_repeated_full_sync_alarms_total counter
 adstap_repeated_full_sync_alarms_total 1
+# HELP adstap_reconnect_herd_active 1 while a reconnect herd is on (--herd-threshold streams opened within --herd-window), else 0.
+# TYPE adstap_reconnect_herd_active gauge
+adstap_reconnect_herd_active 1
+# HELP adstap_reconnect_herds_total Reconnect herds started.
+# TYPE adstap_reconnect_herds_total counter
+adstap_reconnect_herds_total 1
 # HELP adstap_decode_errors_total Frames whose envelope could not be decoded; they were relayed unchanged.
 # TYPE adstap_decode_errors_total counter
 adstap_decode_errors_total{type="cds"} 1
@@ -112,7 +119,7 @@ adstap_bytes_total{direction="response",protocol="sotw"} 0
 `
 	names := []string{"adstap_pushes_total", "adstap_acks_total", "adstap_nacks_total", "adstap_redundant_pushes_total", "adstap_push_timeouts_total",
 		"adstap_pushes_pending", "adstap_stale_nonces_total", "adstap_full_syncs_total", "adstap_nack_storm_active", "adstap_nack_loop_active",
-		"adstap_nack_loops_total", "adstap_repeated_full_sync_alarms_total", "adstap_decode_errors_total", "adstap_upstream_connect_failures_total",
+		"adstap_nack_loops_total", "adstap_repeated_full_sync_alarms_total", "adstap_reconnect_herd_active", "adstap_reconnect_herds_total", "adstap_decode_errors_total", "adstap_upstream_connect_failures_total",
 		"adstap_streams_opened_total", "adstap_bytes_total"}
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)

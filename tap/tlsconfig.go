@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -28,12 +29,23 @@ func ListenTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 		NextProtos: []string{"h2"},
 	}
 	if clientCAFile != "" {
-		pool, err := loadPool(clientCAFile)
+		cas, err := newCAFile(clientCAFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		cfg.ClientCAs, _ = cas.get()
+		base := cfg.Clone()
+		// Each handshake verifies clients against the bundle as it is now.
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			pool, err := cas.get()
+			if err != nil {
+				return nil, err
+			}
+			c := base.Clone()
+			c.ClientCAs = pool
+			return c, nil
+		}
 	}
 	return cfg, nil
 }
@@ -41,15 +53,23 @@ func ListenTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 // UpstreamTLSConfig builds the upstream TLS settings. An empty caFile trusts
 // the system roots; serverName overrides the name checked in the upstream's
 // certificate (istiod's is istiod.istio-system.svc); a client certificate is
-// optional.
+// optional. The CA bundle is read again when its file changes, so a rotated
+// mesh root applies to the next upstream connection (connections already
+// open keep the handshake they made).
 func UpstreamTLSConfig(caFile, serverName, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile != "" {
-		pool, err := loadPool(caFile)
+		roots, err := newCAFile(caFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.RootCAs = pool
+		// tls.Config has no hook for a client's roots, so crypto/tls's own
+		// chain and name check is switched off and done here instead, as
+		// crypto/tls does it, against the bundle as it is now.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return roots.verifyServer(cs, serverName)
+		}
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("an upstream client certificate needs both a certificate and a key")
@@ -66,16 +86,79 @@ func UpstreamTLSConfig(caFile, serverName, certFile, keyFile string) (*tls.Confi
 	return cfg, nil
 }
 
-func loadPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
+// caFile serves a CA bundle from a file and reads it again when its content
+// changes: a mesh root rotates (istiod writes the new bundle into the
+// istio-ca-root-cert ConfigMap and kubelet swaps the mounted file), and
+// istio-agent, which adstap stands in for towards istiod, follows it too.
+// The file is read at each handshake, which are rare (one per connection)
+// and need no clock: a modification time can repeat within a tick.
+type caFile struct {
+	file string
+
+	mu   sync.Mutex
+	pool *x509.CertPool
+	pem  []byte
+}
+
+func newCAFile(file string) (*caFile, error) {
+	c := &caFile{file: file}
+	if _, err := c.get(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *caFile) get() (*x509.CertPool, error) {
+	data, err := os.ReadFile(c.file)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil && c.pool != nil:
+		// Mid-swap: keep the last good bundle.
+		return c.pool, nil
+	case err != nil:
 		return nil, fmt.Errorf("reading CA bundle: %w", err)
+	case c.pool != nil && bytes.Equal(data, c.pem):
+		return c.pool, nil
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("reading CA bundle %s: no PEM certificate in it", file)
+	if !pool.AppendCertsFromPEM(data) {
+		if c.pool != nil {
+			// A rotation caught half-written: keep the last good bundle.
+			return c.pool, nil
+		}
+		return nil, fmt.Errorf("reading CA bundle %s: no PEM certificate in it", c.file)
 	}
+	c.pool, c.pem = pool, data
 	return pool, nil
+}
+
+// verifyServer checks the upstream's chain and name against the bundle as
+// crypto/tls would with RootCAs set: the name is the one sent as SNI, else
+// the configured server name (an IP address is never sent as SNI).
+func (c *caFile) verifyServer(cs tls.ConnectionState, serverName string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: the upstream sent no certificate")
+	}
+	pool, err := c.get()
+	if err != nil {
+		return err
+	}
+	name := cs.ServerName
+	if name == "" {
+		name = serverName
+	}
+	if name == "" {
+		return errors.New("tls: no server name to check the upstream's certificate against (set --upstream-server-name)")
+	}
+	opts := x509.VerifyOptions{Roots: pool, DNSName: name, Intermediates: x509.NewCertPool()}
+	for _, cert := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(cert)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return fmt.Errorf("tls: failed to verify certificate: %w", err)
+	}
+	return nil
 }
 
 // keyPairFile serves a certificate from files and reloads it when either file

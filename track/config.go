@@ -14,6 +14,9 @@ type Config struct {
 	HerdThreshold          int           // this many new streams ...
 	HerdWindow             time.Duration // ... within this window across the tap are a reconnect herd
 	FullSyncSettle         time.Duration // how long a full-sync candidate must stand with no new type requested
+	// KeepBytes bounds the bytes of unanswered pushes kept for their NACKs
+	// (Tracker.ResponseFrame) across all streams; negative keeps none.
+	KeepBytes int64
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.
@@ -29,6 +32,7 @@ func DefaultConfig() Config {
 		HerdThreshold:          100,
 		HerdWindow:             time.Second,
 		FullSyncSettle:         time.Second,
+		KeepBytes:              DefaultKeepBytes,
 	}
 }
 
@@ -56,5 +60,8 @@ func (c Config) withDefaults() Config {
 	num(&c.HerdThreshold, d.HerdThreshold)
 	dur(&c.HerdWindow, d.HerdWindow)
 	dur(&c.FullSyncSettle, d.FullSyncSettle)
+	if c.KeepBytes == 0 {
+		c.KeepBytes = d.KeepBytes
+	}
 	return c
 }

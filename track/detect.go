@@ -62,15 +62,12 @@ type detectors struct {
 	syncs       map[syncKey]*syncHistory
 }
 
-type syncKey struct{ node, typeURL string }
+type syncKey struct{ node string }
 
-// syncHistory is a node's recent repeated full syncs of one type, across its
-// streams. Counting per type keeps one push round, which in SotW resends
-// LDS and CDS whole at once, from looking like a repetition.
+// syncHistory is a node's recent full pushes, across its streams.
 type syncHistory struct {
 	times window
 	ep    *episode
-	short string
 }
 
 func newDetectors(cfg *Config) detectors {
@@ -160,8 +157,9 @@ func (d *detectors) checkStorm(ts *typeState, now time.Time, evs []Event) []Even
 	return evs
 }
 
-// pushed feeds the loop and repeated-full-sync detectors with a new push.
-func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, evs []Event) []Event {
+// pushed feeds the loop and repeated-full-sync detectors with a new push;
+// full is set when it made its push round a new full push (round.go).
+func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, evs []Event) []Event {
 	if ts.loopRun > 0 && ts.p.content != ts.loopContent {
 		// The control plane sent something else: whatever it was stuck on, it moved on.
 		if ts.loop != nil {
@@ -171,18 +169,11 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, evs []Event) 
 		ts.loopRun = 0
 	}
 	evs = d.checkStorm(ts, at, evs)
-	// A reconnect's initial full sync is expected (istiod closes every
-	// stream every 30 minutes); only a resync on the same stream repeats.
-	if !ts.p.ev.FullSync || ts.p.ev.Initial || s.node.ID == "" {
+	if !full || s.node.ID == "" {
 		return evs
 	}
-	ts.lastFull = at
-	// One type sent whole is routine (istiod's Delta LDS always is, and so
-	// is every SotW CDS); what costs a proxy is the whole configuration sent
-	// again, every type at once, as after a NACK or a control plane restart.
-	if !s.fullRound(at) {
-		return evs
-	}
+	// Counted per node across its streams: a node that reconnects keeps
+	// its history.
 	k := syncKey{node: s.node.ID}
 	h := d.syncs[k]
 	if h == nil {
@@ -199,7 +190,7 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, evs []Event) 
 			detector: DetectorRepeatedFullSync, key: "node " + s.node.ID,
 			node: s.node.ID, since: at, count: n,
 		}
-		evs = d.start(h.ep, fmt.Sprintf("%d repeated full syncs (every subscribed type sent whole again) for node %s within %s",
+		evs = d.start(h.ep, fmt.Sprintf("%d full pushes (configuration resent unasked, e.g. istiod's push after a config change) to node %s within %s",
 			n, s.node.ID, d.cfg.RepeatedFullSyncWindow), evs)
 	}
 	return evs

@@ -184,16 +184,18 @@ func TestNACKLoop(t *testing.T) {
 	collect(tr.Tick(t0.Add(64 * time.Second)))
 
 	wantEvents := []string{
+		// Each resend goes out under a new version, unasked: a full push.
+		// The second raises the alarm, which counts them all.
+		`start repeated_full_sync "node ` + sidecar + `" count=2`,
 		`start nack_loop "stream 1 cds" count=3`, // third NACK, at 1.006s
 		`start nack_storm "stream 1 cds" count=5`,
 		// The good content went out at 3.001s.
 		`end nack_loop "stream 1 cds" count=1000 after 1.995s`,
-		// CDS is all the stream asked for, so each resend is a resync of
-		// the stream, counted once per moment: at 1.003s and 3.001s.
-		`start repeated_full_sync "node ` + sidecar + `" count=2`,
 		// The last five NACKs were at 2.992s to 3s, the fifth at 1.01s.
 		`end nack_storm "stream 1 cds" count=1000 after 31.99s`,
-		`end repeated_full_sync "node ` + sidecar + `" count=2 after 1m0.999s`,
+		// 1001 full pushes; the last two, at 2.998s and 3.001s, leave
+		// the window at 63.001s, and the tick at 64s sees it.
+		`end repeated_full_sync "node ` + sidecar + `" count=1001 after 1m2.997s`,
 	}
 	if diff := cmp.Diff(wantEvents, detectorEvents); diff != "" {
 		t.Errorf("detector events (-want +got):\n%s", diff)
@@ -281,7 +283,7 @@ func TestRepeatedFullSync(t *testing.T) {
 		}})
 		run(t, track.New(track.Config{}), steps)
 	})
-	t.Run("a node resent its whole configuration more than once a minute", func(t *testing.T) {
+	t.Run("a node got configuration resent unasked more than once a minute", func(t *testing.T) {
 		key := `"node ` + sidecar + `"`
 		pushLDS := func(n int, initial bool) string {
 			s := fmt.Sprintf("push 1 lds v=%d res=1 ", n)
@@ -298,19 +300,19 @@ func TestRepeatedFullSync(t *testing.T) {
 			{at: 10 * ms, do: frame(1, push(lds, 1, listener("virtualInbound"))), want: []string{pushLDS(1, true)}},
 			{at: 20 * ms, do: frame(1, ack(cds, 1)), want: []string{"req 1 cds ack", "ended 1 cds v=1 ack 10ms"}},
 			{at: 20 * ms, do: frame(1, ack(lds, 1)), want: []string{"req 1 lds ack", "ended 1 lds v=1 ack 10ms"}},
-			// One type sent whole again is routine, not a resync.
+			// CDS under a new version, unasked: a full push, alone in its minute.
 			{at: 10 * time.Second, do: frame(1, push(cds, 2, cluster(reviews))), want: []string{
 				"fullsync 1 20ms at=20ms [cds lds]", pushCDS(1, 2, false),
 			}},
 			{at: 10*time.Second + 10*ms, do: frame(1, ack(cds, 2)), want: []string{"req 1 cds ack", "ended 1 cds v=2 ack 10ms"}},
-			// Every type within moments: the first resync, alone in its minute.
+			// LDS of the same version moments later: the same push.
 			{at: 11 * time.Second, do: frame(1, push(lds, 2, listener("virtualInbound"))), want: []string{pushLDS(2, false)}},
 			{at: 11*time.Second + 10*ms, do: frame(1, ack(lds, 2)), want: []string{"req 1 lds ack", "ended 1 lds v=2 ack 10ms"}},
-			// A second resync in the same minute raises the alarm.
-			{at: 20 * time.Second, do: frame(1, push(cds, 3, cluster(reviews))), want: []string{pushCDS(1, 3, false)}},
-			{at: 20*time.Second + 500*ms, do: frame(1, push(lds, 3, listener("virtualInbound"))), want: []string{
-				pushLDS(3, false), "start repeated_full_sync " + key + " count=2",
+			// A second full push in the same minute raises the alarm.
+			{at: 20 * time.Second, do: frame(1, push(cds, 3, cluster(reviews))), want: []string{
+				pushCDS(1, 3, false), "start repeated_full_sync " + key + " count=2",
 			}},
+			{at: 20*time.Second + 500*ms, do: frame(1, push(lds, 3, listener("virtualInbound"))), want: []string{pushLDS(3, false)}},
 			// The node reconnects: its new stream's initial sync does not count.
 			{at: 21 * time.Second, do: closeStream(1, 14, ""), want: []string{
 				"ended 1 cds v=3 closed 1s", "ended 1 lds v=3 closed 500ms", `close 1 code=14 "" node="` + sidecar + `"`,
@@ -319,9 +321,9 @@ func TestRepeatedFullSync(t *testing.T) {
 			{at: 22 * time.Second, do: frame(2, withNode(initial(cds), sidecar)), want: []string{"req 2 cds initial"}},
 			{at: 22 * time.Second, do: frame(2, push(cds, 6, cluster(reviews))), want: []string{pushCDS(2, 6, true)}},
 			{at: 22 * time.Second, do: frame(2, ack(cds, 6)), want: []string{"req 2 cds ack", "ended 2 cds v=6 ack 0s"}},
-			// Resyncs at 11s and 20.5s: two within the minute until 71s.
-			{at: 70 * time.Second, do: tick(), want: []string{"fullsync 2 0s at=22s [cds]"}},
-			{at: 71*time.Second + 500*ms, do: tick(), want: []string{"end repeated_full_sync " + key + " count=2 after 51s"}},
+			// Full pushes at 10s and 20s: two within the minute until 70s.
+			{at: 70 * time.Second, do: tick(), want: []string{"fullsync 2 0s at=22s [cds]", "end repeated_full_sync " + key + " count=2 after 50s"}},
+			{at: 71*time.Second + 500*ms, do: tick()},
 			{at: 200 * time.Second, do: tick()},
 		})
 	})

@@ -1,6 +1,7 @@
 package track
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -79,6 +80,34 @@ type Push struct {
 	Initial   bool // the first full sync of the type on this stream
 	Redundant bool // changes nothing: no resource added, removed or changed
 	SentAt    time.Time
+	// Round is the stream's push round the push belongs to (1, 2, ...):
+	// the responses a control plane sent for one change (round.go).
+	Round uint64
+	// FullPush is set when the round was a full push by the time of this
+	// push: it resent configuration (a type other than EDS and SDS) unasked.
+	FullPush bool
+	// Requested is set when the push answers the client's own request (an
+	// initial request, a re-request or a subscription change).
+	Requested bool
+	// Content identifies what was pushed, whatever the version, nonce and
+	// order: an order-independent hash of the resources and removals.
+	Content uint64
+}
+
+// PushID is the identity of the push round p belongs to, across streams
+// and taps: the version for a full push and for a push answering the
+// client's request (a sync to that version), and the version, type and
+// content for any other push, since released istiod versions give an
+// incremental (EDS) push the version of the last full push. It is empty
+// when the version is.
+func (p Push) PushID() string {
+	if p.Version == "" {
+		return ""
+	}
+	if p.FullPush || p.Requested {
+		return p.Version
+	}
+	return p.Version + " " + p.Type + ":" + strconv.FormatUint(p.Content, 16)
 }
 
 // StreamOpened: a stream began.
@@ -120,6 +149,10 @@ type PushEnded struct {
 	ErrorCode  int32
 	Error      string
 	ErrorNames []string
+	// Rejected is what the NACK rejected: the push's bytes and the names its
+	// message mentions, for the outputs to read the Istio objects the
+	// resources came from (origin.Of).
+	Rejected *Rejected
 }
 
 // LateAnswer: the client answered a push after it had timed out.
@@ -128,6 +161,8 @@ type LateAnswer struct {
 	Result  PushResult // ack or nack
 	At      time.Time
 	Latency time.Duration
+	// Rejected is set for a NACK, as in PushEnded.
+	Rejected *Rejected
 }
 
 // FullSyncComplete: every type the client subscribed to at the start of the
@@ -138,6 +173,20 @@ type FullSyncComplete struct {
 	At       time.Time
 	Elapsed  time.Duration // from the stream opening
 	Types    []string      // type URLs, sorted
+}
+
+// FullPush: a push round resent configuration the client had not asked for
+// (a type other than EDS and SDS): a control plane's full push, such as
+// istiod's after a config change. Counted once per stream and version; an
+// endpoint-only (incremental) push and a stream's initial sync never are.
+type FullPush struct {
+	StreamID uint64
+	Node     Node
+	Version  string
+	Round    uint64
+	TypeURL  string // the type that made the round a full push
+	At       time.Time
+	Count    int // full pushes on the stream so far
 }
 
 // DecodeError: a frame that could not be decoded; it was relayed all the same.
@@ -188,5 +237,6 @@ func (PushEnded) event()        {}
 func (LateAnswer) event()       {}
 func (FullSyncComplete) event() {}
 func (DecodeError) event()      {}
+func (FullPush) event()         {}
 func (DetectorStarted) event()  {}
 func (DetectorEnded) event()    {}

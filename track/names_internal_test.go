@@ -162,7 +162,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 		method = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 	}
 	var sc scratch
-	s := newStream(StreamMeta{ID: 1, Method: method}, &sc)
+	s := newStream(StreamMeta{ID: 1, Method: method}, &sc, &keeper{})
 	ts := s.typeFor(url)
 	ref := newRefState(url)
 	pending := false

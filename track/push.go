@@ -66,11 +66,15 @@ func (ts *typeState) dropApplied() {
 // client handles every response in order and its answer is merely late (and
 // will carry a stale nonce). Without that, a Delta push following an
 // unanswered one would be diffed against a state that misses the first.
-func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) []Event {
+//
+// It also places the push in its push round (round.go), and reports whether
+// the push made that round a new full push.
+func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) ([]Event, bool) {
 	p := &ts.p
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)})
+		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if ts.pending() {
 		ts.apply()
@@ -98,7 +102,14 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Bytes = size
 	p.ev.SentAt = at
 	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
+	p.ev.Content = content
 	p.state = pushOpen
+	if s.recent == nil {
+		s.recent = new(pushRing)
+	}
+	ts.recent = s.recent
+	ts.seq = s.recent.add(&p.ev)
+	full := s.joinRound(ts, at, resp.VersionInfo)
 
 	ts.pushes++
 	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
@@ -109,7 +120,11 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	if p.ev.Redundant {
 		ts.redundant++
 	}
-	return append(evs, PushSent{Push: p.ev})
+	evs = append(evs, PushSent{Push: p.ev})
+	if full {
+		evs = append(evs, FullPush{StreamID: s.meta.ID, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
+	}
+	return evs, full
 }
 
 // answer ends the latest push with the client's verdict. A push that had
@@ -121,19 +136,31 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		result = ResultNACK
 	}
 	latency := at.Sub(p.ev.SentAt)
+	var names []string
+	var rejected *Rejected
+	if result == ResultNACK {
+		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
+		rejected = ts.rejected(req.ErrorDetail.Message, names)
+	}
 	if p.state == pushTimedOut {
-		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency})
+		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected})
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
 			e.Error = req.ErrorDetail.Message
-			e.ErrorNames = ts.errorNames(req.ErrorDetail.Message, maxNames)
+			e.ErrorNames = names
+			e.Rejected = rejected
 		}
 		evs = append(evs, e)
 	}
 	p.state = pushAnswered
 	if result == ResultACK {
+		ts.recent.end(ts.seq, result, latency, "")
+		ts.ackedAt = at
+		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
+		ts.rejection = nil
 		ts.apply()
 		ts.dropApplied()
 		ts.acks++
@@ -142,10 +169,27 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		ts.lastError = ""
 		return evs
 	}
+	ts.recent.end(ts.seq, result, latency, req.ErrorDetail.Message)
+	ts.nackedAt = at
 	ts.nacks++
 	ts.nacked = true
 	ts.lastError = req.ErrorDetail.Message
 	return evs
+}
+
+// rejected returns the Rejection of the latest push by a NACK with message
+// naming names. The same content rejected with the same message again (a
+// NACK loop) shares the previous one, which is decoded at most once.
+func (ts *typeState) rejected(message string, names []string) *Rejected {
+	p := &ts.p
+	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
+		ts.keep.drop(&ts.held)
+		return ts.rejection
+	}
+	ts.rejection.discard()
+	ts.rejection = ts.keep.reject(&ts.held, p.delta, names)
+	ts.rejContent, ts.rejMessage = p.content, message
+	return ts.rejection
 }
 
 // expire ends a push that has waited too long. It stays the latest push, so
@@ -156,6 +200,7 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 		return evs
 	}
 	p.state = pushTimedOut
+	ts.recent.end(ts.seq, ResultTimeout, now.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
@@ -166,6 +211,7 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 		return evs
 	}
 	p.state = pushAnswered
+	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt)})
 }
 

@@ -49,11 +49,11 @@ func TestSotW(t *testing.T) {
 				})},
 				// The rejected content never became the client's: going back
 				// to what it accepted changes nothing.
-				// Every SotW CDS push is a full sync, and CDS is all this stream
-				// asked for: each is a resync of the whole stream, counted at
-				// most once per moment (this one is a second after the last).
+				// Each push of CDS under a new version, unasked, is a full
+				// push: the second within a minute raises the alarm.
 				{at: 2 * time.Second, do: frame(1, push(cds, 43, cluster(reviews), cluster(ratings))), want: []string{
 					"push 1 cds v=43 res=2 +0 -0 ~0 =2 full redundant",
+					`start repeated_full_sync "node ` + sidecar + `" count=2`,
 				}},
 				{at: 2010 * ms, do: frame(1, ack(cds, 43)), want: []string{"req 1 cds ack", "ended 1 cds v=43 ack 10ms"},
 					check: wantType(1, cds, track.TypeState{
@@ -64,7 +64,6 @@ func TestSotW(t *testing.T) {
 				// A NACK that (oddly) reports the rejected version is still a NACK.
 				{at: 3 * time.Second, do: frame(1, push(cds, 44, cluster(reviews), clusterV2(ratings))), want: []string{
 					"push 1 cds v=44 res=2 +0 -0 ~1 =1 " + plus("~", ratings) + " full",
-					`start repeated_full_sync "node ` + sidecar + `" count=2`,
 				}},
 				{at: 3010 * ms, do: frame(1, nack(cds, 44, 44, "rejected")), want: []string{
 					"req 1 cds nack", `ended 1 cds v=44 nack 10ms code=3 "rejected" names=[]`,

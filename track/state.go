@@ -1,6 +1,7 @@
 package track
 
 import (
+	"encoding/json"
 	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
@@ -10,18 +11,26 @@ import (
 
 // StreamState is a stream as the /debug/streams page shows it.
 type StreamState struct {
-	ID          uint64         `json:"id"`
-	ConnID      uint64         `json:"conn_id"`
-	NodeID      string         `json:"node_id"`
-	NodeCluster string         `json:"node_cluster,omitempty"`
-	UserAgent   string         `json:"user_agent,omitempty"`
-	Peer        string         `json:"peer"`
-	Method      string         `json:"method"`
-	Protocol    codec.Protocol `json:"protocol"`
-	OpenedAt    time.Time      `json:"opened_at"`
+	ID          uint64 `json:"id"`
+	ConnID      uint64 `json:"conn_id"`
+	NodeID      string `json:"node_id"`
+	NodeCluster string `json:"node_cluster,omitempty"`
+	UserAgent   string `json:"user_agent,omitempty"`
+	// IstioVersion is ISTIO_VERSION from the node's metadata.
+	IstioVersion string `json:"istio_version,omitempty"`
+	// ControlPlane is the control_plane.identifier of the latest response
+	// that carried one (istiod sends a JSON object naming its pod).
+	ControlPlane string         `json:"control_plane,omitempty"`
+	Peer         string         `json:"peer"`
+	Method       string         `json:"method"`
+	Protocol     codec.Protocol `json:"protocol"`
+	OpenedAt     time.Time      `json:"opened_at"`
 	// FullSyncSeconds is the time to full sync, null until it is known.
-	FullSyncSeconds *float64              `json:"full_sync_seconds"`
-	Types           map[string]*TypeState `json:"types"` // by type URL
+	FullSyncSeconds *float64 `json:"full_sync_seconds"`
+	// FullPushes counts the control plane's full pushes on the stream:
+	// push rounds that resent configuration unasked (track.FullPush).
+	FullPushes int                   `json:"full_pushes"`
+	Types      map[string]*TypeState `json:"types"` // by type URL
 }
 
 // TypeState is one type of a stream.
@@ -30,17 +39,29 @@ type TypeState struct {
 	// push was rejected, NOT_SENT before any push, SYNCED when the last
 	// acknowledged nonce is the last sent one, STALE otherwise.
 	State            string `json:"state"`
+	Type             string `json:"type"` // the short name: cds, eds, ... (codec.ShortType)
 	LastSentVersion  string `json:"last_sent_version"`
 	LastSentNonce    string `json:"last_sent_nonce"`
 	LastAckedVersion string `json:"last_acked_version"`
 	LastAckedNonce   string `json:"last_acked_nonce"`
 	LastError        string `json:"last_error,omitempty"`
-	Pushes           int    `json:"pushes"`
-	ACKs             int    `json:"acks"`
-	NACKs            int    `json:"nacks"`
-	StaleNonces      int    `json:"stale_nonces"`
-	RedundantPushes  int    `json:"redundant_pushes"`
-	FullSyncs        int    `json:"full_syncs"`
+	// LastSentAt, LastACKAt and LastNACKAt: when the latest push went out,
+	// and the latest ACK and NACK came back; absent until then.
+	LastSentAt time.Time `json:"last_sent_at,omitzero"`
+	LastACKAt  time.Time `json:"last_ack_at,omitzero"`
+	LastNACKAt time.Time `json:"last_nack_at,omitzero"`
+	// LastRejected is what the last NACK rejected, until an ACK.
+	LastRejected *Rejected `json:"-"`
+	// LastErrorSource is LastRejected as /debug/streams shows it: the
+	// rejected resources and the Istio objects they came from, as
+	// origin.Rejection writes them. export.DebugStreams fills it in.
+	LastErrorSource json.RawMessage `json:"last_error_source,omitempty"`
+	Pushes          int             `json:"pushes"`
+	ACKs            int             `json:"acks"`
+	NACKs           int             `json:"nacks"`
+	StaleNonces     int             `json:"stale_nonces"`
+	RedundantPushes int             `json:"redundant_pushes"`
+	FullSyncs       int             `json:"full_syncs"`
 	// Subscribed is ["*"] for a wildcard subscription (followed by any names
 	// also subscribed explicitly), capped at Config.MaxNames entries, the
 	// last of which then says "+N more".
@@ -75,8 +96,8 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		}
 		st := StreamState{
 			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
-			UserAgent: s.node.UserAgent, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
-			OpenedAt: s.meta.OpenedAt, Types: make(map[string]*TypeState, len(s.order)),
+			UserAgent: s.node.UserAgent, IstioVersion: s.istioVersion, ControlPlane: s.controlPlane, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
+			OpenedAt: s.meta.OpenedAt, FullPushes: s.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
 		}
 		if s.sync.done {
 			secs := s.sync.elapsed.Seconds()
@@ -93,11 +114,16 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 func (ts *typeState) state(maxNames int) *TypeState {
 	return &TypeState{
 		State:            ts.stateName(),
+		Type:             ts.short,
 		LastSentVersion:  ts.sentVersion,
 		LastSentNonce:    ts.sentNonce,
 		LastAckedVersion: ts.ackedVersion,
 		LastAckedNonce:   ts.ackedNonce,
 		LastError:        ts.lastError,
+		LastSentAt:       ts.p.ev.SentAt,
+		LastACKAt:        ts.ackedAt,
+		LastNACKAt:       ts.nackedAt,
+		LastRejected:     ts.rejection,
 		Pushes:           ts.pushes,
 		ACKs:             ts.acks,
 		NACKs:            ts.nacks,

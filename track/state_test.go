@@ -41,10 +41,11 @@ func TestStreams(t *testing.T) {
 		Peer: "10.1.2.3:41000", Method: adsSotW, Protocol: codec.SotW, OpenedAt: t0, FullSyncSeconds: &secs,
 		Types: map[string]*track.TypeState{
 			cds: {
-				State: "SYNCED", LastSentVersion: ver(1), LastSentNonce: nonce(1), LastAckedVersion: ver(1), LastAckedNonce: nonce(1),
+				State: "SYNCED", Type: "cds", LastSentVersion: ver(1), LastSentNonce: nonce(1), LastAckedVersion: ver(1), LastAckedNonce: nonce(1),
+				LastSentAt: t0.Add(10 * ms), LastACKAt: t0.Add(20 * ms),
 				Pushes: 1, ACKs: 1, FullSyncs: 1, Subscribed: []string{"*"}, Resources: 1,
 			},
-			eds: {State: "NOT_SENT", StaleNonces: 1, Subscribed: append(names("ep-", 19), "+6 more")},
+			eds: {State: "NOT_SENT", Type: "eds", StaleNonces: 1, Subscribed: append(names("ep-", 19), "+6 more")},
 		},
 	}}
 	got := tr.Streams(sidecar)
@@ -84,12 +85,12 @@ func TestStreamsJSON(t *testing.T) {
 		t.Fatalf("got %d streams in %s", len(streams), b)
 	}
 	keys := func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
-	wantStream := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	wantStream := []string{"conn_id", "full_pushes", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
 	if diff := cmp.Diff(wantStream, keys(streams[0])); diff != "" {
 		t.Errorf("stream keys (-want +got):\n%s", diff)
 	}
 	// A stream without a full sync yet shows null rather than leaving it out.
-	wantDelta := []string{"conn_id", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
+	wantDelta := []string{"conn_id", "full_pushes", "full_sync_seconds", "id", "method", "node_cluster", "node_id", "opened_at", "peer", "protocol", "types", "user_agent"}
 	if diff := cmp.Diff(wantDelta, keys(streams[1])); diff != "" {
 		t.Errorf("delta stream keys (-want +got):\n%s", diff)
 	}
@@ -106,8 +107,8 @@ func TestStreamsJSON(t *testing.T) {
 	if got := keys(types); !slices.Equal(got, []string{cds, eds}) {
 		t.Errorf("types keys = %q, want the type URLs", got)
 	}
-	wantType := []string{"acks", "full_syncs", "last_acked_nonce", "last_acked_version", "last_sent_nonce", "last_sent_version",
-		"nacks", "pushes", "redundant_pushes", "resources", "stale_nonces", "state", "subscribed"}
+	wantType := []string{"acks", "full_syncs", "last_ack_at", "last_acked_nonce", "last_acked_version", "last_sent_at", "last_sent_nonce", "last_sent_version",
+		"nacks", "pushes", "redundant_pushes", "resources", "stale_nonces", "state", "subscribed", "type"}
 	if diff := cmp.Diff(wantType, keys(types[cds].(map[string]any))); diff != "" {
 		t.Errorf("type keys (-want +got):\n%s", diff)
 	}

@@ -22,41 +22,24 @@ type stream struct {
 	types       map[string]*typeState
 	order       []*typeState // in the order the types appeared, for stable event order
 	sync        fullSyncClock
-	// lastRound is when every subscribed type was last seen resent whole.
-	lastRound time.Time
-	sc        *scratch // the tracker's
+	// round is the push round of the latest response (round.go).
+	round pushRound
+	// fullPushes counts the stream's full pushes, the last of which had
+	// lastFullVersion.
+	fullPushes      int
+	fullCounted     bool
+	lastFullVersion string
+	sc              *scratch // the tracker's
+	keep            *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
 	// that starts unsure too (see typeState.unsure).
 	unsure bool
-}
-
-// fullRoundWindow is how close together the pushes of one resync are: a
-// control plane sends every type of a full push within its debounce, in
-// well under a second.
-const fullRoundWindow = 2 * time.Second
-
-// fullRound reports whether the push at at completes a resync of the whole
-// stream: every type the client subscribes to was sent whole within
-// fullRoundWindow. Each resync is reported once.
-func (s *stream) fullRound(at time.Time) bool {
-	if !s.lastRound.IsZero() && at.Sub(s.lastRound) < fullRoundWindow {
-		return false
-	}
-	n := 0
-	for _, ts := range s.order {
-		if !ts.requested || ts.url == codec.TypeSyncz || ts.empty() {
-			continue
-		}
-		if ts.lastFull.IsZero() || at.Sub(ts.lastFull) > fullRoundWindow {
-			return false
-		}
-		n++
-	}
-	if n == 0 {
-		return false
-	}
-	s.lastRound = at
-	return true
+	// controlPlane is the control_plane.identifier of the latest response
+	// that carried one: the control-plane replica serving the stream.
+	controlPlane string
+	// istioVersion is the node metadata's ISTIO_VERSION.
+	istioVersion string
+	recent       *pushRing // nil before the first push
 }
 
 // fullSyncClock measures the time to full sync. Clients request types in a
@@ -71,8 +54,8 @@ type fullSyncClock struct {
 	types     []string
 }
 
-func newStream(m StreamMeta, sc *scratch) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc}
+func newStream(m StreamMeta, sc *scratch, keep *keeper) *stream {
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc, keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -87,7 +70,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url, s.sc)
+	ts := newTypeState(url, s.sc, s.keep)
 	ts.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)
@@ -101,6 +84,7 @@ func (s *stream) setNode(n *codec.Node) {
 		return
 	}
 	s.hasNode = true
+	s.istioVersion = n.IstioVersion
 	s.node = Node{ID: n.ID, Cluster: n.Cluster, Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
 	switch {
 	case n.UserAgentVersion != "":

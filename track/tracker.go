@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/mem"
+
 	"github.com/adstap/adstap/codec"
 )
 
@@ -24,11 +26,13 @@ type Tracker struct {
 	det     detectors
 	ids     []uint64 // scratch for visiting streams in id order
 	sc      scratch
+	keep    keeper
 }
 
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults(), streams: make(map[uint64]*stream)}
+	t.keep.limit = t.cfg.KeepBytes
 	t.det = newDetectors(&t.cfg)
 	return t
 }
@@ -47,7 +51,7 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 		// episodes must not stay active forever.
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
 	}
-	t.streams[m.ID] = newStream(m, &t.sc)
+	t.streams[m.ID] = newStream(m, &t.sc, &t.keep)
 	evs = append(evs, StreamOpened{Stream: m})
 	return t.det.opened(m.OpenedAt, evs)
 }
@@ -67,6 +71,12 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
+	// A request the server answers: the first of its type on the stream
+	// whatever its nonce (istio's adsc puts a made-up one in its first
+	// requests), a request without a nonce, or a subscription change.
+	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+		ts.asked = c.kind != KindUnsubscribe
+	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
 		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
@@ -84,6 +94,14 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 // Response tracks a response (a push) of a stream. resp may be reused by the
 // caller once Response returns: nothing of it is kept without copying.
 func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, size int) []Event {
+	return t.ResponseFrame(streamID, at, resp, size, nil)
+}
+
+// ResponseFrame is Response with the response's bytes (those resp was
+// decoded from). The tracker keeps a reference to them (data.Ref) until the
+// push is answered, superseded or its stream ends, within Config.KeepBytes,
+// so that a NACK can name what it rejected (PushEnded.Rejected).
+func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.streams[streamID]
@@ -91,12 +109,16 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	if resp.ControlPlane != "" {
+		s.controlPlane = resp.ControlPlane
+	}
 	ts := s.typeFor(resp.TypeURL)
 	if ts == nil {
 		return evs
 	}
-	evs = ts.send(s, at, resp, size, &t.cfg, evs)
-	return t.det.pushed(s, ts, at, evs)
+	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
+	ts.keep.hold(&ts.held, data)
+	return t.det.pushed(s, ts, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
@@ -116,6 +138,8 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
 		evs = ts.closePush(at, evs)
+		ts.keep.drop(&ts.held)
+		ts.rejection.discard()
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(ts, at, evs)

@@ -44,12 +44,26 @@ type typeState struct {
 	// then be that of a push it did not see.
 	unsure     bool
 	lastError  string
-	fullSynced bool      // the type has had its initial full sync on this stream
-	lastFull   time.Time // the last repeated full sync of the type
+	fullSynced bool // the type has had its initial full sync on this stream
+	// asked is set by a request that wants an answer (initial, re-request,
+	// subscription change) until the next response of the type.
+	asked bool
+	// roundSeq is the push round of the type's latest response, sent at
+	// lastSent; askedRound the latest round in which a response of the
+	// type answered a request.
+	roundSeq, askedRound uint64
+	lastSent             time.Time
 
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
 	p push // the latest push; p.state says whether there is one
+	// recent is the stream's ring of latest pushes (nil before the type's
+	// first push), and seq the number of p in it.
+	recent *pushRing
+	seq    uint64
+	// ackedAt and nackedAt are when the latest ACK and NACK arrived, for
+	// the ages the pages show (the latest push's is p.ev.SentAt).
+	ackedAt, nackedAt time.Time
 
 	// NACK storm: the last NACK times, enough to tell a storm from a burst;
 	// allocated on the first NACK, since most types never see one.
@@ -63,14 +77,25 @@ type typeState struct {
 	// errNames caches the names a NACK mentions, since a loop NACKs the same
 	// content with the same message again and again.
 	errNames errNamesCache
+
+	// held is the latest push's bytes while it awaits its answer (keeper).
+	held kept
+	keep *keeper // the tracker's
+	// rejection is what the latest NACK rejected, until an ACK; a NACK of
+	// the same content with the same message shares it, so a NACK loop
+	// decodes its push once.
+	rejection  *Rejected
+	rejContent uint64
+	rejMessage string
 }
 
-func newTypeState(url string, sc *scratch) *typeState {
+func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 	return &typeState{
 		url:         url,
 		short:       codec.ShortType(url),
 		replaceType: url == codec.TypeListener || url == codec.TypeCluster,
 		sc:          sc,
+		keep:        keep,
 	}
 }
 

@@ -31,7 +31,7 @@ func demoCommand(f *demoFlags) *command {
 	c.group("Demo")
 	f.interval = 3 * time.Second
 	c.Var(durationValue{&f.interval}, "interval", "change the configuration every `duration`")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (/debug/streams, /healthz, /readyz)")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (the live page at /, /debug/streams, /metrics, /healthz, /readyz)")
 	c.group("Logging")
 	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
 	c.String(&f.logFormat, "log-format", "text", "`format` of the live log on stderr: text or json")
@@ -90,13 +90,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if t.admin != nil {
 		admin = "http://" + t.admin.addr()
 	}
+	adminAddr := "off"
+	if t.admin != nil {
+		adminAddr = t.admin.addr()
+	}
 	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
   live log:        below, one line per push outcome and per detector event
+  live page:       %s/
+  proxy status:    adstap status --admin %s   (go run ./cmd/adstap status ...)
   stream state:    curl -s %s/debug/streams
   one node:        curl -s '%s/debug/streams?node=%s'
 Every %s the configuration changes; a bad cluster is pushed, NACKed (a storm), then fixed. Ctrl-C stops.
 
-`, cp.Addr(), tapAddr, admin, admin, demo.DeltaNode, f.interval)
+`, cp.Addr(), tapAddr, admin, adminAddr, admin, admin, demo.DeltaNode, f.interval)
 
 	var wg sync.WaitGroup
 	run := func(name string, fn func(context.Context) error) {

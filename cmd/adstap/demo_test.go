@@ -26,10 +26,11 @@ func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
 		" ACK ",                      // pushes accepted
 		"NACK",                       // the bad cluster rejected...
 		`unexpected lbPolicy MAGLEV`, // ...with the client's own words
-		"NACK storm started",         // the detector fires
-		"NACK loop ended",            // and the fix ends the loop
-		"+1 -0 ~0",                   // a diff with an added resource
-		"full(repeated) redundant",   // SotW re-sending unchanged config
+		"MAGLEV — from DestinationRule demo/greeter-maglev", // ...and the object to fix
+		"NACK storm started",                      // the detector fires
+		"NACK loop ended",                         // and the fix ends the loop
+		"+1 -0 ~0",                                // a diff with an added resource
+		"full(repeated) redundant",                // SotW re-sending unchanged config
 		"node=proxyless~127.0.0.1~greeter-client", // both clients are seen
 		"node=sidecar~127.0.0.1~productpage",
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/track"
@@ -19,6 +20,7 @@ type inspectFlags struct {
 	resources                 bool
 	nacks                     bool
 	detect                    track.Config
+	filter                    inspect.Filter
 }
 
 func inspectCommand(f *inspectFlags) *command {
@@ -31,6 +33,12 @@ func inspectCommand(f *inspectFlags) *command {
 	c.String(&f.push, "push", "", "every push of this `version`, per stream and type: the names added, removed and changed")
 	c.Bool(&f.resources, "resources", false, "with --push: each resource as JSON, and the field-level diff of each changed one against the version the client last accepted")
 	c.Bool(&f.nacks, "nacks", false, "every NACK: time, stream, node, type, rejected version, the client's message and the resources it names; repeats collapsed with a count")
+	c.group("Which streams and when (every mode)")
+	c.String(&f.filter.Node, "node", "", "only the streams of this node `id`")
+	c.String(&f.filter.Type, "type", "", "only this `type`: cds, lds, rds, eds, sds, ... (or cluster, listener, route, endpoint, secret, or a type URL)")
+	c.Var(uint64Value{&f.filter.Stream}, "stream", "only the stream with this `id`")
+	c.Var(timeValue{&f.filter.Since}, "since", "only what happened at or after this `time`: RFC 3339 (2026-11-30T10:20:00Z) or a duration before now (15m)")
+	c.Var(timeValue{&f.filter.Until}, "until", "only what happened at or before this `time`: RFC 3339 or a duration before now")
 	c.group("Live captures")
 	c.Bool(&f.follow, "follow", false, "keep reading the last FILE as the tap writes it (and across its rotation), printing the timeline as it comes, until Ctrl-C; then the summary")
 	addDetectorFlags(c, &f.detect)
@@ -75,6 +83,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		Push:     f.push, Resources: f.resources,
 		NACKs:  f.nacks,
 		Detect: f.detect,
+		Filter: f.filter,
 		Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {
@@ -99,8 +108,42 @@ func checkInspectFlags(f *inspectFlags, files []string) error {
 		return errors.New("--resources goes with --push=VERSION")
 	case f.follow && (f.push != "" || f.nacks || f.summaryOnly):
 		return errors.New("--follow prints the timeline as it comes; it does not combine with --push, --nacks or --summary-only")
+	case !f.filter.Since.IsZero() && !f.filter.Until.IsZero() && f.filter.Until.Before(f.filter.Since):
+		return errors.New("--until is before --since")
+	}
+	if t := f.filter.Type; t != "" {
+		short, ok := configTypes[strings.ToLower(t)]
+		switch {
+		case ok:
+			f.filter.Type = short
+		case !strings.Contains(t, "/"):
+			return fmt.Errorf("--type %q: want a short name (cds, lds, rds, eds, sds, ecds), cluster, listener, route, endpoint, secret, or a type URL", t)
+		}
 	}
 	return nil
+}
+
+// timeValue is a flag holding a point in time: RFC 3339, or a duration
+// before now.
+type timeValue struct{ p *time.Time }
+
+func (v timeValue) String() string {
+	if v.p == nil || v.p.IsZero() {
+		return ""
+	}
+	return v.p.Format(time.RFC3339Nano)
+}
+
+func (v timeValue) Set(s string) error {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		*v.p = t
+		return nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		*v.p = time.Now().Add(-d)
+		return nil
+	}
+	return fmt.Errorf("want RFC 3339 (2026-11-30T10:20:00Z) or a duration before now (15m)")
 }
 
 // splitArgs separates flags from file names, which may come in any order

@@ -33,9 +33,12 @@ Usage:
   adstap <command> [flags]
 
 Commands:
+  config    what a proxy accepted, from a running tap (run --retain-resources): adstap config --node ID --type cluster
   demo      a control plane and two clients talking through a tap on loopback: see pushes, ACKs, NACKs at once
   inspect   replay a capture file (run --capture): timeline, summary per stream, a version's diff, every NACK
+  probe     exit 0 if the tap in this pod is ready (or healthy): Kubernetes exec probes in a distroless image
   run       relay and observe xDS streams: adstap run --upstream=istiod.istio-system.svc:15012 ...
+  status    every proxy of a running tap, as istioctl proxy-status: SYNCED, STALE, ERROR (NACK), NOT SENT
   version   print the version, commit and Go version
 
 Every flag has an environment twin: --upstream is ADSTAP_UPSTREAM.
@@ -56,6 +59,12 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdout, stderr)
+	case "probe":
+		return runProbe(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "config":
+		return runConfig(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout)
 		return exitOK

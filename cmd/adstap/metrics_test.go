@@ -150,6 +150,7 @@ func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
 		`adstap_full_syncs_total{type="cds",reason="initial"}`:          1,
 		`adstap_full_syncs_total{type="cds",reason="repeated"}`:         7,
 		`adstap_repeated_full_sync_alarms_total`:                        1,
+		`adstap_full_pushes_total{protocol="sotw"}`:                     2, // v2 (re-sent after NACKs: once) and v3
 		`adstap_streams_opened_total{protocol="sotw"}`:                  1,
 		`adstap_streams_active{protocol="sotw"}`:                        1,
 		`adstap_messages_total{direction="request",protocol="sotw"}`:    9,

@@ -41,6 +41,7 @@ type runFlags struct {
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
 	retainMaxBytes                                                      byteSize
+	nackKeepBytes                                                       byteSize
 	pprof                                                               bool
 }
 
@@ -70,11 +71,13 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.maxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
 	f.observeQueueBytes = tap.DefaultObserveQueueBytes
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
+	f.nackKeepBytes = track.DefaultKeepBytes
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
 	c.group("Admin (health, readiness, metrics, debug pages)")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving /healthz, /readyz, /metrics and /debug/streams; \"off\" disables it")
+	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
@@ -86,7 +89,7 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
 	c.group("Capture and retained configuration (secrets are always redacted)")
-	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints")
+	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
 	f.captureMaxBytes = capture.DefaultMaxBytes
 	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
 	f.captureMaxFiles = capture.DefaultMaxFiles
@@ -239,12 +242,22 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		}
 	}
 	if f.upstreamTLS || f.upstreamCA != "" || f.upstreamServerName != "" || f.upstreamCert != "" || f.upstreamKey != "" {
-		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, f.upstreamServerName, f.upstreamCert, f.upstreamKey); err != nil {
+		serverName := f.upstreamServerName
+		if serverName == "" && upstream.Network == "tcp" {
+			// What gRPC would check anyway; said here because an IP address
+			// is never sent as SNI, and the reloadable CA check needs a name.
+			serverName, _, _ = net.SplitHostPort(upstream.Addr)
+		}
+		if cfg.UpstreamTLS, err = tap.UpstreamTLSConfig(f.upstreamCA, serverName, f.upstreamCert, f.upstreamKey); err != nil {
 			return nil, usagef("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
 	if f.traceGrouping != export.GroupByVersion && f.traceGrouping != export.GroupByStream {
 		return nil, usagef("--trace-grouping %q: want version or stream", f.traceGrouping)
+	}
+	f.detect.KeepBytes = int64(f.nackKeepBytes)
+	if f.detect.KeepBytes == 0 {
+		f.detect.KeepBytes = -1 // track.Config's zero is its default
 	}
 	pcfg := pipeline.Config{
 		Logger:           log,

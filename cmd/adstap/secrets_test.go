@@ -116,6 +116,22 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 		clusters = get(t, fmt.Sprintf("http://%s/debug/config?stream=%d&type=cds", admin, page.Streams[0].ID))
 		return bytes.Contains(clusters, []byte("svc-00001"))
 	})
+	// adstap status and adstap config, in every format.
+	var commands []byte
+	for _, args := range [][]string{
+		{"status", "--admin", admin, "-o", "wide"}, {"status", "--admin", admin, "-o", "json"},
+		{"config", "--admin", admin, "--node", node, "--type", "secret"},
+		{"config", "--admin", admin, "--node", node, "--type", "secret", "-o", "json"},
+	} {
+		code, out, stderr := cli(t, args...)
+		if code != exitOK {
+			t.Errorf("adstap %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+		}
+		commands = append(commands, out...)
+	}
+	if !bytes.Contains(commands, []byte("default  tlsCertificate  certificateChain, privateKey")) {
+		t.Errorf("adstap config --type secret does not show the secret's kind and parts:\n%s", commands)
+	}
 	traces := j.WaitTraces(t, service, map[string]string{"xds.type": "sds"}, func(ts []jaegertest.Trace) bool { return len(ts) > 0 })
 	spans, _ := json.Marshal(traces)
 	allSpans, _ := json.Marshal(j.Traces(t, service, nil))
@@ -129,13 +145,19 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	if !bytes.Contains(captured, []byte(`"kind":"frame"`)) {
 		t.Fatalf("the capture has no frames:\n%s", captured)
 	}
+	downloaded := get(t, "http://"+admin+"/debug/capture/"+filepath.Base(capturePath))
+	if !bytes.HasPrefix(captured, downloaded) || !bytes.Contains(downloaded, []byte(`"kind":"frame"`)) {
+		t.Errorf("GET /debug/capture/%s is not the capture file as written:\n%s", filepath.Base(capturePath), downloaded)
+	}
 	outputs := map[string][]byte{
-		"live log":       []byte(log.String()),
-		"/metrics":       scrape(t, admin),
-		"/debug/streams": streams,
-		"/debug/config":  append(config, clusters...),
-		"capture file":   captured,
-		"spans":          append(spans, allSpans...),
+		"capture download": downloaded,
+		"live log":         []byte(log.String()),
+		"/metrics":         scrape(t, admin),
+		"/debug/streams":   streams,
+		"/debug/config":    append(config, clusters...),
+		"status, config":   commands,
+		"capture file":     captured,
+		"spans":            append(spans, allSpans...),
 	}
 	// The capture holds messages in base64: look for the secrets that way too.
 	secrets := map[string][]byte{"bearer token": []byte(token)}

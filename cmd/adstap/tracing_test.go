@@ -18,6 +18,7 @@ import (
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/google/go-cmp/cmp"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
@@ -87,14 +88,18 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 	const v1, v2 = "2026-11-30T09:00:00Z/41", "2026-11-30T09:00:05Z/42"
 	const nodeA = "sidecar~10.0.0.1~reviews-v1-7f9c.default~default.svc.cluster.local"
 	const nodeB = "sidecar~10.0.0.2~reviews-v2-5d8b.default~default.svc.cluster.local"
-	const rejection = "Error adding/updating cluster(s) outbound|9080||ratings.default.svc.cluster.local: unknown lb_policy"
+	const rejection = "Error adding/updating cluster(s) outbound|8080||svc-00003.ns-3.svc.cluster.local: unknown lb_policy"
+	const rule = "/apis/networking.istio.io/v1/namespaces/ns-3/destination-rule/svc-00003-maglev"
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	var log syncbuf.Buffer
 	tapAddr, _ := startTracedTap(t, cp.Addr(), &log, "--otlp-endpoint=http://"+j.OTLPGRPC, "--trace-scope=mesh-test")
 
 	good := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(3, 0)}
 	bad := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(4, 0)}
-	bad[resource.ClusterType][3].(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_MAGLEV
+	maglev := bad[resource.ClusterType][3].(*clusterv3.Cluster)
+	maglev.LbPolicy = clusterv3.Cluster_MAGLEV
+	// Stamped as istiod stamps a cluster a DestinationRule shaped.
+	maglev.Metadata.FilterMetadata["istio"].Fields["config"] = structpb.NewStringValue(rule)
 	for _, n := range []string{nodeA, nodeB} {
 		cp.SetSnapshot(t, n, v1, good)
 	}
@@ -152,6 +157,7 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 			"xds.type_url": resource.ClusterType, "xds.type": "cds", "xds.version": v2, "xds.node.cluster": "reviews",
 			"xds.resources.count": int64(4), "xds.resources.added": int64(1), "xds.resources.changed": int64(0), "xds.full_sync": true,
 			"xds.result": "nack", "otel.status_code": "ERROR", "otel.status_description": rejection, "error": true,
+			"xds.error.source": "from DestinationRule ns-3/svc-00003-maglev",
 		}},
 		{ack, map[string]any{"xds.result": "ack", "xds.resources.count": int64(4), "xds.resources.added": int64(1)}},
 	} {
@@ -162,6 +168,9 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 		if diff := cmp.Diff(c.tags, got); diff != "" {
 			t.Errorf("span %s tags (-want +got):\n%s", c.span.OperationName, diff)
 		}
+	}
+	if objs, _ := nack.Tag("xds.error.istio_config"); !strings.Contains(fmt.Sprint(objs), rule) {
+		t.Errorf("NACK span's xds.error.istio_config = %v, want it to hold %s", objs, rule)
 	}
 	if nack.OperationName != "CDS push" {
 		t.Errorf("push span named %q, want \"CDS push\"", nack.OperationName)

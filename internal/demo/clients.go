@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/xds"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
@@ -106,7 +107,9 @@ func runDeltaStream(ctx context.Context, tapAddr string) error {
 	if err != nil {
 		return err
 	}
-	node := &core.Node{Id: DeltaNode, Cluster: "productpage", UserAgentName: "envoy",
+	// istio-agent adds ISTIO_VERSION to the metadata of every sidecar's node.
+	meta := &structpb.Struct{Fields: map[string]*structpb.Value{"ISTIO_VERSION": structpb.NewStringValue("1.28.1")}}
+	node := &core.Node{Id: DeltaNode, Cluster: "productpage", UserAgentName: "envoy", Metadata: meta,
 		UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.36.2"}}
 	// Envoy opens with wildcard CDS and LDS, the node on the first request only.
 	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -42,6 +43,11 @@ func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, 
 			}
 		}
 	}
+	// Like istiod, the control plane names itself in every response, which
+	// adstap status shows as the replica serving each proxy. go-control-plane
+	// hands the callback the stream's own response (it sets the nonce on it
+	// the same way), so setting a field there is safe.
+	self := &core.ControlPlane{Identifier: `{"Component":"demo-control-plane","ID":"demo-control-plane-0"}`}
 	cb := server.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
 			pause(r.GetErrorDetail() != nil)
@@ -50,6 +56,12 @@ func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, 
 		StreamDeltaRequestFunc: func(_ int64, r *discovery.DeltaDiscoveryRequest) error {
 			pause(r.GetErrorDetail() != nil)
 			return nil
+		},
+		StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+			r.ControlPlane = self
+		},
+		StreamDeltaResponseFunc: func(_ int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+			r.ControlPlane = self
 		},
 	}
 	discovery.RegisterAggregatedDiscoveryServiceServer(cp.srv, server.NewServer(ctx, cp.cache, cb))

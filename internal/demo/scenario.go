@@ -63,6 +63,9 @@ var steps = []step{
 		for _, r := range res[resource.ClusterType] {
 			if c := r.(*clusterv3.Cluster); c.Name == cluster {
 				c.LbPolicy = clusterv3.Cluster_MAGLEV
+				// As istiod stamps a cluster shaped by a DestinationRule, so
+				// the NACK's line names the object to fix.
+				c.Metadata = xdsconfig.IstioConfig("destination-rule", "demo", Service+"-maglev")
 			}
 		}
 	}},

@@ -49,6 +49,9 @@ type Config struct {
 	// inspect keeps every name.
 	Detect track.Config
 
+	// Filter narrows every mode to a node, a type, a stream or a time span.
+	Filter Filter
+
 	Stdout, Stderr io.Writer
 }
 
@@ -94,20 +97,26 @@ func Run(ctx context.Context, cfg Config) error {
 		nacks *nackCollector
 		out   []consumer
 	)
+	add := func(c consumer, counts bool) {
+		if !cfg.Filter.empty() {
+			c = newFiltered(c, cfg.Filter, counts)
+		}
+		out = append(out, c)
+	}
 	switch {
 	case cfg.Push != "":
 		push = newPushes(cfg.Push, cfg.Resources)
-		out = append(out, push)
+		add(push, true)
 	case cfg.NACKs:
 		nacks = newNACKCollector()
-		out = append(out, nacks)
+		add(nacks, true)
 	default:
 		if cfg.Timeline {
-			out = append(out, newTimeline(cfg.Stdout))
+			add(newTimeline(cfg.Stdout), false)
 		}
 		if cfg.Summary {
 			sum = newSummarizer()
-			out = append(out, sum)
+			add(sum, true)
 		}
 	}
 	rp := newReplayer(cfg.Detect, out...)

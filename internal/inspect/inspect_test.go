@@ -35,6 +35,7 @@ import (
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -421,6 +422,11 @@ func TestNACKsCollapseIntoOneEntryWithACount(t *testing.T) {
 	want := []*NACKGroup{{
 		Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Message: inspecttest.NACKMessage, Code: 3,
 		Versions: []string{"v3"}, Resources: []string{inspecttest.Canary}, Count: inspecttest.NACKs,
+		// The capture holds the rejected push: its cluster names the
+		// DestinationRule it came from, as istiod stamps it.
+		Objects: []origin.Object{{Group: "networking.istio.io", Version: "v1", Kind: "DestinationRule", Namespace: "default", Name: inspecttest.CanaryRule,
+			Path: "/apis/networking.istio.io/v1/namespaces/default/destination-rule/" + inspecttest.CanaryRule}},
+		Source: "from DestinationRule default/" + inspecttest.CanaryRule,
 	}}
 	if diff := cmp.Diff(want, c.result(), cmpopts.IgnoreFields(NACKGroup{}, "First", "Last")); diff != "" {
 		t.Errorf("NACKs (-want +got):\n%s", diff)
@@ -433,7 +439,8 @@ func TestNACKsCollapseIntoOneEntryWithACount(t *testing.T) {
 	if n := strings.Count(out, inspecttest.NACKMessage); n != 1 {
 		t.Errorf("the message appears %d times, want once:\n%s", n, out)
 	}
-	for _, w := range []string{"3 NACKs, 1 distinct", "×3  stream 1  CDS  node=" + inspecttest.CDSNode, "rejected version: v3", "resources named: " + inspecttest.Canary, "code InvalidArgument"} {
+	for _, w := range []string{"3 NACKs, 1 distinct", "×3  stream 1  CDS  node=" + inspecttest.CDSNode, "rejected version: v3", "resources named: " + inspecttest.Canary, "code InvalidArgument",
+		"source: from DestinationRule default/" + inspecttest.CanaryRule, "kubectl get destinationrule -n default " + inspecttest.CanaryRule} {
 		if !strings.Contains(out, w) {
 			t.Errorf("--nacks lacks %q:\n%s", w, out)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -24,7 +25,12 @@ type NACKGroup struct {
 	// of the push its nonce answers.
 	Versions []string
 	// Resources are the pushed names the message mentions.
-	Resources   []string
+	Resources []string
+	// Objects are the Istio objects the rejected resources record as their
+	// source, each once; Source says it in words (origin.Rejection.Summary)
+	// for the group's first NACK whose push is in the files.
+	Objects     []origin.Object
+	Source      string
 	Count       int
 	First, Last time.Time
 	// Late NACKs answered a push that had already timed out; Stale ones a
@@ -102,6 +108,23 @@ func (c *nackCollector) events(st *step, evs []track.Event) {
 	g.Count++
 	g.Last = st.At
 	version, known := c.nonces[pushKey{seen.StreamID, seen.TypeURL}][seen.Nonce]
+	var rejected *origin.Rejection
+	switch {
+	case ended != nil:
+		rejected = origin.Of(ended.Rejected)
+	case late != nil:
+		rejected = origin.Of(late.Rejected)
+	}
+	if rejected != nil {
+		if g.Source == "" {
+			g.Source = rejected.Summary()
+		}
+		for _, o := range rejected.Objects() {
+			if !slices.Contains(g.Objects, o) {
+				g.Objects = append(g.Objects, o)
+			}
+		}
+	}
 	switch {
 	case ended != nil:
 		version, known = ended.Push.Version, true
@@ -149,6 +172,12 @@ func (c *nackCollector) print(w io.Writer, files []FileRead) {
 		fmt.Fprintf(w, "  rejected version: %s\n", strings.Join(g.Versions, ", "))
 		if len(g.Resources) > 0 {
 			fmt.Fprintf(w, "  resources named: %s\n", strings.Join(g.Resources, ", "))
+		}
+		if g.Source != "" {
+			fmt.Fprintf(w, "  source: %s\n", g.Source)
+		}
+		for _, o := range g.Objects {
+			fmt.Fprintf(w, "    %s\n", o.Kubectl())
 		}
 		if g.Late > 0 {
 			fmt.Fprintf(w, "  %d answered a push after it had timed out\n", g.Late)

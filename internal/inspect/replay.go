@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
@@ -244,7 +245,10 @@ func (r *replayer) frame(rec *capture.Record) {
 			return
 		}
 		st.Resp = &r.resp
-		r.emit(st, r.tr.Response(rec.Stream, rec.Time, &r.resp, rec.Size))
+		// The tracker keeps the bytes until the push's answer, so that a
+		// NACK names the Istio objects it rejected (--nacks).
+		data := mem.BufferSlice{mem.SliceBuffer(rec.Message)}
+		r.emit(st, r.tr.ResponseFrame(rec.Stream, rec.Time, &r.resp, rec.Size, data))
 		r.resp.Reset()
 	}
 }

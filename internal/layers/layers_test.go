@@ -24,10 +24,11 @@ var mayImport = map[string][]string{
 	"redact":            {"codec"},
 	"tap":               {"codec"},
 	"track":             {"codec"},
-	"export":            {"codec", "track", "capture", "redact"},
+	"origin":            {"codec", "track", "redact"},
+	"export":            {"codec", "track", "origin", "capture", "redact"},
 	"internal/gctune":   {},
-	"internal/inspect":  {"codec", "track", "capture", "redact", "export"},
-	"internal/pipeline": {"codec", "tap", "track", "capture", "redact", "export"},
+	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export"},
+	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export"},
 	"cmd/adstap":        {"codec", "tap", "track", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
 }
 

@@ -67,7 +67,7 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
 			return
 		}
-		o.emit(o.tracker.Response(s.ID, f.Time, resp, f.Size))
+		o.emit(o.tracker.ResponseFrame(s.ID, f.Time, resp, f.Size, f.Data))
 	}
 }
 

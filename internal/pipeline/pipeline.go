@@ -100,6 +100,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
+	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
@@ -131,14 +132,23 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 }
 
 // Pages are the admin pages the pipeline serves, by http.ServeMux pattern:
-// /metrics, /debug/streams and, when resources are retained, /debug/config.
+// the live page at /, /metrics, /debug/streams, /debug/pushes and
+// /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
 		"GET /debug/streams": export.DebugStreams(p.Tracker),
+		"GET /debug/pushes":  export.DebugPushes(p.Tracker),
+		"GET /debug/config":  export.ConfigOff(),
 		"GET /metrics":       p.Metrics.Handler(),
 	}
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
+	}
+	if p.Capture != nil {
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.Capture)
+	}
+	for pattern, h := range export.Page() {
+		pages[pattern] = h
 	}
 	return pages
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -186,8 +187,10 @@ func TestWithoutOutputs(t *testing.T) {
 	if p.Tracing != nil || p.Retained != nil || p.Capture != nil {
 		t.Errorf("outputs on without being asked: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
 	}
-	if _, ok := p.Pages()["GET /debug/config"]; ok {
-		t.Error("/debug/config served without retained resources")
+	off := httptest.NewRecorder()
+	p.Pages()["GET /debug/config"].ServeHTTP(off, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
+	if off.Code != http.StatusNotFound || !strings.Contains(off.Body.String(), "--retain-resources") {
+		t.Errorf("/debug/config without retained resources: %d %q, want 404 naming --retain-resources", off.Code, off.Body.String())
 	}
 	// Metrics before Start have no relay to read, and must not fail.
 	rec := httptest.NewRecorder()

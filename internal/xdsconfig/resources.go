@@ -245,3 +245,14 @@ func mustAny(m proto.Message) *anypb.Any {
 	}
 	return a
 }
+
+// IstioConfig is the metadata istiod stamps on a resource it built from an
+// Istio object (pilot/pkg/networking/util.AddConfigInfoMetadata): kind in
+// istiod's kebab case ("destination-rule", "virtual-service"), so that
+// go-control-plane resources can name their source as istiod's do.
+func IstioConfig(kind, namespace, name string) *core.Metadata {
+	s, _ := structpb.NewStruct(map[string]any{
+		"config": "/apis/networking.istio.io/v1/namespaces/" + namespace + "/" + kind + "/" + name,
+	})
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": s}}
+}

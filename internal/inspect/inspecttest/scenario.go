@@ -41,6 +41,8 @@ const (
 	Reviews     = "outbound|9080||reviews.default.svc.cluster.local"        // connect_timeout 5s in v1, 7s from v2
 	Ratings     = "outbound|9080||ratings.default.svc.cluster.local"        // added in v2
 	Canary      = "outbound|9080||reviews-canary.default.svc.cluster.local" // MAGLEV in v3 (NACKed), fixed in v4
+	// CanaryRule is the DestinationRule Canary's v3 records as its source.
+	CanaryRule = "reviews-canary"
 
 	SecretName = "default"
 
@@ -152,6 +154,7 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 		case "v3":
 			canary := xdsconfig.Cluster(Canary, true)
 			canary.LbPolicy = clusterv3.Cluster_MAGLEV
+			canary.Metadata = xdsconfig.IstioConfig("destination-rule", "default", CanaryRule)
 			res = append(res, canary)
 		case "v4":
 			res = append(res, xdsconfig.Cluster(Canary, true))

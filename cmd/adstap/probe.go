@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// runProbe asks a running tap's admin server whether it is healthy or ready
+// and exits 0 or 1, for Kubernetes exec probes: the image is distroless (no
+// shell, no curl), and an exec probe, unlike an HTTP one, is neither
+// rewritten by Istio's injector to go through istio-agent nor needs the admin
+// address to listen beyond loopback.
+func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var admin string
+	timeout := time.Second
+	c := newCommand("probe",
+		"adstap probe asks the tap in this pod (its admin address) whether it is healthy or ready; exit status 0 if it is, 1 if not.",
+		"adstap probe [--admin=HOST:PORT] [healthz|readyz]")
+	c.group("Probe")
+	c.String(&admin, "admin", "127.0.0.1:15101", "the tap's admin `host:port` (the same ADSTAP_ADMIN as adstap run's, so one variable sets both)")
+	c.Var(durationValue{&timeout}, "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
+	check, rest := "readyz", args
+	if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") {
+		check, rest = args[n-1], args[:n-1]
+	}
+	if err := c.parse(rest, osEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.help(stdout)
+			fmt.Fprint(stdout, "\nChecks:\n  healthz   the process serves (liveness)\n  readyz    the listener is open and the tap is not draining (readiness, startup; the default)\n")
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "adstap probe: %v (see adstap probe --help)\n", err)
+		return exitUsage
+	}
+	if check != "healthz" && check != "readyz" {
+		fmt.Fprintf(stderr, "adstap probe: unknown check %q: want healthz or readyz\n", check)
+		return exitUsage
+	}
+	if admin == "" || admin == "off" {
+		fmt.Fprintln(stderr, "adstap probe: --admin is off: there is nothing to ask")
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + admin + "/" + check
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap probe: --admin %q: %v\n", admin, err)
+		return exitUsage
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "adstap probe: %v\n", err)
+		return exitFailure
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	msg := strings.TrimSpace(string(body))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "adstap probe: %s: %s: %s\n", url, resp.Status, msg)
+		return exitFailure
+	}
+	fmt.Fprintln(stdout, msg)
+	return exitOK
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/tap"
+)
+
+func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
+	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAdmin("127.0.0.1:0", srv, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	// An address nothing listens on: a port that was just free.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+
+	probe := func(env map[string]string, args ...string) (int, string) {
+		t.Helper()
+		withEnv(t, env)
+		var out, errOut syncbuf.Buffer
+		code := runCLI(context.Background(), append([]string{"probe"}, args...), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	admin := "--admin=" + a.addr()
+	for _, tc := range []struct {
+		name     string
+		do       func()
+		env      map[string]string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"readyz before the listener opens", nil, nil, []string{admin, "readyz"}, exitFailure, "not listening yet"},
+		{"healthz before the listener opens", nil, nil, []string{admin, "healthz"}, exitOK, "ok"},
+		{"readyz is the default", a.setListening, nil, []string{admin}, exitOK, "ready"},
+		{"the address from ADSTAP_ADMIN", nil, map[string]string{"ADSTAP_ADMIN": a.addr()}, []string{"readyz"}, exitOK, "ready"},
+		{"nothing listening", nil, nil, []string{"--admin=" + closed, "healthz"}, exitFailure, "connection refused"},
+		{"an unknown check", nil, nil, []string{admin, "livez"}, exitUsage, `unknown check "livez"`},
+		{"admin off", nil, nil, []string{"--admin=off"}, exitUsage, "nothing to ask"},
+		{"draining", func() { srv.Shutdown(context.Background()) }, nil, []string{admin, "readyz"}, exitFailure, "draining"},
+	} {
+		if tc.do != nil {
+			tc.do()
+		}
+		code, out := probe(tc.env, tc.args...)
+		if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
+			t.Errorf("%s: adstap probe %s = %d, %q; want %d and %q", tc.name, strings.Join(tc.args, " "), code, out, tc.wantCode, tc.wantOut)
+		}
+	}
+}

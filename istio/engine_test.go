@@ -1,0 +1,257 @@
+package istio_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"istio.io/istio/tests/util/leak"
+
+	"github.com/adstap/adstap/istio/internal/mesh"
+	"github.com/adstap/adstap/track"
+)
+
+func init() { mesh.AuthenticatePlaintext() }
+
+// The mesh every engine scenario starts from: an external service and a
+// Kubernetes Service with one endpoint.
+var (
+	baseConfig = mesh.ServiceEntry("httpbin", "httpbin.example.com", "10.1.0.1")
+	baseKube   = mesh.Service("reviews", "10.96.0.10", "10.2.0.1")
+)
+
+const (
+	virtualService = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: httpbin
+  namespace: default
+spec:
+  hosts: [httpbin.example.com]
+  http:
+  - timeout: 5s
+    route:
+    - destination: {host: httpbin.example.com}
+`
+	destinationRule = `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: httpbin
+  namespace: default
+spec:
+  host: httpbin.example.com
+  trafficPolicy:
+    connectionPool: {tcp: {maxConnections: %d}}
+`
+)
+
+// meshUnderTest is istiod's engine, one adstap in front of it, and a SotW
+// and a Delta adsc on the tap, synced.
+type meshUnderTest struct {
+	engine       *mesh.Engine
+	tap          *mesh.Tap
+	sotw, delta  string // istiod proxy ids
+	sotwNode     string // node ids
+	deltaNode    string
+	ctx          context.Context
+	pushesBefore int // the engine's pushes before the scenario
+	eventsBefore int // adstap's events before the scenario
+}
+
+func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
+	t.Helper()
+	m := &meshUnderTest{
+		sotw: mesh.ProxyID("sotw"), delta: mesh.ProxyID("delta"),
+		sotwNode: mesh.NodeID("sotw", "10.0.0.1"), deltaNode: mesh.NodeID("delta", "10.0.0.2"),
+	}
+	m.engine = mesh.StartEngine(t, mesh.EngineOptions{ConfigString: baseConfig, KubernetesObjectString: baseKube})
+	// The defaults, spelled out: more than one full push a minute is the alarm.
+	m.tap = mesh.StartTap(t, mesh.TapOptions{Upstream: m.engine.Addr, Detect: track.Config{RepeatedFullSyncLimit: 1, RepeatedFullSyncWindow: time.Minute}})
+	mesh.SotW(t, m.tap.Addr, "sotw", "10.0.0.1")
+	mesh.Delta(t, m.tap.Addr, "delta", "10.0.0.2", check)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	m.ctx = ctx
+	m.waitSynced(t, m.sotw, m.delta)
+	m.pushesBefore = m.engine.Pushes.Len()
+	m.eventsBefore = len(m.tap.Events())
+	return m
+}
+
+// waitSynced waits until the engine has answered each proxy's requests for
+// CDS, EDS, LDS and RDS, and adstap has seen it all.
+func (m *meshUnderTest) waitSynced(t *testing.T, proxies ...string) {
+	t.Helper()
+	if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
+		types := map[string]int{}
+		for _, p := range ps {
+			if p.Request {
+				types[p.Proxy+" "+p.TypeURL] = 1
+			}
+		}
+		return len(types) >= 4*len(proxies)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.waitRelayed(t)
+}
+
+// waitRelayed waits until every response the engine generated has crossed
+// the tap and been answered: adstap's tracker has one PushSent per engine
+// push, per proxy, and no push waits for its answer.
+func (m *meshUnderTest) waitRelayed(t *testing.T) {
+	t.Helper()
+	_, err := m.tap.WaitEvents(m.ctx, func(evs []track.Event) bool {
+		engine := map[string]int{}
+		for _, p := range m.engine.Pushes.All() {
+			engine[p.Proxy]++
+		}
+		tap := map[string]int{}
+		open := 0
+		for _, e := range evs {
+			switch e := e.(type) {
+			case track.PushSent:
+				tap[mesh.ProxyOfNode(e.Push.Node.ID)]++
+				open++
+			case track.PushEnded:
+				open--
+			}
+		}
+		for p, n := range engine {
+			if tap[p] != n {
+				return false
+			}
+		}
+		return open == 0
+	})
+	if err != nil {
+		t.Fatalf("the engine's pushes never all crossed the tap: %v\nengine: %v", err, m.engine.Pushes.All())
+	}
+}
+
+// compare checks adstap's count of push rounds against the engine's, for
+// the pushes since the scenario began, and logs both.
+func (m *meshUnderTest) compare(t *testing.T, scenario string) (engine, tap map[string]mesh.Count) {
+	t.Helper()
+	engine = mesh.CountRounds(m.engine.Pushes.Since(m.pushesBefore))
+	tap = mesh.TapRounds(m.tap.Events()[m.eventsBefore:])
+	for _, p := range []string{m.sotw, m.delta} {
+		e, a := engine[p], tap[p]
+		t.Logf("%s, %s: engine full=%d incremental=%d | adstap full=%d incremental=%d", scenario, p, e.Full, e.Incremental, a.Full, a.Incremental)
+		if e.Full != a.Full || e.Incremental != a.Incremental {
+			t.Errorf("%s, %s: adstap counted full=%d incremental=%d, the engine pushed full=%d incremental=%d\nengine rounds: %+v",
+				scenario, p, a.Full, a.Incremental, e.Full, e.Incremental, mesh.Rounds(m.engine.Pushes.Since(m.pushesBefore)))
+		}
+	}
+	return engine, tap
+}
+
+// TestConfigChurnIsFullPushes: three config changes (a new ServiceEntry, a
+// VirtualService, a DestinationRule) a second apart are three full pushes
+// of istiod to each proxy, SotW and Delta; adstap counts each once per
+// proxy, names the engine's versions, and raises the repeated-full-sync
+// alarm for both nodes.
+func TestConfigChurnIsFullPushes(t *testing.T) {
+	leak.Check(t)
+	m := startMesh(t, nil)
+	changes := []string{
+		mesh.ServiceEntry("ratings", "ratings.example.com", "10.1.0.2"),
+		virtualService,
+		fmt.Sprintf(destinationRule, 100),
+	}
+	for i, c := range changes {
+		m.engine.Apply(t, c)
+		// Each change is its own push: the next one waits until this one
+		// has reached both proxies (more than istiod's 100 ms debounce).
+		if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
+			c := mesh.CountRounds(ps[m.pushesBefore:])
+			return c[m.sotw].Full > i && c[m.delta].Full > i
+		}); err != nil {
+			t.Fatal(err)
+		}
+		m.waitRelayed(t)
+	}
+	engine, _ := m.compare(t, "config churn")
+	for _, p := range []string{m.sotw, m.delta} {
+		if engine[p].Full != len(changes) {
+			t.Errorf("the engine made %d full pushes to %s, want %d (one per change)", engine[p].Full, p, len(changes))
+		}
+	}
+	// The versions adstap names are the engine's.
+	var engineVersions []string
+	for _, r := range mesh.Rounds(m.engine.Pushes.Since(m.pushesBefore)) {
+		if r.Full && !r.Request && r.Proxy == m.sotw {
+			engineVersions = append(engineVersions, r.Version)
+		}
+	}
+	var tapVersions []string
+	for _, e := range m.tap.Events() {
+		if e, ok := e.(track.FullPush); ok && e.Node.ID == m.sotwNode {
+			tapVersions = append(tapVersions, e.Version)
+		}
+	}
+	if strings.Join(engineVersions, " ") != strings.Join(tapVersions, " ") {
+		t.Errorf("full push versions: adstap %v, engine %v", tapVersions, engineVersions)
+	}
+	// Metrics, /debug/streams and the live log say the same.
+	for proto, want := range map[string]float64{"sotw": 3, "delta": 3} {
+		if got := m.tap.Metric("adstap_full_pushes_total", map[string]string{"protocol": proto}); got != want {
+			t.Errorf("adstap_full_pushes_total{protocol=%q} = %v, want %v", proto, got, want)
+		}
+	}
+	if got := m.tap.Metric("adstap_repeated_full_sync_active", nil); got != 2 {
+		t.Errorf("adstap_repeated_full_sync_active = %v, want 2 (both nodes)", got)
+	}
+	page, err := m.tap.Streams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range page.Streams {
+		if s.FullPushes != 3 {
+			t.Errorf("/debug/streams: stream %d (%s) full_pushes = %d, want 3", s.ID, s.NodeID, s.FullPushes)
+		}
+	}
+	if n := len(m.tap.LogLines("full push v=")); n != 6 {
+		t.Errorf("the live log has %d full push lines, want 6", n)
+	}
+	if n := len(m.tap.LogLines("repeated full syncs started")); n != 2 {
+		t.Errorf("the live log has %d repeated-full-sync alarms, want 2:\n%s", n, m.tap.Log.String())
+	}
+}
+
+// TestEndpointChurnIsIncremental: five endpoint-only changes (an
+// EndpointSlice update each) are five incremental EDS pushes of istiod to
+// each proxy; adstap counts no full push and the alarm stays quiet.
+func TestEndpointChurnIsIncremental(t *testing.T) {
+	leak.Check(t)
+	m := startMesh(t, nil)
+	for i := range 5 {
+		m.engine.SetEndpoints(t, "reviews", fmt.Sprintf("10.2.0.%d", i+2))
+		if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
+			c := mesh.CountRounds(ps[m.pushesBefore:])
+			return c[m.sotw].Incremental > i && c[m.delta].Incremental > i
+		}); err != nil {
+			t.Fatal(err)
+		}
+		m.waitRelayed(t)
+	}
+	engine, _ := m.compare(t, "endpoint churn")
+	for _, p := range []string{m.sotw, m.delta} {
+		if engine[p].Incremental != 5 || engine[p].Full != 0 {
+			t.Errorf("the engine pushed %+v to %s, want 5 incremental pushes", engine[p], p)
+		}
+	}
+	for _, r := range mesh.Rounds(m.engine.Pushes.Since(m.pushesBefore)) {
+		if !r.Request && strings.Join(r.Types, " ") != "envoy.config.endpoint.v3.ClusterLoadAssignment" {
+			t.Errorf("an endpoint-only push of %s carried %v, want EDS alone: %+v", r.Proxy, r.Types, r)
+		}
+	}
+	if got := m.tap.Metric("adstap_full_pushes_total", nil); got != 0 {
+		t.Errorf("adstap_full_pushes_total = %v under endpoint churn, want 0", got)
+	}
+	if got := m.tap.Metric("adstap_repeated_full_sync_alarms_total", nil); got != 0 {
+		t.Errorf("the repeated-full-sync alarm rose %v times under endpoint churn", got)
+	}
+}

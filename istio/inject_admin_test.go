@@ -1,0 +1,398 @@
+package istio
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"go.uber.org/goleak"
+	"istio.io/istio/pilot/cmd/pilot-agent/status"
+	"istio.io/istio/pkg/model"
+
+	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/xdstest"
+)
+
+// The injected adstap, started as kubelet would start it: the image's
+// entrypoint (/adstap, here a binary built from this tree) with the
+// container's args and literal environment. Its ports and mount paths are
+// moved to free ones and temporary directories, the same way in every
+// container of the pod, so the pod's wiring is kept.
+
+// podPorts are the pod's ports this test moves: adstap's listener and
+// admin, the app's metrics.
+var podPorts = []string{"15100", "15101", "9080"}
+
+// remap moves the pod's ports and paths for one test.
+type remap struct {
+	ports map[string]string
+	r     *strings.Replacer
+}
+
+func newRemap(t *testing.T, dirs ...string) *remap {
+	t.Helper()
+	m := &remap{ports: map[string]string{}}
+	var pairs []string
+	for _, p := range podPorts {
+		// Held open until all are taken, so no two are the same.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, m.ports[p], _ = net.SplitHostPort(l.Addr().String())
+		pairs = append(pairs, p, m.ports[p])
+	}
+	pairs = append(pairs, "/var/run/secrets/istio", dirs[0], "/var/run/adstap/capture", dirs[1])
+	m.r = strings.NewReplacer(pairs...)
+	return m
+}
+
+func (m *remap) of(s string) string { return m.r.Replace(s) }
+
+// buildAdstap builds the product's binary in its own module.
+func buildAdstap(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "adstap")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/adstap")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/adstap: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runningTap is the injected adstap container, running.
+type runningTap struct {
+	bin   string
+	env   []string
+	admin string // its admin address, as it logged it
+	remap *remap
+}
+
+// startInjectedTap starts pod's adstap container and returns once it logged
+// that it relays; the process is stopped with SIGTERM at cleanup. A port
+// taken between choosing it and adstap binding it is chosen again.
+func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
+	t.Helper()
+	c := container(t, pod, "adstap")
+	if len(c.Command) > 0 {
+		t.Fatalf("adstap's container sets command %q: the image's entrypoint is /adstap", c.Command)
+	}
+	caDir, captureDir := t.TempDir(), t.TempDir()
+	xdstest.WriteFiles(t, caDir, "root-cert.pem", xdstest.NewCA(t).CertPEM())
+	bin := buildAdstap(t)
+	for attempt := 1; ; attempt++ {
+		rt := &runningTap{bin: bin, remap: newRemap(t, caDir, captureDir)}
+		for _, e := range c.Env {
+			// Variables from the downward API have no value here, and no
+			// collector runs for OTEL_EXPORTER_OTLP_ENDPOINT to reach.
+			if e.ValueFrom != nil || strings.HasPrefix(e.Name, "OTEL_") {
+				continue
+			}
+			rt.env = append(rt.env, e.Name+"="+rt.remap.of(e.Value))
+		}
+		args := make([]string, len(c.Args))
+		for i, a := range c.Args {
+			args[i] = rt.remap.of(a)
+		}
+		log, err := rt.start(t, args)
+		if err == nil {
+			return rt
+		}
+		if attempt == 3 || !strings.Contains(log, "address already in use") {
+			t.Fatalf("adstap run %s: %v\n%s", strings.Join(args, " "), err, log)
+		}
+	}
+}
+
+func (rt *runningTap) start(t *testing.T, args []string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(rt.bin, args...)
+	cmd.Env = rt.env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	logged := make(chan string, 1)
+	var log syncbuf.Buffer
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			log.Write([]byte(line + "\n"))
+			if strings.Contains(line, `"adstap relaying"`) {
+				logged <- line
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("adstap did not stop within 15s of SIGTERM")
+		}
+	}
+	select {
+	case line := <-logged:
+		t.Cleanup(stop)
+		_, after, ok := strings.Cut(line, `"admin":"http://`)
+		if !ok {
+			t.Fatalf("adstap's start line names no admin address: %s", line)
+		}
+		rt.admin, _, _ = strings.Cut(after, `"`)
+		return log.String(), nil
+	case err := <-exited:
+		return log.String(), fmt.Errorf("exited: %v", err)
+	case <-time.After(30 * time.Second):
+		stop()
+		return log.String(), fmt.Errorf("did not start within 30s")
+	}
+}
+
+// probe runs one of the container's exec probes, as kubelet runs it.
+func (rt *runningTap) probe(t *testing.T, p *corev1.Probe) (int, string) {
+	t.Helper()
+	if p == nil || p.Exec == nil || len(p.Exec.Command) == 0 || p.Exec.Command[0] != "/adstap" {
+		t.Fatalf("want an exec probe of /adstap, got %+v", p)
+	}
+	cmd := exec.Command(rt.bin, p.Exec.Command[1:]...)
+	cmd.Env = rt.env
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// hostAddresses are this host's addresses other than loopback: the pod's
+// own IP, in a pod.
+func hostAddresses(t *testing.T) []net.IP {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []net.IP
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			out = append(out, ipn.IP)
+		}
+	}
+	return out
+}
+
+// TestAdstapTemplateAdminStaysOnLoopback: started with the template's args
+// and environment, adstap's probes pass through the exec probe, and nothing
+// of it, admin or xDS listener, answers on the host's other addresses: other
+// pods of the mesh cannot reach /debug/streams, which Envoy's policies
+// would not cover (nothing of adstap goes through Envoy inbound).
+func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
+	noLeaks(t)
+	for _, native := range sidecarModes {
+		t.Run(modeName(native), func(t *testing.T) {
+			pod := injectAdstap(t, installs[0], native, nil)
+			rt := startInjectedTap(t, pod)
+			host, port, err := net.SplitHostPort(rt.admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				t.Errorf("adstap's admin listens on %s, want a loopback address", rt.admin)
+			}
+			c := container(t, pod, "adstap")
+			// Unknown flags stop adstap run (above); unknown variables would
+			// be ignored, so they are checked against its help.
+			help, err := exec.Command(rt.bin, "run", "--help").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "ADSTAP_") && !strings.Contains(string(help), "(env "+e.Name) {
+					t.Errorf("the template sets %s, which adstap run does not read", e.Name)
+				}
+			}
+			for _, p := range probes(c) {
+				if code, out := rt.probe(t, p.p); code != 0 {
+					t.Errorf("adstap's %s probe %q exits %d: %s", p.kind, p.p.Exec.Command, code, out)
+				}
+			}
+			if conn, err := net.DialTimeout("tcp", rt.admin, 5*time.Second); err != nil {
+				t.Fatalf("the admin address does not answer on loopback: %v", err)
+			} else {
+				conn.Close()
+			}
+			others := hostAddresses(t)
+			if len(others) == 0 {
+				t.Log("this host has no address but loopback: the bound address above is the check")
+			}
+			for _, ip := range others {
+				for _, p := range []string{port, rt.remap.ports["15100"]} {
+					addr := net.JoinHostPort(ip.String(), p)
+					if conn, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+						conn.Close()
+						t.Errorf("%s answers: adstap listens beyond loopback", addr)
+					}
+				}
+			}
+			t.Logf("admin on %s; its port and the xDS listener's (%s) refused on %v", rt.admin, rt.remap.ports["15100"], others)
+		})
+	}
+}
+
+// TestAdstapMetricsMergedByIstioAgent: istio-agent's status server (Istio's
+// own code, pilot/cmd/pilot-agent/status), configured with the
+// ISTIO_PROMETHEUS_ANNOTATIONS the injector gave istio-proxy, scrapes adstap
+// on localhost and serves its metrics merged on the status port, the one
+// the pod's prometheus.io annotations now name.
+func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
+	// The status server scrapes with its own http.Client, whose idle
+	// connections outlive the test by design; this test's own are closed.
+	noLeaks(t, goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	for _, tc := range []struct {
+		name string
+		own  map[string]string
+	}{
+		{"adstap's metrics alone", nil},
+		{"with the app's own metrics", map[string]string{"prometheus.io/port": "9080", "prometheus.io/path": "/stats"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := injectAdstap(t, installs[0], false, tc.own)
+			if pod.Annotations["prometheus.io/port"] != "15020" || pod.Annotations["prometheus.io/path"] != "/stats/prometheus" {
+				t.Errorf("the pod's prometheus.io annotations point at %s%s, want istio-agent's 15020/stats/prometheus",
+					pod.Annotations["prometheus.io/port"], pod.Annotations["prometheus.io/path"])
+			}
+			scrape, ok := env(container(t, pod, "istio-proxy"), status.PrometheusScrapingConfig.Name)
+			if !ok {
+				t.Fatalf("istio-proxy has no %s: the injector did not merge adstap's metrics", status.PrometheusScrapingConfig.Name)
+			}
+			rt := startInjectedTap(t, pod)
+			appBody := "# TYPE productpage_requests_total counter\nproductpage_requests_total 7\n"
+			if tc.own != nil {
+				// The app's metrics, on the app's port as moved for this test.
+				lis, err := net.Listen("tcp", "127.0.0.1:"+rt.remap.ports["9080"])
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, appBody) })}
+				go srv.Serve(lis)
+				t.Cleanup(func() { srv.Close() })
+			}
+			t.Setenv(status.PrometheusScrapingConfig.Name, rt.remap.of(scrape))
+			agentPort := startAgentStatus(t)
+
+			own := string(getOK(t, "http://"+rt.admin+"/metrics", time.Second))
+			merged := string(getOK(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus", 30*time.Second))
+			families := 0
+			for line := range strings.SplitSeq(own, "\n") {
+				if name, ok := strings.CutPrefix(line, "# TYPE adstap_"); ok {
+					families++
+					if !strings.Contains(merged, "# TYPE adstap_"+name) {
+						t.Errorf("istio-agent's merged metrics lack adstap_%s", name)
+					}
+				}
+			}
+			if families == 0 {
+				t.Fatalf("adstap's /metrics has no adstap_ family:\n%s", own)
+			}
+			if tc.own != nil && !strings.Contains(merged, "productpage_requests_total 7") {
+				t.Errorf("istio-agent's merged metrics lost the app's own:\n%s", merged)
+			}
+			t.Logf("%d adstap metric families in istio-agent's /stats/prometheus (%s)", families, os.Getenv(status.PrometheusScrapingConfig.Name))
+		})
+	}
+}
+
+// startAgentStatus runs istio-agent's status server as pilot-agent does
+// and returns its port. It listens on every address (":PORT"), where a port
+// chosen free may be taken meanwhile: it then stops at once and another port
+// is tried.
+func startAgentStatus(t *testing.T) string {
+	t.Helper()
+	for attempt := 1; attempt <= 3; attempt++ {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		l.Close()
+		n, _ := strconv.Atoi(port)
+		agent, err := status.NewServer(status.Options{NodeType: model.SidecarProxy, StatusPort: uint16(n), NoEnvoy: true, PodIP: "127.0.0.1"})
+		if err != nil {
+			t.Fatalf("istio-agent's status server refuses the injected configuration: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { agent.Run(ctx); close(done) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-done: // the port was taken
+				cancel()
+			default:
+				conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+				if err != nil {
+					// Run opens the port in the background; this waits
+					// for it as kubelet waits for a probe to pass.
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				conn.Close()
+				t.Cleanup(func() { cancel(); <-done })
+				return port
+			}
+			break
+		}
+		cancel()
+		<-done
+	}
+	t.Fatal("istio-agent's status server did not open its port in 3 tries")
+	return ""
+}
+
+// getOK fetches url until it answers 200, within d.
+func getOK(t *testing.T, url string, d time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if rerr == nil && resp.StatusCode == http.StatusOK {
+				return b
+			}
+			err = fmt.Errorf("%s: %s", resp.Status, b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		// The status server opens its port in the background (Run); this
+		// waits for it as kubelet waits for a probe to pass.
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,296 @@
+package mesh
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// TapOptions configure the adstap under test.
+type TapOptions struct {
+	// Upstream is the control plane's host:port (Engine.Addr).
+	Upstream string
+	// Listen is where clients connect; empty picks a loopback port. A
+	// restarted tap listens where the one it replaces did.
+	Listen string
+	// Detect holds the detectors' thresholds (--full-sync-limit, ...).
+	Detect track.Config
+	// TraceGrouping is --trace-grouping; empty is the default.
+	TraceGrouping string
+	// RetainResources serves /debug/config (--retain-resources).
+	RetainResources bool
+}
+
+// Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
+// front of a tap.Server), in the test's process: its live log is captured
+// as JSON lines (--log-format=json), its admin pages are served on a
+// loopback port, and its spans go to an in-memory exporter.
+type Tap struct {
+	Addr     string // where clients connect (host:port)
+	Admin    string // the admin pages' base URL, http://host:port
+	Log      *syncbuf.Buffer
+	Pipeline *pipeline.Pipeline
+	Server   *tap.Server
+	Spans    *SpanRecorder
+	events   *eventLog
+	admin    *http.Server
+	served   chan error
+	stopOnce sync.Once
+}
+
+// StartTap starts an adstap in front of opts.Upstream. It stops when the
+// test ends.
+func StartTap(t *testing.T, opts TapOptions) *Tap {
+	t.Helper()
+	var logBuf syncbuf.Buffer
+	log := slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tp := &Tap{Log: &logBuf, Spans: &SpanRecorder{}, events: &eventLog{changed: make(chan struct{})}, served: make(chan error, 1)}
+	cfg := pipeline.Config{
+		Logger:  log,
+		Version: "istio-compat",
+		Detect:  opts.Detect,
+		Tracing: &export.TracingConfig{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
+		Sinks:   []track.Sink{tp.events},
+	}
+	if opts.RetainResources {
+		cfg.RetainMaxBytes = 64 << 20
+	}
+	p, err := pipeline.New(cfg)
+	if err != nil {
+		t.Fatalf("tap: pipeline: %v", err)
+	}
+	upstream, err := tap.ParseAddress(opts.Upstream)
+	if err != nil {
+		t.Fatalf("tap: upstream %q: %v", opts.Upstream, err)
+	}
+	srv, err := tap.New(tap.Config{Upstream: upstream, Observer: p.TapObserver(), Logger: log, MaxMessageSize: tap.DefaultMaxMessageSize})
+	if err != nil {
+		t.Fatalf("tap: %v", err)
+	}
+	p.Start(srv)
+	listen := opts.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("tap: listening on %s: %v", listen, err)
+	}
+	adminLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("tap: admin listener: %v", err)
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range p.Pages() {
+		mux.Handle(pattern, h)
+	}
+	tp.Addr, tp.Admin = lis.Addr().String(), "http://"+adminLis.Addr().String()
+	tp.Pipeline, tp.Server = p, srv
+	tp.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go tp.admin.Serve(adminLis)
+	go func() { tp.served <- srv.Serve(lis) }()
+	t.Cleanup(tp.Stop)
+	return tp
+}
+
+// Stop drains the tap as SIGTERM does: open streams end with Unavailable so
+// clients reconnect, then observation stops and the spans are flushed.
+func (tp *Tap) Stop() {
+	tp.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tp.Server.Shutdown(ctx)
+		<-tp.served
+		tp.Pipeline.Close(ctx)
+		tp.admin.Close()
+	})
+}
+
+// Streams reads /debug/streams.
+func (tp *Tap) Streams() (export.StreamsPage, error) {
+	var page export.StreamsPage
+	resp, err := http.Get(tp.Admin + "/debug/streams")
+	if err != nil {
+		return page, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return page, fmt.Errorf("/debug/streams: %s", resp.Status)
+	}
+	return page, json.NewDecoder(resp.Body).Decode(&page)
+}
+
+// Page reads an admin page.
+func (tp *Tap) Page(path string) (string, error) {
+	resp, err := http.Get(tp.Admin + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
+
+// Metric sums the samples of a metric family whose labels include want
+// (counter, gauge or histogram count).
+func (tp *Tap) Metric(name string, want map[string]string) float64 {
+	families, err := tp.Pipeline.Metrics.Registry().Gather()
+	if err != nil {
+		return -1
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, want) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// LogLine is one record of the live log.
+type LogLine struct {
+	Level  string         `json:"level"`
+	Msg    string         `json:"msg"`
+	Stream uint64         `json:"stream"`
+	Detail map[string]any `json:"detail"`
+}
+
+// LogLines returns the live log's records whose message contains substr.
+func (tp *Tap) LogLines(substr string) []LogLine {
+	var out []LogLine
+	sc := bufio.NewScanner(strings.NewReader(tp.Log.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l LogLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && strings.Contains(l.Msg, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Events returns every tracker event so far.
+func (tp *Tap) Events() []track.Event { return tp.events.all() }
+
+// WaitEvents returns once cond holds for the tracker's events so far, or
+// fails when ctx ends first.
+func (tp *Tap) WaitEvents(ctx context.Context, cond func([]track.Event) bool) ([]track.Event, error) {
+	return tp.events.wait(ctx, cond)
+}
+
+// Tick runs the tracker's clock once at now, as its one-second ticker does:
+// a test that must see the end of a window does not wait for it.
+func (tp *Tap) Tick(now time.Time) { tp.Pipeline.Observer.Tick(now) }
+
+type eventLog struct {
+	mu      sync.Mutex
+	evs     []track.Event
+	changed chan struct{}
+}
+
+func (l *eventLog) OnEvent(e track.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, e)
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *eventLog) all() []track.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.evs)
+}
+
+func (l *eventLog) wait(ctx context.Context, cond func([]track.Event) bool) ([]track.Event, error) {
+	for {
+		l.mu.Lock()
+		evs, changed := slices.Clone(l.evs), l.changed
+		l.mu.Unlock()
+		if cond(evs) {
+			return evs, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return evs, fmt.Errorf("waiting for adstap's events: %w (%d so far)", context.Cause(ctx), len(evs))
+		}
+	}
+}
+
+// SpanRecorder keeps every span adstap exported (the SDK's in-memory
+// exporter forgets them on shutdown).
+type SpanRecorder struct {
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan
+}
+
+var _ sdktrace.SpanExporter = (*SpanRecorder)(nil)
+
+// ExportSpans keeps spans.
+func (r *SpanRecorder) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans = append(r.spans, spans...)
+	return nil
+}
+
+// Shutdown keeps what was exported.
+func (r *SpanRecorder) Shutdown(context.Context) error { return nil }
+
+// All returns the spans exported so far.
+func (r *SpanRecorder) All() []sdktrace.ReadOnlySpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.spans)
+}

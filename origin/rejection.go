@@ -1,0 +1,268 @@
+package origin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	// The resource types istiod stamps, and the filter that can carry an
+	// inline route configuration, so their Anys can be opened.
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
+	"github.com/adstap/adstap/track"
+)
+
+// Resource is one resource a NACK rejected and the Istio objects it records
+// as its source, in the order they appear in it (none: the control plane
+// recorded nothing, as go-control-plane never does).
+type Resource struct {
+	Name    string
+	Objects []Object
+}
+
+// Rejection is what a NACK rejected, read: the resources of the push it
+// answers that its message names (all of them when it names none) and the
+// Istio objects each records.
+type Rejection struct {
+	named     bool
+	resources []Resource
+	err       error
+	// summary is set on a Rejection read back from JSON, which has no
+	// bytes to read.
+	summary string
+}
+
+// ErrNotKept is the error of a Rejection whose push's bytes were not kept.
+var ErrNotKept = errors.New("the rejected push was not kept")
+
+// Of reads what r rejected, decoding the push the first time anyone asks
+// (whichever output's goroutine that is) and sharing the result with every
+// later caller: a NACK is rare, and a NACK loop rejects one push many times.
+// A nil r gives a nil Rejection.
+func Of(r *track.Rejected) *Rejection {
+	switch {
+	case r == nil:
+		return nil
+	case r.NotKept != "":
+		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
+	}
+	if x, ok := r.Read(read).(*Rejection); ok {
+		return x
+	}
+	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
+}
+
+// read decodes the rejected push.
+func read(data mem.BufferSlice, delta bool, names []string) any {
+	x := &Rejection{named: len(names) > 0}
+	if data == nil {
+		return x
+	}
+	var resp codec.Response
+	if err := resp.DecodeBuffers(data, delta); err != nil {
+		x.err = err
+		return x
+	}
+	for _, res := range resp.Resources {
+		name := string(res.Name)
+		if res.Heartbeat || (len(names) > 0 && !slices.Contains(names, name)) {
+			continue
+		}
+		objs, err := objectsOf(string(res.TypeURL), res.Body)
+		if err != nil {
+			x.err = fmt.Errorf("resource %q: %w", name, err)
+			continue
+		}
+		x.resources = append(x.resources, Resource{Name: name, Objects: objs})
+	}
+	return x
+}
+
+// Resources returns the rejected resources and their objects. The result is
+// shared: do not modify it.
+func (x *Rejection) Resources() ([]Resource, error) {
+	if x == nil {
+		return nil, nil
+	}
+	return x.resources, x.err
+}
+
+// Named reports whether the NACK's message named the rejected resources,
+// rather than the whole push being under suspicion.
+func (x *Rejection) Named() bool { return x != nil && x.named }
+
+// objectsOf opens one resource and collects the objects recorded in every
+// Metadata inside it, at any depth: istiod stamps clusters, filter chains
+// and routes, each where it builds them.
+func objectsOf(typeURL string, body []byte) ([]Object, error) {
+	m, err := (&anypb.Any{TypeUrl: typeURL, Value: body}).UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	var objs []Object
+	redact.EditNested(m.ProtoReflect(), redact.NestedEdit{
+		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
+			md, ok := child.Interface().(*core.Metadata)
+			if !ok {
+				return false, true
+			}
+			p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
+			if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
+				objs = append(objs, o)
+			}
+			return false, false
+		},
+	})
+	return objs, nil
+}
+
+// Where istiod writes the object a resource was built from
+// (pilot/pkg/networking/util: IstioMetadataKey, AddConfigInfoMetadata).
+const (
+	istioKey    = "istio"
+	configField = "config"
+)
+
+// Objects returns every object of the rejected resources, each once.
+func (x *Rejection) Objects() []Object {
+	res, _ := x.Resources()
+	var out []Object
+	for _, x := range res {
+		for _, o := range x.Objects {
+			if !slices.Contains(out, o) {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// maxShown is how many objects a one-line summary names before "and N more".
+const maxShown = 3
+
+// Summary is the rejection in words for one line, e.g. "from
+// DestinationRule shop/reviews", or why no object can be named. It is empty
+// for a nil Rejection.
+func (x *Rejection) Summary() string {
+	if x == nil {
+		return ""
+	}
+	if x.summary != "" {
+		return x.summary
+	}
+	res, err := x.Resources()
+	objs := x.Objects()
+	if len(objs) > 0 {
+		names := make([]string, 0, min(len(objs), maxShown))
+		for _, o := range objs[:min(len(objs), maxShown)] {
+			names = append(names, o.String())
+		}
+		s := strings.Join(names, ", ")
+		if len(objs) > maxShown {
+			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
+		}
+		switch {
+		case !x.Named() && len(res) > 1:
+			// Which resource is at fault is unknown: these are every
+			// object the push came from.
+			return "the message names no resource; the push comes from " + s
+		case len(objs) > 1:
+			// A route configuration gathers the routes of every
+			// VirtualService on its port: one of them is at fault.
+			return "from one of " + s
+		}
+		return "from " + s
+	}
+	switch {
+	case err != nil && len(res) == 0:
+		return "Istio source unknown: " + err.Error()
+	case len(res) == 0:
+		return "Istio source unknown: the push holds no resource the message names"
+	case len(res) == 1:
+		return "no Istio config recorded in " + res[0].Name
+	case x.Named():
+		return fmt.Sprintf("no Istio config recorded in the %d resources the message names", len(res))
+	default:
+		return fmt.Sprintf("no Istio config recorded in any of the %d pushed resources", len(res))
+	}
+}
+
+// MarshalJSON writes the rejected resources and their objects, decoding the
+// push if no one has yet:
+//
+//	{"resources":[{"name":"outbound|9080||reviews.shop.svc.cluster.local",
+//	  "istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"reviews",
+//	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
+//	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
+func (x *Rejection) MarshalJSON() ([]byte, error) {
+	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary()}
+	res, err := x.Resources()
+	for _, x := range res {
+		j := resourceJSON{Name: x.Name, IstioConfig: []objectJSON{}}
+		for _, o := range x.Objects {
+			j.IstioConfig = append(j.IstioConfig, objectJSON{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})
+		}
+		out.Resources = append(out.Resources, j)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads back what MarshalJSON wrote (a client of
+// /debug/streams, such as adstap status): Resources, Objects and Summary
+// then say what the tap said.
+func (x *Rejection) UnmarshalJSON(b []byte) error {
+	var in rejectionJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*x = Rejection{summary: in.Summary}
+	for _, j := range in.Resources {
+		res := Resource{Name: j.Name}
+		for _, o := range j.IstioConfig {
+			obj, ok := ParsePath(o.Path)
+			if !ok {
+				obj = Object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path}
+			}
+			res.Objects = append(res.Objects, obj)
+		}
+		x.resources = append(x.resources, res)
+	}
+	if in.Error != "" {
+		x.err = errors.New(in.Error)
+	}
+	return nil
+}
+
+// The JSON form of a Rejection.
+type (
+	rejectionJSON struct {
+		Resources []resourceJSON `json:"resources"`
+		Summary   string         `json:"summary"`
+		Error     string         `json:"error,omitempty"`
+	}
+	resourceJSON struct {
+		Name        string       `json:"name"`
+		IstioConfig []objectJSON `json:"istio_config"`
+	}
+	objectJSON struct {
+		Kind      string `json:"kind"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		Path      string `json:"path"`
+		Kubectl   string `json:"kubectl"`
+	}
+)

@@ -1,0 +1,161 @@
+package origin_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/track"
+)
+
+// response marshals a SotW response of clusters and any extra resources, as
+// the tap would hand it over.
+func response(t *testing.T, clusters []*clusterv3.Cluster, extra ...*anypb.Any) mem.BufferSlice {
+	t.Helper()
+	r := &discoveryv3.DiscoveryResponse{TypeUrl: clusterType, VersionInfo: "1", Nonce: "n1"}
+	for _, c := range clusters {
+		a, err := anypb.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Resources = append(r.Resources, a)
+	}
+	r.Resources = append(r.Resources, extra...)
+	b, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}
+}
+
+// rejectedBy pushes data through a tracker and NACKs it with message, as a
+// client naming names would: the tracker's Rejected, for origin.Of to read.
+// released says whether the tracker let go of the bytes.
+func rejectedBy(t *testing.T, data mem.BufferSlice, message string) (r *track.Rejected, released func() bool) {
+	t.Helper()
+	tr := track.New(track.Config{})
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	tr.OpenStream(track.StreamMeta{ID: 1, Method: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", OpenedAt: at})
+	tr.Request(1, at, &codec.Request{TypeURL: clusterType}, 10)
+	var resp codec.Response
+	if err := resp.DecodeBuffers(data, false); err != nil {
+		t.Fatal(err)
+	}
+	tr.ResponseFrame(1, at, &resp, data.Len(), data)
+	for _, e := range tr.Request(1, at, &codec.Request{TypeURL: clusterType, ResponseNonce: "n1", ErrorDetail: &codec.ErrorDetail{Code: 3, Message: message}}, 10) {
+		if e, ok := e.(track.PushEnded); ok && e.Rejected != nil {
+			return e.Rejected, func() bool { return tr.Kept().Bytes == 0 }
+		}
+	}
+	t.Fatal("the tracker saw no NACK")
+	return nil, nil
+}
+
+const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+// stamped is a cluster istiod built from the DestinationRule shop/rule.
+func stamped(name, rule string) *clusterv3.Cluster {
+	c := xdsconfig.Cluster(name, true)
+	c.Metadata = xdsconfig.IstioConfig("destination-rule", "shop", rule)
+	return c
+}
+
+func rejected(t *testing.T, data mem.BufferSlice, message string) *track.Rejected {
+	t.Helper()
+	r, _ := rejectedBy(t, data, message)
+	return r
+}
+
+func TestSummary(t *testing.T) {
+	var many []*clusterv3.Cluster
+	for i := range 5 {
+		many = append(many, stamped(fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i)))
+	}
+	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: []byte{0x0a, 0x01, 'u'}}
+	tests := []struct {
+		name  string
+		r     *track.Rejected
+		want  string
+		error bool
+	}{
+		{name: "none", r: nil, want: ""},
+		{name: "five objects, whole push", r: rejected(t, response(t, many), "bad"),
+			want: "the message names no resource; the push comes from DestinationRule shop/r0, DestinationRule shop/r1, DestinationRule shop/r2 and 2 more"},
+		{name: "two named", r: rejected(t, response(t, many), "c1 and c3 are bad"),
+			want: "from one of DestinationRule shop/r1, DestinationRule shop/r3"},
+		{name: "named, none recorded", r: rejected(t, response(t, []*clusterv3.Cluster{xdsconfig.Cluster("alpha", true), xdsconfig.Cluster("beta", true)}), "alpha, beta"),
+			want: "no Istio config recorded in the 2 resources the message names"},
+		{name: "whole push, none recorded", r: rejected(t, response(t, []*clusterv3.Cluster{xdsconfig.Cluster("alpha", true), xdsconfig.Cluster("beta", true)}), "bad"),
+			want: "no Istio config recorded in any of the 2 pushed resources"},
+		{name: "a type adstap cannot open", r: rejected(t, response(t, nil, unknown), "u is bad"),
+			want: `Istio source unknown: resource "u": `, error: true},
+		{name: "not kept", r: &track.Rejected{NotKept: "no room"}, want: "Istio source unknown: the rejected push was not kept: no room", error: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := origin.Of(tt.r)
+			got := x.Summary()
+			if tt.error && !strings.HasPrefix(got, tt.want) || !tt.error && got != tt.want {
+				t.Errorf("Summary() = %q, want %q", got, tt.want)
+			}
+			if _, err := x.Resources(); (err != nil) != tt.error {
+				t.Errorf("Resources() error = %v, want error %v", err, tt.error)
+			}
+		})
+	}
+}
+
+func TestDecodedOnceAndReleased(t *testing.T) {
+	rej, released := rejectedBy(t, response(t, []*clusterv3.Cluster{stamped("c", "reviews")}), `resource "c": bad`)
+	if released() {
+		t.Fatal("the push was let go of before anyone read it")
+	}
+	r := origin.Of(rej)
+	for range 3 {
+		if again := origin.Of(rej); again != r {
+			t.Fatal("a second read decoded the push again")
+		}
+		if got := r.Summary(); got != "from DestinationRule shop/reviews" {
+			t.Fatalf("Summary() = %q", got)
+		}
+	}
+	if !released() {
+		t.Error("the push is still kept after it was read")
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"resources":[{"name":"c","istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"reviews",` +
+		`"path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews","kubectl":"kubectl get destinationrule -n shop reviews"}]}],` +
+		`"summary":"from DestinationRule shop/reviews"}`
+	if string(b) != want {
+		t.Errorf("JSON:\n got %s\nwant %s", b, want)
+	}
+
+	// A client of /debug/streams reads back what the tap said.
+	var back origin.Rejection
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Summary(); got != "from DestinationRule shop/reviews" {
+		t.Errorf("read back, Summary() = %q", got)
+	}
+	if objs := back.Objects(); len(objs) != 1 || objs[0].Kubectl() != "kubectl get destinationrule -n shop reviews" {
+		t.Errorf("read back, Objects() = %+v", objs)
+	}
+	if again, _ := json.Marshal(&back); string(again) != want {
+		t.Errorf("read back and written again:\n got %s\nwant %s", again, want)
+	}
+}

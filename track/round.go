@@ -1,0 +1,103 @@
+package track
+
+import (
+	"strings"
+	"time"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// A push round is what a control plane sends a stream for one change: istiod
+// sends every type a push touches, one response each, under one version,
+// within moments (CDS, EDS, LDS, RDS, ... in that order). Rounds are told
+// apart on the wire, with nothing but the responses and the requests between
+// them:
+//
+//   - a response under another version_info than the round's starts a new
+//     round (istiod: a new push context; go-control-plane: a new snapshot);
+//   - so does a second response of a type the round already sent, unless the
+//     client asked for it (istiod answers a changed EDS or RDS subscription
+//     during a push with the push's version). When the client's request
+//     crossed the tap before the push's own response of the type, that
+//     response took the ask: a second one within answerWindow is then the
+//     answer;
+//   - and a response more than roundWindow after the round began, for
+//     control planes whose versions say nothing.
+//
+// A round is a full push when it resends configuration the client did not
+// ask for: a response of a type other than EDS and SDS (and istioctl's
+// syncz) that answers no request of the client. istiod's full pushes reach
+// a SotW client as CDS and LDS whole, plus RDS and the EDS of changed
+// clusters, and a Delta client as CDS and LDS with what changed: neither
+// sends every subscribed type whole again, so a full push is recognised by
+// this shape, not by completeness. Its endpoint-only pushes are EDS alone:
+// incremental, never full. The initial sync of a stream answers the
+// client's requests, so it is no full push either: a reconnect is expected
+// (istiod closes every stream every 30 minutes).
+type pushRound struct {
+	seq     uint64 // 1 for the stream's first round
+	version string
+	start   time.Time
+	full    bool
+}
+
+// roundWindow bounds a push round when versions do not: a control plane
+// sends every type of one push well within it.
+const roundWindow = 2 * time.Second
+
+// answerWindow is how soon after a push's response of a type istiod's
+// answer to a request of the same type follows it: both are sent by the
+// stream's one goroutine, back to back. A control plane's next push comes
+// after its debounce (istiod: 100 ms) at the earliest.
+const answerWindow = 100 * time.Millisecond
+
+// configType reports whether a type is configuration that a full push
+// resends: everything but endpoints, secrets and istioctl's debug types.
+func configType(url string) bool {
+	switch url {
+	case codec.TypeEndpoint, codec.TypeSecret:
+		return false
+	}
+	return !strings.HasPrefix(url, "istio.io/debug")
+}
+
+// joinRound places the latest push of ts in a push round of s, and reports
+// whether it made that round a new full push. A full push is counted once
+// per version: two of istiod's full pushes never share one, and a control
+// plane re-sending the same version after a NACK is a NACK loop (its own
+// detector), not new configuration.
+func (s *stream) joinRound(ts *typeState, at time.Time, version string) (fullNow bool) {
+	asked := ts.asked
+	ts.asked = false
+	r := &s.round
+	same := r.seq != 0 && version == r.version && at.Sub(r.start) <= roundWindow
+	if same && ts.roundSeq == r.seq && !asked {
+		// A second response of the type in the round: a new push, unless
+		// it is the answer to a request an earlier one took (see above).
+		if ts.askedRound == r.seq && at.Sub(ts.lastSent) < answerWindow {
+			asked = true
+		} else {
+			same = false
+		}
+	}
+	if !same {
+		*r = pushRound{seq: r.seq + 1, version: version, start: at}
+	}
+	ts.roundSeq, ts.lastSent = r.seq, at
+	if asked {
+		ts.askedRound = r.seq
+	}
+	p := &ts.p.ev
+	p.Round = r.seq
+	p.Requested = asked
+	if !r.full && !asked && configType(ts.url) {
+		r.full = true
+		if version == "" || !s.fullCounted || version != s.lastFullVersion {
+			fullNow = true
+			s.fullCounted, s.lastFullVersion = true, version
+			s.fullPushes++
+		}
+	}
+	p.FullPush = r.full
+	return fullNow
+}
