@@ -114,12 +114,13 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s -fuzzminimizetime 2s ./codec/
 
 # The alert rules in deploy/: promtool checks the rule file and runs its unit
-# tests. promtool is required (Debian/Ubuntu: apt-get install prometheus).
-PROMTOOL ?= promtool
+# tests. scripts/ensure-promtool.sh finds promtool or brings it (Debian's
+# prometheus package when apt-get can run, else a build from the Go module
+# proxy into .cache/bin); PROMTOOL=/path/to/promtool picks one.
 rules:
-	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "make rules: $(PROMTOOL) not found; install it with: apt-get install prometheus (Debian/Ubuntu; gives /usr/bin/promtool)" >&2; exit 1; }
-	$(PROMTOOL) check rules deploy/alerts.yaml
-	$(PROMTOOL) test rules deploy/alerts_test.yaml
+	@promtool=$$(bash scripts/ensure-promtool.sh) || exit 1; \
+	echo "$$promtool check rules deploy/alerts.yaml" && "$$promtool" check rules deploy/alerts.yaml && \
+	echo "$$promtool test rules deploy/alerts_test.yaml" && "$$promtool" test rules deploy/alerts_test.yaml
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -61,6 +61,3 @@ func (rd *Reader) Next() (Record, error) {
 	rd.n++
 	return rec, nil
 }
-
-// Records is how many complete records were read.
-func (rd *Reader) Records() int { return rd.n }

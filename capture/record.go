@@ -14,7 +14,7 @@ const (
 	KindOpen    = "open"    // a stream opened (repeated at the top of each rotated file for streams still open)
 	KindFrame   = "frame"   // one message, as it crossed the tap
 	KindClose   = "close"   // a stream ended
-	KindGap     = "gap"     // frames relayed but not captured (the observation queue was full)
+	KindGap     = "gap"     // frames relayed but not captured (the observation queue, or the capture's own, was full)
 )
 
 // Record is one line of a capture file. Fields are set by kind; see docs/capture.md.

@@ -19,12 +19,11 @@ type Writer struct {
 	maxFiles int
 	header   Record
 
-	mu      sync.Mutex
-	f       *os.File
-	size    int64
-	open    map[uint64]Record // streams open now, repeated at the top of each new file
-	err     error
-	written uint64
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+	open map[uint64]Record // streams open now, repeated at the top of each new file
+	err  error
 }
 
 // Defaults for NewWriter's zero limits.
@@ -72,7 +71,8 @@ func (w *Writer) startFile() error {
 }
 
 // Write appends r, rotating first if the file is full. After a write error
-// the writer stops and Err says why: capturing must never stop the tap.
+// the writer stops, and every later Write returns that error: capturing
+// must never stop the tap.
 func (w *Writer) Write(r Record) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -109,7 +109,6 @@ func (w *Writer) writeLocked(r Record) error {
 	if err != nil {
 		return fmt.Errorf("writing capture file %s: %w", w.path, err)
 	}
-	w.written++
 	return nil
 }
 
@@ -147,13 +146,6 @@ func Files(path string, maxFiles int) []string {
 		}
 	}
 	return out
-}
-
-// Err is the error that stopped the writer, if any.
-func (w *Writer) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
 }
 
 // Close closes the current file.

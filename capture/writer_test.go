@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,6 +39,7 @@ func readAll(t *testing.T, path string) ([]capture.Record, error) {
 }
 
 func TestRotationKeepsTheSizeBoundAndEachFileReadable(t *testing.T) {
+	leakcheck.Check(t)
 	path := filepath.Join(t.TempDir(), "xds.capture")
 	const maxBytes, maxFiles = 4096, 3
 	w, err := capture.NewWriter(path, maxBytes, maxFiles, "test", "istiod:15012")
@@ -81,6 +83,7 @@ func TestRotationKeepsTheSizeBoundAndEachFileReadable(t *testing.T) {
 }
 
 func TestATruncatedFileReadsUpToItsLastCompleteRecord(t *testing.T) {
+	leakcheck.Check(t)
 	path := filepath.Join(t.TempDir(), "cut.capture")
 	w, err := capture.NewWriter(path, 0, 0, "test", "cp")
 	if err != nil {

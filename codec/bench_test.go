@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/mem"
@@ -170,6 +171,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 // (the version and nonce strings), none per resource, whether it is read in
 // one piece or in gRPC's segments.
 func TestResponseDecodeDoesNotAllocatePerResource(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name  string
 		delta bool

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -39,6 +40,7 @@ func msg(fields ...any) []byte {
 var truncatedAny = append(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.BytesType), 10), "abc"...)
 
 func TestDecodeErrors(t *testing.T) {
+	leakcheck.Check(t)
 	goodAny := marshal(t, mustAny(secret("default")))
 	overflow := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}
 	tests := []struct {
@@ -180,6 +182,7 @@ func TestDecodeErrors(t *testing.T) {
 // makes it a valid (shorter) message, or cuts one, which must be an error.
 // protobuf itself tells which is which.
 func TestDecodeTruncated(t *testing.T) {
+	leakcheck.Check(t)
 	frames := []struct {
 		name     string
 		response bool

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/cespare/xxhash/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -79,6 +80,7 @@ var segmentSizes = map[string]string{
 // TestWriteSeeds regenerates the seed corpus when run with -write-seeds; the
 // files are checked in so that every go test run replays them.
 func TestWriteSeeds(t *testing.T) {
+	leakcheck.Check(t)
 	if !*writeSeeds {
 		t.Skip("run with -write-seeds to regenerate testdata/fuzz/FuzzDecode and FuzzSegmentedDecode")
 	}

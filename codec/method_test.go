@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v2"
@@ -25,6 +26,7 @@ import (
 )
 
 func TestProtocolOf(t *testing.T) {
+	leakcheck.Check(t)
 	for method, want := range map[string]codec.Protocol{
 		"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources": codec.SotW,
 		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources":  codec.Delta,
@@ -51,6 +53,7 @@ func TestProtocolOf(t *testing.T) {
 // carries DiscoveryRequest, Delta when DeltaDiscoveryRequest: checked
 // against the service descriptors go-control-plane registers.
 func TestProtocolOfMatchesServiceDescriptors(t *testing.T) {
+	leakcheck.Check(t)
 	checked := map[codec.Protocol]int{}
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		for i := range fd.Services().Len() {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -66,6 +67,7 @@ func withUnknownFields(b []byte) []byte {
 }
 
 func TestDecodeRequest(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name  string
 		delta bool
@@ -256,6 +258,7 @@ func TestDecodeRequest(t *testing.T) {
 // occurrence of a scalar win; a decoder that did otherwise would read a
 // different request than the control plane does.
 func TestDecodeRequestMergesRepeatedMessages(t *testing.T) {
+	leakcheck.Check(t)
 	first := marshal(t, &discoveryv3.DiscoveryRequest{
 		Node: &corev3.Node{
 			Id:       "first",
@@ -303,6 +306,7 @@ func TestDecodeRequestMergesRepeatedMessages(t *testing.T) {
 }
 
 func TestDecodeRequestCopiesStrings(t *testing.T) {
+	leakcheck.Check(t)
 	in := marshal(t, &discoveryv3.DeltaDiscoveryRequest{
 		Node:                    &corev3.Node{Id: "node"},
 		TypeUrl:                 "type.googleapis.com/example.v1.Widget",

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/cespare/xxhash/v2"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,6 +30,7 @@ func want(name, version string, a *anypb.Any) codec.Resource {
 }
 
 func TestResponseDecode(t *testing.T) {
+	leakcheck.Check(t)
 	c1, c2, c3 := mustAny(istioCluster(1)), mustAny(istioCluster(2)), mustAny(&clusterv3.Cluster{Name: "BlackHoleCluster"})
 	l1, l2 := mustAny(listener("0.0.0.0_8080", 8080)), mustAny(listener("virtualInbound", 15006))
 	e1, e2 := mustAny(cla("outbound|8080||a.default.svc.cluster.local", "10.0.0.1", "10.0.0.2")), mustAny(cla("outbound|9080||b", "10.0.0.3"))
@@ -215,12 +217,14 @@ func TestResponseDecode(t *testing.T) {
 }
 
 func TestTypeResourceIsWhatAnypbWrites(t *testing.T) {
+	leakcheck.Check(t)
 	if got := mustAny(&discoveryv3.Resource{}).GetTypeUrl(); got != codec.TypeResource {
 		t.Errorf("anypb names a Resource %q, codec.TypeResource is %q", got, codec.TypeResource)
 	}
 }
 
 func TestResponseResetDropsViews(t *testing.T) {
+	leakcheck.Check(t)
 	in := marshal(t, &discoveryv3.DiscoveryResponse{
 		Resources: []*anypb.Any{mustAny(istioCluster(1)), mustAny(istioCluster(2))},
 		TypeUrl:   codec.TypeCluster,
@@ -249,6 +253,7 @@ var ignoreBody = cmpopts.IgnoreFields(codec.Resource{}, "TypeURL", "Body")
 var ignoreScratch = cmpopts.IgnoreUnexported(codec.Response{})
 
 func TestResourceBodyIsTheAnyValue(t *testing.T) {
+	leakcheck.Check(t)
 	c := istioCluster(7)
 	a := mustAny(c)
 	var r codec.Response

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -147,6 +148,7 @@ func sameResponse(a, b *codec.Response, reused bool) bool {
 }
 
 func TestSameResponseKnowsEveryField(t *testing.T) {
+	leakcheck.Check(t)
 	// Fields sameResponse compares; a new field must be added there too.
 	for typ, want := range map[reflect.Type]int{
 		reflect.TypeFor[codec.Response](): 7 + 1, // and the unexported scratch space
@@ -268,6 +270,7 @@ func smallResponses(tb testing.TB) []struct {
 }
 
 func TestDecodeSegmentsEveryCut(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tt := range smallResponses(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := tt.in
@@ -302,6 +305,7 @@ func bigSecret(name string, size int) *tlsv3.Secret {
 }
 
 func TestDecodeSegmentsLarge(t *testing.T) {
+	leakcheck.Check(t)
 	big := &discoveryv3.DiscoveryResponse{
 		// Fields other than resources can be large too, if unusually.
 		VersionInfo: strings.Repeat("v", 40<<10), Nonce: strings.Repeat("n", 70<<10), TypeUrl: codec.TypeSecret,
@@ -388,6 +392,7 @@ func TestDecodeSegmentsLarge(t *testing.T) {
 // A frame cut anywhere, whole or not, malformed or not, gives DecodeSegments
 // the error Decode gives, byte offset included, and never a panic.
 func TestDecodeSegmentsErrors(t *testing.T) {
+	leakcheck.Check(t)
 	goodAny := marshal(t, mustAny(secret("default")))
 	overflow := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}
 	tag := func(num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(nil, num, typ) }
@@ -457,6 +462,7 @@ func TestDecodeSegmentsErrors(t *testing.T) {
 // Only the values that straddle segments are copied; the others are read
 // where they lie, which shows as their views changing with the segments.
 func TestDecodeSegmentsCopiesOnlyStraddlers(t *testing.T) {
+	leakcheck.Check(t)
 	const segment = 16 << 10
 	in := cdsPush(t, 60)
 	segs := chunk(in, segment)
@@ -511,6 +517,7 @@ func TestDecodeSegmentsCopiesOnlyStraddlers(t *testing.T) {
 // last decoded a much smaller push, decode a push whose copies outgrow what
 // they have.
 func TestDecodeSegmentsArenaGrowth(t *testing.T) {
+	leakcheck.Check(t)
 	small, large := cdsPush(t, 20), cdsPush(t, 1000)
 	var r codec.Response
 	sameAsDecode(t, large, chunk(large, 1000), false, &r)
@@ -523,6 +530,7 @@ func TestDecodeSegmentsArenaGrowth(t *testing.T) {
 }
 
 func TestDecodeBuffers(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tt := range []struct {
 		name  string
 		delta bool

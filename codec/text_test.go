@@ -8,9 +8,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestText(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tc := range []struct{ in, want string }{
 		{"outbound|80||svc.ns.svc.cluster.local", "outbound|80||svc.ns.svc.cluster.local"},
 		{"sidecar~\xff\xfe~pod", "sidecar~\uFFFD~pod"},
@@ -29,6 +31,7 @@ func TestText(t *testing.T) {
 // decoders hand out as a string must be valid UTF-8, or Prometheus panics on
 // the label and the OTLP exporter drops the batch.
 func TestDecodedStringsAreUTF8(t *testing.T) {
+	leakcheck.Check(t)
 	const bad = "x\xff\xfe"
 	node := msg(1, bad, 2, bad)
 	status := msg(1, uint64(3), 2, "rejected "+bad)
@@ -94,6 +97,7 @@ func checkUTF8(t *testing.T, what string, got []string, n int) {
 }
 
 func TestTypeURLOf(t *testing.T) {
+	leakcheck.Check(t)
 	const cds, eds = codec.TypeCluster, codec.TypeEndpoint
 	tests := []struct {
 		name            string

@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
 func TestShortTypeAndTypeName(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		typeURL   string
 		wantShort string
@@ -48,6 +50,7 @@ func TestShortTypeAndTypeName(t *testing.T) {
 
 // The exported constants must be the strings go-control-plane servers send.
 func TestTypeURLConstants(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct{ got, want string }{
 		{codec.TypeListener, resourcev3.ListenerType},
 		{codec.TypeRoute, resourcev3.RouteType},

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"os"
 	"os/exec"
 	"path"
@@ -13,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/syncbuf"
 )
 
 // The image: what can be checked without a Docker engine. The binary the
@@ -47,6 +51,7 @@ func ldflagsVars(ldflags string) map[string]string {
 // statically linked and that the version variables the Makefile sets exist
 // (-X on a missing variable is silently ignored).
 func TestStaticBinary(t *testing.T) {
+	leakcheck.Check(t)
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -72,6 +77,60 @@ func TestStaticBinary(t *testing.T) {
 	for name, value := range vars {
 		if !bytes.Contains(out, []byte(value)) {
 			t.Errorf("the Makefile's -X %s=%s did not reach the binary: adstap version says\n%s", name, value, out)
+		}
+	}
+	checkStatusInTheImage(t, bin)
+}
+
+// checkStatusInTheImage runs the static binary as the image does and asks it
+// for `adstap status` and `adstap config` with nothing else at hand (an
+// empty environment, no curl): what kubectl exec … -- /adstap status gets.
+func checkStatusInTheImage(t *testing.T, bin string) {
+	t.Helper()
+	run := exec.Command(bin, "run", "--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--upstream=127.0.0.1:1", "--log-format=json")
+	run.Env = []string{}
+	var logs syncbuf.Buffer
+	run.Stderr = &logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		run.Process.Signal(os.Interrupt)
+		run.Wait()
+	}()
+	adminRE := regexp.MustCompile(`"admin":"http://(127\.0\.0\.1:\d+)"`)
+	var admin string
+	deadline := time.Now().Add(10 * time.Second)
+	for admin == "" {
+		if m := adminRE.FindStringSubmatch(logs.String()); m != nil {
+			admin = m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adstap run did not say its admin address:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status", "--admin", admin}, 0, "No streams"},
+		{[]string{"status", "--admin", admin, "-o", "json"}, 0, `"in_sync": true`},
+		{[]string{"config", "--admin", admin, "--stream", "1", "--type", "cluster"}, 1, "start adstap with --retain-resources"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = []string{}
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !bytes.Contains(out, []byte(tc.want)) {
+			t.Errorf("adstap %s: exit %d, want %d and %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
 	}
 }
@@ -105,6 +164,7 @@ func checkStatic(file string) error {
 // TestCheckStaticCatchesDynamic: the check above fails on a dynamically
 // linked program (the test binary of a cgo build, when one can be made).
 func TestCheckStaticCatchesDynamic(t *testing.T) {
+	leakcheck.Check(t)
 	var dynamic string
 	for _, p := range []string{"/bin/sh", "/usr/bin/env", "/bin/ls"} {
 		if f, err := elf.Open(p); err == nil {
@@ -200,6 +260,7 @@ func (s stage) find(op string) []instruction {
 // binary: same static build and ldflags, the built file is the one copied,
 // the entrypoint is the copied file, run as the nonroot user.
 func TestDockerfile(t *testing.T) {
+	leakcheck.Check(t)
 	st := stages(readDockerfile(t))
 	if len(st) < 2 {
 		t.Fatalf("Dockerfile: want a multi-stage build, found %d stages", len(st))
@@ -334,6 +395,7 @@ func jsonForm(t *testing.T, s stage, op string) []string {
 // TestDockerignoreKeepsSources: the build context keeps go.mod, go.sum and
 // every package of the module that cmd/adstap is built from.
 func TestDockerignoreKeepsSources(t *testing.T) {
+	leakcheck.Check(t)
 	var patterns []string
 	for line := range strings.SplitSeq(string(mustRead(t, "../.dockerignore")), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
@@ -401,6 +463,7 @@ func ignored(pattern, file string) bool {
 // TestMakeImage: `make image` runs docker build with the version, the commit
 // and the Dockerfile (make -n: no Docker engine needed).
 func TestMakeImage(t *testing.T) {
+	leakcheck.Check(t)
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("no make")

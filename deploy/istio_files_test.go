@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"flag"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,7 @@ spec:
 // template as it is in adstap-template.tmpl, which the Istio compatibility
 // suite (istio/inject_test.go) runs through Istio's injector.
 func TestIstioTemplateFiles(t *testing.T) {
+	leakcheck.Check(t)
 	tmpl, err := os.ReadFile(filepath.Join("istio", "adstap-template.tmpl"))
 	if err != nil {
 		t.Fatal(err)

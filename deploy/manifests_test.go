@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -163,6 +164,7 @@ func loadManifests(t *testing.T) []manifest {
 }
 
 func TestManifestsDecodeStrictly(t *testing.T) {
+	leakcheck.Check(t)
 	ms := loadManifests(t)
 	for _, want := range wantManifests {
 		if !slices.ContainsFunc(ms, func(m manifest) bool { return m.file == want }) {
@@ -178,6 +180,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 // mistakes it is there for, so a green TestManifestsDecodeStrictly means
 // something.
 func TestStrictDecodingCatchesMistakes(t *testing.T) {
+	leakcheck.Check(t)
 	good := `apiVersion: apps/v1
 kind: Deployment
 spec:
@@ -489,6 +492,7 @@ func taps(t *testing.T) []tap {
 // TestTapFlagsExist: every flag and ADSTAP_ variable a manifest gives adstap
 // is one the binary has.
 func TestTapFlagsExist(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		for _, e := range tp.cfg.problems {
 			t.Errorf("%s: %s", tp.cfg.where, e)
@@ -510,6 +514,7 @@ func unspecified(host string) bool { return host == "" || host == "0.0.0.0" || h
 // TestTapAdminPortAndProbes: the admin port the probes and Prometheus use is
 // the one adstap listens on, on an address they can reach.
 func TestTapAdminPortAndProbes(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		where := tp.cfg.where
 		host, port, err := tp.cfg.hostPort("admin")
@@ -582,6 +587,7 @@ func TestTapAdminPortAndProbes(t *testing.T) {
 // TestTapSecurityContext: restricted, on the container itself (a sidecar
 // cannot count on the pod's settings).
 func TestTapSecurityContext(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		sc := tp.c.SecurityContext
 		if sc == nil {
@@ -620,6 +626,7 @@ func TestTapSecurityContext(t *testing.T) {
 // to read is under one of its mounts, and the mesh root CA is read under the
 // key istiod writes (root-cert.pem of the istio-ca-root-cert ConfigMap).
 func TestTapFilesComeFromVolumes(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		for _, flag := range []string{"upstream-ca", "upstream-cert", "upstream-key", "listen-cert", "listen-key", "listen-client-ca"} {
 			file := tp.cfg.get(flag)
@@ -652,6 +659,7 @@ func TestTapFilesComeFromVolumes(t *testing.T) {
 // capture needs a writable mount, and an emptyDir whose size limit holds
 // every file the rotation keeps, so a busy tap is not evicted for it.
 func TestCaptureGoesToABoundedVolume(t *testing.T) {
+	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		file := tp.cfg.get("capture")
 		if file == "" {
@@ -691,6 +699,7 @@ func TestCaptureGoesToABoundedVolume(t *testing.T) {
 }
 
 func TestVolumeMountsHaveVolumes(t *testing.T) {
+	leakcheck.Check(t)
 	for _, p := range pods(loadManifests(t)) {
 		for _, c := range p.containers() {
 			for _, vm := range c.VolumeMounts {
@@ -705,6 +714,7 @@ func TestVolumeMountsHaveVolumes(t *testing.T) {
 // TestResources: every container says what it needs; adstap's memory limit
 // leaves room above what was measured (docs/deploy.md).
 func TestResources(t *testing.T) {
+	leakcheck.Check(t)
 	repo := imageRepo(t)
 	for _, p := range pods(loadManifests(t)) {
 		for _, c := range p.containers() {
@@ -729,6 +739,7 @@ func TestResources(t *testing.T) {
 // TestServicesSelectPods: each Service selects a pod template of the
 // manifests, in its namespace, and its target ports are that pod's ports.
 func TestServicesSelectPods(t *testing.T) {
+	leakcheck.Check(t)
 	ms := loadManifests(t)
 	all := pods(ms)
 	for _, m := range ms {
@@ -832,6 +843,7 @@ func portList(s string) []string {
 // TestDebugPodReachable follows debug-target.yaml's discoveryAddress to the
 // Service of debug-pod.yaml and on to adstap's listener.
 func TestDebugPodReachable(t *testing.T) {
+	leakcheck.Check(t)
 	target := onePod(t, "debug-target.yaml")
 	pc := proxyConfig(t, target)
 	addr, _ := pc["discoveryAddress"].(string)
@@ -901,11 +913,13 @@ var foreignFlags = []string{
 	"reuse-values", // helm
 	"revision",     // istioctl
 	"nacks",        // adstap inspect
+	"also-ready",   // adstap probe
 }
 
 // TestDocsUseRealFlags: the flags, ADSTAP_ variables and files the
 // deployment page names exist.
 func TestDocsUseRealFlags(t *testing.T) {
+	leakcheck.Check(t)
 	cl := adstapCLI(t)
 	doc, err := os.ReadFile("../docs/deploy.md")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
@@ -93,6 +94,7 @@ func promRule(t *testing.T) prometheusRule {
 // compared as decoded YAML, every field and string, whatever the typed view
 // above knows about.
 func TestPrometheusRuleMatchesAlerts(t *testing.T) {
+	leakcheck.Check(t)
 	var plain, cr map[string]any
 	if err := yaml.Unmarshal(readFile(t, alertsFile), &plain); err != nil {
 		t.Fatal(err)
@@ -142,6 +144,7 @@ var recordedName = regexp.MustCompile(`^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$`)
 // TestRules checks what an operator relies on in every alert: a severity to
 // route on, and a summary, description and runbook to act on.
 func TestRules(t *testing.T) {
+	leakcheck.Check(t)
 	f := alertRules(t)
 	if len(f.Groups) != 1 || f.Groups[0].Name != wantGroupName {
 		t.Fatalf("%s: want exactly one group named %s, got %d", alertsFile, wantGroupName, len(f.Groups))
@@ -288,6 +291,7 @@ var (
 // label value matches nothing and the alert stays silent forever. It reads
 // the annotations too, where the runbooks name metrics.
 func TestMetricNames(t *testing.T) {
+	leakcheck.Check(t)
 	f := alertRules(t)
 	known := map[string]bool{"node": true, "le": true}
 	for _, l := range metrics {
@@ -362,6 +366,7 @@ type unitTests struct {
 // TestUnitTestsCoverEveryAlert makes sure alerts_test.yaml proves, for every
 // alert, both that it fires and that it stays silent in some case.
 func TestUnitTestsCoverEveryAlert(t *testing.T) {
+	leakcheck.Check(t)
 	var u unitTests
 	if err := yaml.Unmarshal(readFile(t, unitTestsFile), &u); err != nil {
 		t.Fatalf("%s: %v", unitTestsFile, err)
@@ -396,6 +401,7 @@ func TestUnitTestsCoverEveryAlert(t *testing.T) {
 // the PrometheusRule, as Prometheus will load them. Without promtool it skips,
 // except in CI.
 func TestPromtoolChecksPrometheusRule(t *testing.T) {
+	leakcheck.Check(t)
 	promtool, err := exec.LookPath("promtool")
 	if errors.Is(err, exec.ErrNotFound) && !inCI() {
 		t.Skipf("promtool not found, and CI is not set: skipping (%s)", installHint)

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"context"
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
@@ -12,13 +13,22 @@ import (
 // Capture records every relayed frame to a capture file (docs/capture.md),
 // after the shared redaction step: no private key or bearer token reaches
 // the file. It is handed records as the relay saw them — headers and
-// messages unredacted — and redacts them itself, so redaction runs where the
-// capture's writing runs, never where frames are relayed or tracked.
+// messages unredacted — and queues them; a goroutine of its own redacts and
+// writes them, so neither redaction nor a slow disk or pipe ever holds up
+// the relay or the tracker. Frames that do not fit in the queue are dropped,
+// counted (adstap_output_dropped_total{output="capture"}) and marked in the
+// file by a gap record.
 type Capture struct {
 	w   *capture.Writer
 	log *slog.Logger
+	q   *queue[capture.Record]
 
-	mu      sync.Mutex
+	// gaps counts, per stream, the frames dropped since its last queued
+	// record: the next one is preceded by a gap record.
+	gapMu sync.Mutex
+	gaps  map[uint64]int
+
+	// Used by the queue's goroutine only.
 	streams map[uint64]capturedStream
 	failed  bool
 }
@@ -30,36 +40,90 @@ type capturedStream struct {
 	node     string
 }
 
-// NewCapture records to w.
-func NewCapture(w *capture.Writer, log *slog.Logger) *Capture {
-	return &Capture{w: w, log: log, streams: map[uint64]capturedStream{}}
+// recordOverhead is what a record costs besides its message, for the
+// queue's bound.
+const recordOverhead = 256
+
+// NewCapture records to w, with at most maxQueueBytes of records waiting
+// (DefaultOutputQueueBytes when 0). Close it to write out what waits.
+func NewCapture(w *capture.Writer, log *slog.Logger, maxQueueBytes int64) *Capture {
+	c := &Capture{w: w, log: log, gaps: map[uint64]int{}, streams: map[uint64]capturedStream{}}
+	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"))
+	return c
 }
 
-// Record redacts r and writes it. r is a KindOpen, KindFrame, KindGap or
-// KindClose record; a frame's Message is the whole message as it crossed the
-// tap, and Record owns it.
+// Record queues r. r is a KindOpen, KindFrame, KindGap or KindClose record,
+// unredacted; a frame's Message is the whole message as it crossed the tap,
+// and Record owns it. It never waits: a frame that does not fit is dropped.
 func (c *Capture) Record(r capture.Record) {
+	if r.Kind != capture.KindFrame {
+		// Small, and the file makes no sense without them.
+		c.put(r, recordOverhead, true)
+		return
+	}
+	c.put(r, len(r.Message)+recordOverhead, false)
+}
+
+func (c *Capture) put(r capture.Record, size int, must bool) {
+	c.gapMu.Lock()
+	defer c.gapMu.Unlock()
+	if n := c.gaps[r.Stream]; n > 0 {
+		if !c.q.put(capture.Record{Time: r.Time, Kind: capture.KindGap, Stream: r.Stream, Skipped: n}, recordOverhead, must) {
+			if r.Kind == capture.KindFrame {
+				c.gaps[r.Stream]++
+			}
+			return
+		}
+		delete(c.gaps, r.Stream)
+	}
+	if !c.q.put(r, size, must) && r.Kind == capture.KindFrame {
+		c.gaps[r.Stream]++
+	}
+	if r.Kind == capture.KindClose {
+		delete(c.gaps, r.Stream)
+	}
+}
+
+// Dropped counts the records dropped because the queue was full.
+func (c *Capture) Dropped() uint64 { return c.q.Dropped() }
+
+// Close writes out the records that wait, until ctx is done, then closes the
+// file. Past ctx the rest is dropped, and the file is closed once the write
+// in hand returns, if ever.
+func (c *Capture) Close(ctx context.Context) error {
+	if err := c.q.close(ctx); err != nil {
+		go func() {
+			<-c.q.done
+			c.w.Close()
+		}()
+		return err
+	}
+	return c.w.Close()
+}
+
+// write redacts r and writes it, on the queue's goroutine.
+func (c *Capture) write(r capture.Record) {
 	switch r.Kind {
 	case capture.KindOpen:
 		r.Headers = redact.Headers(r.Headers)
-		c.mu.Lock()
 		c.streams[r.Stream] = capturedStream{method: r.Method, protocol: codec.Protocol(r.Protocol)}
-		c.mu.Unlock()
 	case capture.KindFrame:
 		c.redactFrame(&r)
 	case capture.KindClose:
-		c.mu.Lock()
 		delete(c.streams, r.Stream)
-		c.mu.Unlock()
 	}
-	c.write(r)
+	if c.failed {
+		return
+	}
+	if err := c.w.Write(r); err != nil {
+		c.failed = true
+		c.log.Error("capture stopped; the tap goes on relaying", "err", err)
+	}
 }
 
 // redactFrame names the frame's type and node and redacts its message.
 func (c *Capture) redactFrame(r *capture.Record) {
-	c.mu.Lock()
 	st := c.streams[r.Stream]
-	c.mu.Unlock()
 	if st.protocol == codec.Opaque || st.protocol == "" {
 		return
 	}
@@ -73,11 +137,7 @@ func (c *Capture) redactFrame(r *capture.Record) {
 	if request && st.node == "" {
 		if req, err := codec.DecodeRequest(b, delta); err == nil && req.Node != nil {
 			st.node = req.Node.ID
-			c.mu.Lock()
-			if _, open := c.streams[r.Stream]; open {
-				c.streams[r.Stream] = st
-			}
-			c.mu.Unlock()
+			c.streams[r.Stream] = st
 		}
 	}
 	r.Node = st.node
@@ -95,16 +155,4 @@ func (c *Capture) redactFrame(r *capture.Record) {
 		return
 	}
 	r.Message, r.Redacted = red, redacted
-}
-
-func (c *Capture) write(r capture.Record) {
-	if err := c.w.Write(r); err != nil {
-		c.mu.Lock()
-		first := !c.failed
-		c.failed = true
-		c.mu.Unlock()
-		if first {
-			c.log.Error("capture stopped; the tap goes on relaying", "err", err)
-		}
-	}
 }

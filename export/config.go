@@ -14,9 +14,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"context"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
+	"log/slog"
 )
 
 // ConfigStore keeps, per stream and type, the resources the client has
@@ -26,9 +28,13 @@ import (
 //
 // It is told the bytes of each push (Response) and, as a track.Sink, the
 // tracker's verdict on it; the wiring hands it a push's bytes before the
-// tracker can judge the push's answer.
+// tracker can judge the push's answer. Decoding and copying pushes happens
+// on a goroutine of its own, behind a bounded queue: a push that does not
+// fit is dropped, counted (adstap_output_dropped_total{output="config"}),
+// and the page says it is incomplete.
 type ConfigStore struct {
 	maxBytes int64
+	q        *queue[configOp]
 
 	mu      sync.Mutex
 	used    int64
@@ -61,13 +67,83 @@ type pendingPush struct {
 
 var _ track.Sink = (*ConfigStore)(nil)
 
-// NewConfigStore retains at most maxBytes of resource bodies.
-func NewConfigStore(maxBytes int64) *ConfigStore {
-	return &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
+// configOp is one call to the store, done on its queue's goroutine.
+type configOp struct {
+	kind     uint8 // opOpen, opResponse, opClose, opAnswer
+	stream   uint64
+	protocol codec.Protocol
+	body     []byte
+	push     track.Push
+	accepted bool
+}
+
+const (
+	opOpen = iota
+	opResponse
+	opClose
+	opAnswer
+)
+
+// NewConfigStore retains at most maxBytes of resource bodies, with at most
+// maxQueueBytes of pushes waiting to be retained (DefaultOutputQueueBytes
+// when 0). Close stops it.
+func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
+	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
+	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"))
+	return c
+}
+
+func (c *ConfigStore) do(op configOp) {
+	switch op.kind {
+	case opOpen:
+		c.openStream(op.stream, op.protocol)
+	case opResponse:
+		c.response(op.stream, op.body)
+	case opClose:
+		c.closeStream(op.stream)
+	case opAnswer:
+		c.applyAnswer(op.push, op.accepted)
+	}
 }
 
 // OpenStream starts retaining what stream id is pushed.
 func (c *ConfigStore) OpenStream(id uint64, p codec.Protocol) {
+	if p != codec.Opaque {
+		c.q.put(configOp{kind: opOpen, stream: id, protocol: p}, 64, true)
+	}
+}
+
+// Response hands over the bytes of one push (a whole response as it crossed
+// the tap, which the store now owns), kept until the tracker judges its
+// answer. It never waits: a push that does not fit in the queue is lost.
+func (c *ConfigStore) Response(id uint64, b []byte) {
+	if !c.q.put(configOp{kind: opResponse, stream: id, body: b}, len(b), false) {
+		c.mu.Lock()
+		c.full = true
+		c.mu.Unlock()
+	}
+}
+
+// CloseStream forgets stream id and what it retained.
+func (c *ConfigStore) CloseStream(id uint64) { c.q.put(configOp{kind: opClose, stream: id}, 64, true) }
+
+// OnEvent applies a push once the tracker says how it ended.
+func (c *ConfigStore) OnEvent(e track.Event) {
+	switch e := e.(type) {
+	case track.PushEnded:
+		c.q.put(configOp{kind: opAnswer, push: e.Push, accepted: e.Result == track.ResultACK}, 256, true)
+	case track.LateAnswer:
+		c.q.put(configOp{kind: opAnswer, push: e.Push, accepted: e.Result == track.ResultACK}, 256, true)
+	}
+}
+
+// Dropped counts the pushes dropped because the queue was full.
+func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
+
+// Close stops retaining, once what waits is retained or ctx is done.
+func (c *ConfigStore) Close(ctx context.Context) error { return c.q.close(ctx) }
+
+func (c *ConfigStore) openStream(id uint64, p codec.Protocol) {
 	if p == codec.Opaque {
 		return
 	}
@@ -76,9 +152,8 @@ func (c *ConfigStore) OpenStream(id uint64, p codec.Protocol) {
 	c.mu.Unlock()
 }
 
-// Response keeps the bodies of one push (a whole response as it crossed the
-// tap, which the store now owns) until its answer.
-func (c *ConfigStore) Response(id uint64, b []byte) {
+// response keeps the bodies of one push until its answer.
+func (c *ConfigStore) response(id uint64, b []byte) {
 	c.mu.Lock()
 	st := c.streams[id]
 	c.mu.Unlock()
@@ -115,8 +190,7 @@ func (c *ConfigStore) Response(id uint64, b []byte) {
 	t.pending[resp.Nonce] = p
 }
 
-// CloseStream forgets stream id and what it retained.
-func (c *ConfigStore) CloseStream(id uint64) {
+func (c *ConfigStore) closeStream(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := c.streams[id]; st != nil {
@@ -127,18 +201,8 @@ func (c *ConfigStore) CloseStream(id uint64) {
 	}
 }
 
-// OnEvent applies a push once the tracker says how it ended.
-func (c *ConfigStore) OnEvent(e track.Event) {
-	var p track.Push
-	accepted := false
-	switch e := e.(type) {
-	case track.PushEnded:
-		p, accepted = e.Push, e.Result == track.ResultACK
-	case track.LateAnswer:
-		p, accepted = e.Push, e.Result == track.ResultACK
-	default:
-		return
-	}
+// applyAnswer applies a push once the tracker says how it ended.
+func (c *ConfigStore) applyAnswer(p track.Push, accepted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.streams[p.StreamID]

@@ -10,10 +10,12 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
 func TestStreamFilter(t *testing.T) {
+	leakcheck.Check(t)
 	streams := func() []track.StreamState {
 		return []track.StreamState{
 			{ID: 1, NodeID: "a", Types: map[string]*track.TypeState{

@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestKnownShortTypesCoverCodec(t *testing.T) {
+	leakcheck.Check(t)
 	known := map[string]bool{}
 	for _, s := range knownShortTypes {
 		known[s] = true

@@ -21,6 +21,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
@@ -264,6 +265,7 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 }
 
 func TestTracingGolden(t *testing.T) {
+	leakcheck.Check(t)
 	events := story()
 	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
@@ -274,6 +276,7 @@ func TestTracingGolden(t *testing.T) {
 }
 
 func TestLiveLogGolden(t *testing.T) {
+	leakcheck.Check(t)
 	events := story()
 	t.Run("pretty", func(t *testing.T) {
 		golden(t, "livelog-pretty.golden", strings.Join(lines(events...), "\n")+"\n")

@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"testing"
 	"time"
 )
@@ -30,6 +31,7 @@ func humanBytesByFmt(n int) string {
 }
 
 func TestAppendLatencyMatchesFmt(t *testing.T) {
+	leakcheck.Check(t)
 	var ds []time.Duration
 	for _, d := range []time.Duration{-time.Second, -1500 * time.Microsecond, -time.Microsecond, -1, 0, 1, 499, 500, 999, 1000, 1001} {
 		ds = append(ds, d)
@@ -52,6 +54,7 @@ func TestAppendLatencyMatchesFmt(t *testing.T) {
 }
 
 func TestAppendSizeMatchesFmt(t *testing.T) {
+	leakcheck.Check(t)
 	ns := []int{-1 << 20, -1, 0, 1, 999, 1023, 1024, 1025, 1028, 1075, 1076, 10239, 1<<20 - 1, 1 << 20, 1258291, 3 << 20, 10 << 30, 1<<63 - 1}
 	for n := 0; n < 1<<21; n += 997 {
 		ns = append(ns, n)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
@@ -49,6 +50,7 @@ func lines(events ...track.Event) []string {
 }
 
 func TestLiveLogLines(t *testing.T) {
+	leakcheck.Check(t)
 	nack := track.PushEnded{Push: cdsPush("2026-11-30T09:00:01Z/43"), Result: track.ResultNACK, At: t0.Add(3 * time.Millisecond),
 		Latency: 3 * time.Millisecond, ErrorCode: 3, Error: "cluster outbound|9080||ratings: unknown lb_policy"}
 	got := lines(
@@ -74,6 +76,7 @@ func TestLiveLogLines(t *testing.T) {
 }
 
 func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
+	leakcheck.Check(t)
 	var events []track.Event
 	nack := func(at time.Duration, version string) track.PushEnded {
 		return track.PushEnded{Push: cdsPush(version), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
@@ -100,6 +103,7 @@ func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
 }
 
 func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
+	leakcheck.Check(t)
 	var buf bytes.Buffer
 	l := export.NewLiveLog(slog.New(slog.NewJSONHandler(&buf, nil)))
 	l.OnEvent(track.PushEnded{Push: cdsPush("v1"), Result: track.ResultNACK, At: t0, Latency: 2 * time.Millisecond, ErrorCode: 3, Error: "bad", ErrorNames: []string{"ratings"}})
@@ -125,6 +129,7 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 // Below the logger's level a push outcome is not even formatted, but
 // identical NACKs are still counted for the next line that is written.
 func TestLiveLogBelowItsLevel(t *testing.T) {
+	leakcheck.Check(t)
 	var buf bytes.Buffer
 	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelWarn)))
 	nack := func(at time.Duration) track.PushEnded {

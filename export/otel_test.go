@@ -12,10 +12,12 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
 func TestTracingIsOffUntilAnEndpointIsGiven(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name string
 		flag string
@@ -40,6 +42,7 @@ func TestTracingIsOffUntilAnEndpointIsGiven(t *testing.T) {
 }
 
 func TestVersionTraceIDsAgreeAcrossTapsAndDifferAcrossScopes(t *testing.T) {
+	leakcheck.Check(t)
 	const v = "2026-11-30T09:00:05Z/42"
 	a, b := export.VersionTraceID("mesh-1", v), export.VersionTraceID("mesh-1", v)
 	if a != b || !a.IsValid() {
@@ -78,6 +81,7 @@ func nodeOf(s sdktrace.ReadOnlySpan) map[string]string {
 // node changes between pushes and back, although a stream's attributes are
 // made once.
 func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
+	leakcheck.Check(t)
 	a := track.Node{ID: nodeA, Cluster: "reviews", UserAgent: "envoy/1.36.2"}
 	b := track.Node{ID: nodeB, UserAgent: "envoy/1.37.0"}
 	c := track.Node{ID: nodeA, Cluster: "ratings", UserAgent: "envoy/1.36.2"} // same id, other cluster
@@ -109,6 +113,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 // Trace ids are remembered for a few recent versions: many versions in
 // turn, and coming back to an old one, must still give each its own.
 func TestTraceIDForManyVersions(t *testing.T) {
+	leakcheck.Check(t)
 	const scope = "mesh-x"
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: scope, Exporter: &recorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
@@ -131,6 +136,7 @@ func TestTraceIDForManyVersions(t *testing.T) {
 // Push spans of a version go to the version's trace however many versions
 // came between, and the exemplar's trace id agrees with the span's.
 func TestPushSpansOfInterleavedVersions(t *testing.T) {
+	leakcheck.Check(t)
 	const scope = "mesh-y"
 	var events []track.Event
 	for id := uint64(1); id <= 3; id++ {
@@ -158,6 +164,7 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 // from another: pushes of many streams, and of one stream from two
 // goroutines, while exemplars ask for trace ids (run with -race).
 func TestTracingFromManyGoroutines(t *testing.T) {
+	leakcheck.Check(t)
 	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
 			rec := &recorder{}

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestPrettyLine(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name string
 		log  func(*slog.Logger)
@@ -50,6 +52,7 @@ func TestPrettyLine(t *testing.T) {
 // TestPrettyLinesAreIndependent: lines are built in reused buffers; each
 // line written must still be whole and its own.
 func TestPrettyLinesAreIndependent(t *testing.T) {
+	leakcheck.Check(t)
 	var buf bytes.Buffer
 	l := slog.New(export.NewPretty(&buf, slog.LevelInfo))
 	l.Info("a long first line", "pad", string(bytes.Repeat([]byte("x"), 2000)))

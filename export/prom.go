@@ -31,8 +31,17 @@ type MetricsConfig struct {
 	TraceID func(track.Push) string
 	// Dropped, when set, counts the spans that never reached the collector.
 	Dropped func() uint64
+	// OutputDropped counts, per output that does I/O ("capture", "config",
+	// "log"), the work its queue dropped because the output fell behind.
+	OutputDropped map[string]func() uint64
+	// Refused counts, per limit of the relay ("max_concurrent_streams",
+	// "max_streams_per_connection", "max_pending_connections"), what it
+	// turned away.
+	Refused map[string]func() uint64
 	Logger  *slog.Logger
 }
+
+const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
 
 // DefaultMaxNodes is MetricsConfig.MaxNodes when left zero.
 const DefaultMaxNodes = 100
@@ -168,6 +177,17 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_spans_dropped_total",
 		Help: "Spans that never reached the OTLP collector: its queue was full, or the export failed."},
 		func() float64 { return float64(dropped()) }))
+	for name, n := range cfg.OutputDropped {
+		if n != nil {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,
+				ConstLabels: prometheus.Labels{"output": name}}, func() float64 { return float64(n()) }))
+		}
+	}
+	for limit, n := range cfg.Refused {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_refused_total",
+			Help:        "Streams (ResourceExhausted) and connections (closed unread) the tap turned away at a limit: --max-concurrent-streams, --max-streams-per-connection, --max-pending-connections.",
+			ConstLabels: prometheus.Labels{"limit": limit}}, func() float64 { return float64(n()) }))
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -11,12 +11,14 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
 func noRelay() map[codec.Protocol]codec.ProtocolStats { return nil }
 
 func TestMetricsFollowEvents(t *testing.T) {
+	leakcheck.Check(t)
 	m := export.NewMetrics(export.MetricsConfig{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }},
 		export.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
 			return map[codec.Protocol]codec.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
@@ -165,6 +167,7 @@ adstap_bytes_total{direction="response",protocol="sotw"} 0
 }
 
 func TestMetricsCardinalityIsBounded(t *testing.T) {
+	leakcheck.Check(t)
 	series := func(m *export.Metrics) int {
 		families, err := m.Registry().Gather()
 		if err != nil {

@@ -6,12 +6,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/origin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParsePath(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		path    string
 		want    origin.Object

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/redact"
 )
 
@@ -18,6 +19,7 @@ import (
 // down through a known Any, stops protojson; once stood in, the whole
 // message renders, showing the unknown one's type URL and bytes.
 func TestStandInUnknownAnys(t *testing.T) {
+	leakcheck.Check(t)
 	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/acme.Widget", Value: []byte{1, 2, 3}}
 	inner := &clusterv3.Cluster{Name: "inner", TypedExtensionProtocolOptions: map[string]*anypb.Any{"acme": unknown}}
 	packedInner, err := anypb.New(inner)
@@ -48,6 +50,7 @@ func TestStandInUnknownAnys(t *testing.T) {
 // TestEditNestedDescend: Field sees every nested message once, and one it
 // stops at is not walked into.
 func TestEditNestedDescend(t *testing.T) {
+	leakcheck.Check(t)
 	c := &clusterv3.Cluster{
 		Name: "c",
 		TransportSocketMatches: []*clusterv3.Cluster_TransportSocketMatch{

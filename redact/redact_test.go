@@ -15,12 +15,14 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/redact"
 )
 
 func TestRedactRemovesEveryKeyByte(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "workload", []string{"reviews.default.svc"}, nil, false)
 	keyBody := bytes.TrimSpace(kp.KeyPEM)
@@ -84,6 +86,7 @@ func TestRedactRemovesEveryKeyByte(t *testing.T) {
 }
 
 func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "x", nil, nil, false)
 	sdsCluster := xdsconfig.Cluster("outbound|9080||reviews", true)
@@ -98,6 +101,7 @@ func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
 }
 
 func TestRedactHeaders(t *testing.T) {
+	leakcheck.Check(t)
 	in := map[string][]string{
 		"authorization": {"Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.payload.sig"},
 		"x-istio-token": {"raw-token"},
@@ -123,6 +127,7 @@ func TestRedactHeaders(t *testing.T) {
 }
 
 func TestRedactKeysQuotedInNACKs(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "x", nil, nil, false)
 	keyBody := bytes.TrimSpace(kp.KeyPEM)[30:80] // inside the first line of base64

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -16,6 +17,7 @@ import (
 // reads (the shape of istio#39209). The tap must only ever wait on the peer it
 // writes to, so once both start reading, everything arrives.
 func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
+	leakcheck.Check(t)
 	const frames, size = 200, 64 << 10 // 12.5 MiB each way, far past 64 KiB windows
 	upstreamWrote := make(chan struct{})
 	startReading := make(chan struct{})

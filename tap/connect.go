@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/adstap/adstap/codec"
 	"google.golang.org/grpc/credentials"
 )
 
-// connectTiming follows one dial through its phases.
+// connectTiming follows one dial through its phases. The dial and the
+// handshake that follows it run one after the other, never at once.
 type connectTiming struct {
-	mu sync.Mutex
-	c  codec.UpstreamConnect
+	c codec.UpstreamConnect
 }
 
 // timedConn carries a dial's timing to the TLS handshake that follows it.
@@ -113,13 +114,82 @@ func (c timedCreds) Clone() credentials.TransportCredentials {
 	return timedCreds{TransportCredentials: c.TransportCredentials.Clone(), conn: c.conn}
 }
 
+// reportConnect records how d's upstream connection came up and queues the
+// report for the observer. It runs inside gRPC's dial and handshake, so it
+// never waits on the observer (or on the log).
 func (s *Server) reportConnect(d *downstreamConn, c codec.UpstreamConnect) {
 	d.mu.Lock()
 	d.lastConnect = &c
 	d.mu.Unlock()
+	s.connects.queue(c, s.deliverConnect)
+}
+
+func (s *Server) deliverConnect(c codec.UpstreamConnect) {
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.OnUpstreamConnect(c)
 	} else if c.Err != nil {
 		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
+	}
+}
+
+// maxPendingConnects bounds the connect reports waiting for the observer;
+// past it they are dropped (and counted in Server.DroppedConnectReports).
+const maxPendingConnects = 1024
+
+// connectReports hands upstream connect reports over from a goroutine that
+// lives while there are reports to hand over.
+type connectReports struct {
+	mu      sync.Mutex
+	pending []codec.UpstreamConnect
+	idle    chan struct{} // non-nil while the goroutine runs; closed when it ends
+	closed  bool
+	dropped atomic.Uint64
+}
+
+func (r *connectReports) queue(c codec.UpstreamConnect, deliver func(codec.UpstreamConnect)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || len(r.pending) >= maxPendingConnects {
+		r.dropped.Add(1)
+		return
+	}
+	r.pending = append(r.pending, c)
+	if r.idle == nil {
+		idle := make(chan struct{})
+		r.idle = idle
+		go r.run(deliver, idle)
+	}
+}
+
+func (r *connectReports) run(deliver func(codec.UpstreamConnect), idle chan struct{}) {
+	defer close(idle)
+	for {
+		r.mu.Lock()
+		batch := r.pending
+		r.pending = nil
+		if len(batch) == 0 {
+			r.idle = nil
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		for _, c := range batch {
+			deliver(c)
+		}
+	}
+}
+
+// close takes no more reports and waits, until ctx is done, for those
+// queued to be handed over.
+func (r *connectReports) close(ctx context.Context) {
+	r.mu.Lock()
+	r.closed = true
+	idle := r.idle
+	r.mu.Unlock()
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+		}
 	}
 }

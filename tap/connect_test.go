@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -46,6 +47,7 @@ func (c *connects) wait(t *testing.T) codec.UpstreamConnect {
 }
 
 func TestUpstreamConnectPhasesAreTimed(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	dir := t.TempDir()
 	caFile := xdstest.WriteFiles(t, dir, "ca.pem", ca.CertPEM())

@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T) {
+	leakcheck.Check(t)
 	sock := filepath.Join(t.TempDir(), "cp.sock")
 	upAddr := tap.Address{Network: "unix", Addr: sock}
 	_, addr := startTap(t, tap.Config{Upstream: upAddr}, nil)
@@ -59,6 +61,7 @@ func TestUpstreamUnreachableIsUnavailableAndTheNextAttemptIsServed(t *testing.T)
 }
 
 func TestUpstreamKilledMidStreamEndsDownstreamWithUnavailable(t *testing.T) {
+	leakcheck.Check(t)
 	sent := make(chan struct{})
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		if err := xdstest.Send(s, []byte("first push")); err != nil {
@@ -86,6 +89,7 @@ func TestUpstreamKilledMidStreamEndsDownstreamWithUnavailable(t *testing.T) {
 }
 
 func TestOversizedMessagesFailWithResourceExhaustedBothWays(t *testing.T) {
+	leakcheck.Check(t)
 	const limit = 1 << 20
 	big := make([]byte, 2<<20)
 	upstreamCancelled := make(chan struct{}, 2)
@@ -129,6 +133,7 @@ func TestOversizedMessagesFailWithResourceExhaustedBothWays(t *testing.T) {
 }
 
 func TestTwentyMegabyteMessagesPassIntact(t *testing.T) {
+	leakcheck.Check(t)
 	big := make([]byte, 20<<20)
 	rand.Read(big)
 	want := sha256.Sum256(big)
@@ -160,6 +165,7 @@ func TestTwentyMegabyteMessagesPassIntact(t *testing.T) {
 }
 
 func TestShutdownEndsStreamsWithUnavailable(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		<-s.Context().Done()
 		return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +67,16 @@ type guardedListener struct {
 	tls         bool
 	log         *slog.Logger
 	peekTimeout time.Duration
+	// maxPending bounds the connections being checked at once: each holds
+	// a goroutine and a socket while its client says nothing. Past it new
+	// connections are closed on arrival, counted in limits.
+	maxPending int64
+	unchecked  atomic.Int64
+	limits     *limits
+	// peeked, when set (tests, before the first connection), is told how
+	// many first bytes each look at a connection found and whether they
+	// were enough to judge it.
+	peeked func(n int, judged bool)
 
 	// ready carries the connections checked and the temporary Accept errors
 	// to Accept, so gRPC backs off on those as it would without the guard.
@@ -93,17 +104,23 @@ type acceptResult struct {
 }
 
 // newGuardedListener starts accepting on lis, waiting up to peekTimeout for
-// each connection's first bytes; Close stops it.
-func newGuardedListener(lis net.Listener, tls bool, log *slog.Logger, peekTimeout time.Duration) *guardedListener {
+// each connection's first bytes, with at most maxPending connections waiting
+// (refusals counted in lim); Close stops it.
+func newGuardedListener(lis net.Listener, tls bool, log *slog.Logger, peekTimeout time.Duration, maxPending int, lim *limits, opts ...func(*guardedListener)) *guardedListener {
 	l := &guardedListener{
 		Listener:    lis,
 		tls:         tls,
 		log:         log,
 		peekTimeout: peekTimeout,
+		maxPending:  int64(maxPending),
+		limits:      lim,
 		ready:       make(chan acceptResult),
 		failed:      make(chan struct{}),
 		done:        make(chan struct{}),
 		checking:    make(map[net.Conn]struct{}),
+	}
+	for _, o := range opts {
+		o(l)
 	}
 	l.loops.Add(1)
 	go l.acceptLoop()
@@ -155,8 +172,25 @@ func (l *guardedListener) acceptLoop() {
 			close(l.failed)
 			return
 		}
+		if l.unchecked.Add(1) > l.maxPending {
+			l.unchecked.Add(-1)
+			l.refuseUnchecked(c)
+			continue
+		}
 		l.loops.Add(1)
 		go l.check(c)
+	}
+}
+
+// refuseUnchecked closes a connection that arrived while maxPending others
+// were still being checked: a flood of clients that connect and say nothing
+// must not cost a goroutine each.
+func (l *guardedListener) refuseUnchecked(c net.Conn) {
+	c.Close()
+	l.limits.conns.Add(1)
+	if l.limits.shouldWarn(2) {
+		l.log.Warn("refusing connections: --max-pending-connections are waiting to send their first bytes",
+			"limit", l.maxPending, "refused_total", l.limits.conns.Load(), "peer", c.RemoteAddr().String())
 	}
 }
 
@@ -180,6 +214,7 @@ func (l *guardedListener) pass(r acceptResult) bool {
 // refused.
 func (l *guardedListener) check(c net.Conn) {
 	defer l.loops.Done()
+	defer l.unchecked.Add(-1)
 	if !l.startChecking(c) {
 		c.Close()
 		return
@@ -259,7 +294,18 @@ func (l *guardedListener) peekFirst(c net.Conn) ([]byte, error) {
 		return nil, fmt.Errorf("setting the peek deadline: %w", err)
 	}
 	buf := make([]byte, peekLen)
-	n, err := peek(c, buf, decided)
+	enough := decided
+	if l.peeked != nil {
+		enough = func(b []byte) bool {
+			judged := decided(b)
+			l.peeked(len(b), judged)
+			return judged
+		}
+	}
+	n, err := peek(c, buf, enough)
+	if l.peeked != nil {
+		l.peeked(n, true) // the look is over, whatever ended it
+	}
 	// gRPC sets and clears its own deadlines; one left here would cut the
 	// connection in the middle of its life.
 	if derr := c.SetReadDeadline(time.Time{}); derr != nil && err == nil {

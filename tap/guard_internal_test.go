@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
@@ -116,6 +117,7 @@ func readN(t *testing.T, c net.Conn, n int) string {
 }
 
 func TestGuardHandsGRPCTheConnItself(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name     string
 		listen   func(*testing.T) net.Listener
@@ -135,7 +137,7 @@ func TestGuardHandsGRPCTheConnItself(t *testing.T) {
 			if tc.peeked {
 				needPeek(t)
 			}
-			l := newGuardedListener(tc.listen(t), false, discardLog, time.Minute)
+			l := newGuardedListener(tc.listen(t), false, discardLog, time.Minute, DefaultMaxPendingConnections, new(limits))
 			defer l.Close()
 			client := dialTo(t, l)
 			io.WriteString(client, clientPreface)
@@ -152,6 +154,7 @@ func TestGuardHandsGRPCTheConnItself(t *testing.T) {
 }
 
 func TestGuardJudgesFirstBytesThatArriveInPieces(t *testing.T) {
+	leakcheck.Check(t)
 	needPeek(t)
 	tests := []struct {
 		name      string
@@ -183,15 +186,38 @@ func TestGuardJudgesFirstBytesThatArriveInPieces(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newGuardedListener(listenTCP(t), tc.tls, discardLog, time.Minute)
+			lis := listenTCP(t)
+			peeks := make(chan [2]int, 64) // bytes seen, judged (1) or not (0)
+			l := newGuardedListener(lis, tc.tls, discardLog, time.Minute, DefaultMaxPendingConnections, new(limits), func(l *guardedListener) {
+				l.peeked = func(n int, judged bool) {
+					j := 0
+					if judged {
+						j = 1
+					}
+					peeks <- [2]int{n, j}
+				}
+			})
 			defer l.Close()
 			client := dialTo(t, l)
+			wrote := make(chan struct{})
 			go func() {
-				for _, p := range tc.pieces {
+				// Each piece reaches the guard alone: the next is sent once
+				// the guard has looked at the bytes so far and wanted more.
+				defer close(wrote)
+				total, judged := 0, false
+				for i, p := range tc.pieces {
 					io.WriteString(client, p)
-					time.Sleep(20 * time.Millisecond)
+					total += len(p)
+					for !judged && i < len(tc.pieces)-1 {
+						pk := <-peeks
+						judged = pk[1] == 1 // the rest goes straight on
+						if pk[0] >= total {
+							break
+						}
+					}
 				}
 			}()
+			defer func() { <-wrote }()
 			if tc.wantRead == "" {
 				client.SetReadDeadline(time.Now().Add(5 * time.Second))
 				reply, _ := io.ReadAll(client)
@@ -209,8 +235,9 @@ func TestGuardJudgesFirstBytesThatArriveInPieces(t *testing.T) {
 }
 
 func TestGuardPassesASilentClientOnAfterTheBound(t *testing.T) {
+	leakcheck.Check(t)
 	needPeek(t)
-	l := newGuardedListener(listenTCP(t), false, discardLog, 100*time.Millisecond)
+	l := newGuardedListener(listenTCP(t), false, discardLog, 100*time.Millisecond, DefaultMaxPendingConnections, new(limits))
 	defer l.Close()
 	client := dialTo(t, l)
 
@@ -231,9 +258,10 @@ func TestGuardPassesASilentClientOnAfterTheBound(t *testing.T) {
 }
 
 func TestGuardCloseWithASilentClientLeavesNoGoroutine(t *testing.T) {
+	leakcheck.Check(t)
 	needPeek(t)
 	before := goleak.IgnoreCurrent()
-	l := newGuardedListener(listenTCP(t), false, discardLog, time.Hour)
+	l := newGuardedListener(listenTCP(t), false, discardLog, time.Hour, DefaultMaxPendingConnections, new(limits))
 	dialTo(t, l) // sends nothing
 
 	deadline := time.Now().Add(5 * time.Second)
@@ -259,6 +287,7 @@ func (l *guardedListener) pending() int {
 }
 
 func TestDiagnose(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		first       string
 		tls         bool

@@ -14,12 +14,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "adstap", nil, []net.IP{net.ParseIP("127.0.0.1")}, false)
 	dir := t.TempDir()
@@ -81,6 +83,7 @@ func TestWrongProtocolClientsGetAClearAnswer(t *testing.T) {
 }
 
 func TestSilentClientsDoNotHoldUpOthers(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 	dir, err := os.MkdirTemp("", "guard")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -15,6 +16,7 @@ import (
 // yet. gRPC's default policy answers pings more often than every 5 minutes
 // with GOAWAY too_many_pings after two strikes; the tap must not.
 func TestClientKeepalivePingsAreAccepted(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
 	c, err := net.Dial("tcp", addr.Addr)

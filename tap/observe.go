@@ -35,6 +35,7 @@ type observation struct {
 	budget    *byteBudget
 	maxFrames int
 	workers   *sync.WaitGroup
+	abandon   <-chan struct{} // closed: drop what is queued, counted as skipped
 
 	mu      sync.Mutex
 	queue   []Frame
@@ -47,8 +48,8 @@ type observation struct {
 	spare []Frame
 }
 
-func startObservation(obs Observer, info StreamInfo, budget *byteBudget, maxFrames int, wg *sync.WaitGroup) *observation {
-	o := &observation{obs: obs, info: info, budget: budget, maxFrames: maxFrames, workers: wg, draining: true}
+func startObservation(obs Observer, info StreamInfo, budget *byteBudget, maxFrames int, abandon <-chan struct{}, wg *sync.WaitGroup) *observation {
+	o := &observation{obs: obs, info: info, budget: budget, maxFrames: maxFrames, workers: wg, abandon: abandon, draining: true}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -135,11 +136,26 @@ func (o *observation) drain() {
 			return
 		}
 		o.mu.Unlock()
+		abandoned := 0
 		for i := range batch {
-			o.obs.OnFrame(o.info, batch[i])
+			select {
+			case <-o.abandon:
+				abandoned += 1 + batch[i].Skipped
+			default:
+				o.obs.OnFrame(o.info, batch[i])
+			}
 			batch[i].Data.Free()
 			o.budget.give(batch[i].Size)
 			batch[i] = Frame{}
+		}
+		if abandoned > 0 {
+			o.mu.Lock()
+			if o.end != nil {
+				o.end.Skipped += abandoned // end, if this batch was the last
+			} else {
+				o.skipped += abandoned
+			}
+			o.mu.Unlock()
 		}
 		if end != nil {
 			// No frame is queued once the end is set, so this batch was

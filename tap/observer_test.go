@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -56,6 +57,7 @@ func (r *recorder) get() []string {
 }
 
 func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
+	leakcheck.Check(t)
 	// The upstream pushes, the client answers each push: the observer must see
 	// every push before the answer to it.
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
@@ -116,6 +118,7 @@ func TestObserverSeesFramesInTheOrderTheyCrossed(t *testing.T) {
 }
 
 func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
+	leakcheck.Check(t)
 	var atUpstream digestLog
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
 	release := make(chan struct{})
@@ -170,6 +173,7 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 // An idle stream holds no observation goroutine: the worker ends when the
 // stream's queue is empty, and the next frame starts another, in order.
 func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
+	leakcheck.Check(t)
 	pushes, done := make(chan []byte), make(chan struct{})
 	finish := sync.OnceFunc(func() { close(done) })
 	defer finish()
@@ -231,4 +235,82 @@ func observationWorkers() int {
 		}
 	}
 	return n
+}
+
+// TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind: with an observer
+// stuck on a frame and more frames queued behind it, Shutdown returns at its
+// deadline; once the observer returns, the queued frames are dropped and
+// counted, every one of them accounted for.
+func TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind(t *testing.T) {
+	leakcheck.Check(t)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
+	release := make(chan struct{})
+	var mu sync.Mutex
+	delivered, skipped := 0, 0
+	closed := make(chan tap.StreamEnd, 1)
+	obs := tap.ObserverFuncs{
+		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+			<-release
+			mu.Lock()
+			delivered++
+			skipped += f.Skipped
+			mu.Unlock()
+		},
+		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
+	}
+	srv, err := tap.New(tap.Config{Upstream: up.Addr, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := xdstest.ListenTCP(t)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	cc := xdstest.MustDial(t, xdstest.AddressOf(lis))
+	s := xdstest.MustOpenRaw(t, context.Background(), cc, xdstest.ADSMethod)
+	const n = 50
+	for i := range n {
+		if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := xdstest.Recv(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const drain = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	shutdownDone := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		srv.Shutdown(ctx)
+		shutdownDone <- time.Since(start)
+	}()
+	select {
+	case took := <-shutdownDone:
+		if took > drain+time.Second {
+			t.Errorf("Shutdown took %v with a deadline of %v", took, drain)
+		}
+	case <-time.After(drain + 5*time.Second):
+		close(release)
+		t.Fatalf("Shutdown still waits on the observer %v after its deadline", 5*time.Second)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	close(release)
+	var end tap.StreamEnd
+	select {
+	case end = <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's close was never observed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := delivered + skipped + end.Skipped; got != 2*n {
+		t.Errorf("delivered %d + skipped %d + skipped at end %d = %d, want all %d frames accounted for", delivered, skipped, end.Skipped, got, 2*n)
+	}
+	if end.Skipped == 0 {
+		t.Error("no frame was dropped at the deadline")
+	}
 }

@@ -18,11 +18,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestEachDownstreamConnectionGetsItsOwnUpstreamConnection(t *testing.T) {
+	leakcheck.Check(t)
 	var mu sync.Mutex
 	peers := map[string]int{}
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
@@ -63,6 +65,7 @@ func TestEachDownstreamConnectionGetsItsOwnUpstreamConnection(t *testing.T) {
 }
 
 func TestUnixSocketsOnBothSides(t *testing.T) {
+	leakcheck.Check(t)
 	upLis, _ := xdstest.ListenUnix(t)
 	up := xdstest.ServeRawUpstream(t, upLis, echoReversed(&digestLog{}))
 	tapLis, _ := xdstest.ListenUnix(t)
@@ -118,6 +121,7 @@ func (testService) StreamingInputCall(s testgrpc.TestService_StreamingInputCallS
 }
 
 func TestOpaqueUnaryAndStreamingMethodsPassThrough(t *testing.T) {
+	leakcheck.Check(t)
 	lis := xdstest.ListenTCP(t)
 	srv := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(srv, testService{})
@@ -172,6 +176,7 @@ func TestOpaqueUnaryAndStreamingMethodsPassThrough(t *testing.T) {
 }
 
 func TestTLSOnEachLeg(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	dir := t.TempDir()
 	caFile := xdstest.WriteFiles(t, dir, "ca.pem", ca.CertPEM())

@@ -53,11 +53,15 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 
 	upCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	untrack, ok := s.track(cancel)
-	if !ok {
-		return errDraining
+	untrack, err := s.track(cancel)
+	if err != nil {
+		return err
 	}
 	defer untrack()
+	if !conn.openStream(s.cfg.MaxStreamsPerConnection) {
+		return s.refuseStream(true)
+	}
+	defer conn.closeStream()
 
 	cc, err := conn.upstream(first(header.Get("user-agent")))
 	if err != nil {
@@ -90,7 +94,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 		r.info.Peer = p.Addr
 	}
 	if s.cfg.Observer != nil {
-		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, &s.workers)
+		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, s.abandon, &s.workers)
 	}
 	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
 

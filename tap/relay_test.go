@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -47,6 +48,7 @@ func echoReversed(got *digestLog) grpc.StreamHandler {
 }
 
 func TestRelayIsByteExactBothWays(t *testing.T) {
+	leakcheck.Check(t)
 	var atUpstream digestLog
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
 	_, addr := startTap(t, tap.Config{Upstream: up.Addr}, nil)
@@ -107,6 +109,7 @@ func TestRelayIsByteExactBothWays(t *testing.T) {
 }
 
 func TestRelayPassesHeadersTrailersAndStatus(t *testing.T) {
+	leakcheck.Check(t)
 	detail := &errdetails.ErrorInfo{Reason: "QUOTA", Domain: "xds.test"}
 	wantStatus, _ := status.New(codes.PermissionDenied, "no config for you").WithDetails(detail)
 
@@ -170,6 +173,7 @@ func TestRelayPassesHeadersTrailersAndStatus(t *testing.T) {
 }
 
 func TestRelayPassesHeadersWhenUpstreamFailsBeforeFirstMessage(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		s.SendHeader(metadata.Pairs("x-seen", "yes"))
 		return status.Error(codes.FailedPrecondition, "node not ready")
@@ -193,6 +197,7 @@ func TestRelayPassesHeadersWhenUpstreamFailsBeforeFirstMessage(t *testing.T) {
 }
 
 func TestRelayPassesTrailersOnlyStatus(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		s.SetTrailer(metadata.Pairs("x-why", "unknown-node"))
 		return status.Error(codes.Unauthenticated, "bad token")
@@ -213,6 +218,7 @@ func TestRelayPassesTrailersOnlyStatus(t *testing.T) {
 }
 
 func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
+	leakcheck.Check(t)
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		var n int
 		for {
@@ -263,6 +269,7 @@ func TestRelayPropagatesHalfCloseBothWays(t *testing.T) {
 }
 
 func TestRelayPropagatesCancellationUpstream(t *testing.T) {
+	leakcheck.Check(t)
 	upstreamDone := make(chan error, 1)
 	upstreamGot := make(chan struct{})
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {

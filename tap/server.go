@@ -47,6 +47,15 @@ type Config struct {
 	ObserveQueueBytes  int64
 	ObserveQueueFrames int
 
+	// MaxConcurrentStreams bounds the streams open at once, over every
+	// connection; MaxStreamsPerConnection those of one connection. Streams
+	// past either end with ResourceExhausted. MaxPendingConnections bounds
+	// the connections accepted but not yet judged by the protocol guard;
+	// past it new connections are closed at once. Zero means the default.
+	MaxConcurrentStreams    int
+	MaxStreamsPerConnection int
+	MaxPendingConnections   int
+
 	Logger *slog.Logger
 }
 
@@ -71,6 +80,12 @@ type Server struct {
 	// workers counts the goroutines a stream leaves behind its handler: the
 	// request pump and the observation queue's worker.
 	workers sync.WaitGroup
+	// abandon is closed when Shutdown's deadline passes: the observation
+	// goroutines drop what they still hold (counted as skipped) and end.
+	abandon     chan struct{}
+	abandonOnce sync.Once
+	connects    connectReports
+	limits      limits
 }
 
 // New builds a tap from cfg; Serve starts it.
@@ -87,6 +102,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ObserveQueueBytes <= 0 {
 		cfg.ObserveQueueBytes = DefaultObserveQueueBytes
 	}
+	if cfg.MaxConcurrentStreams <= 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.MaxStreamsPerConnection <= 0 {
+		cfg.MaxStreamsPerConnection = DefaultMaxStreamsPerConnection
+	}
+	if cfg.MaxPendingConnections <= 0 {
+		cfg.MaxPendingConnections = DefaultMaxPendingConnections
+	}
 	if cfg.ObserveQueueFrames <= 0 {
 		cfg.ObserveQueueFrames = DefaultObserveQueueFrames
 	}
@@ -98,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		upstream: cfg.Upstream,
 		log:      cfg.Logger,
 		budget:   byteBudget{limit: cfg.ObserveQueueBytes},
+		abandon:  make(chan struct{}),
 		conns:    make(map[*downstreamConn]struct{}),
 		streams:  make(map[*context.CancelCauseFunc]struct{}),
 	}
@@ -124,7 +149,8 @@ func New(cfg Config) (*Server, error) {
 
 // Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(newGuardedListener(lis, s.cfg.ListenTLS != nil, s.log, defaultPeekTimeout))
+	g := newGuardedListener(lis, s.cfg.ListenTLS != nil, s.log, defaultPeekTimeout, s.cfg.MaxPendingConnections, &s.limits)
+	err := s.grpc.Serve(g)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -142,8 +168,9 @@ func (s *Server) Draining() bool {
 }
 
 // Shutdown stops accepting clients, ends every open stream with Unavailable so
-// that clients reconnect elsewhere, and waits for the streams to finish until
-// ctx is done, when it closes whatever is left.
+// that clients reconnect elsewhere, and waits for the streams to finish and
+// their frames to be observed until ctx is done, when it closes whatever is
+// left and returns: it never outlasts ctx.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.draining = true
@@ -177,16 +204,38 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, c := range conns {
 		c.close()
 	}
-	s.workers.Wait()
+	// The observers may still hold frames (up to --observe-queue-bytes of
+	// them); they get what is left of ctx. Past it they drop the rest
+	// (counted as skipped) and end once the frame in hand is done, without
+	// Shutdown waiting for them.
+	workersDone := make(chan struct{})
+	go func() {
+		s.workers.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-workersDone:
+	case <-ctx.Done():
+		s.abandonOnce.Do(func() { close(s.abandon) })
+	}
+	s.connects.close(ctx)
 }
 
+// DroppedConnectReports counts the upstream connect reports dropped because
+// the observer had fallen more than a thousand behind.
+func (s *Server) DroppedConnectReports() uint64 { return s.connects.dropped.Load() }
+
 // track registers a stream so that Shutdown can end it; it refuses new
-// streams once draining.
-func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), ok bool) {
+// streams once draining, or past MaxConcurrentStreams, with the status the
+// stream should end with.
+func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
-		return nil, false
+		return nil, errDraining
+	}
+	if len(s.streams) >= s.cfg.MaxConcurrentStreams {
+		return nil, s.refuseStream(false)
 	}
 	key := &cancel
 	s.streams[key] = struct{}{}
@@ -194,5 +243,5 @@ func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), ok bool)
 		s.mu.Lock()
 		delete(s.streams, key)
 		s.mu.Unlock()
-	}, true
+	}, nil
 }

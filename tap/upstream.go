@@ -32,6 +32,25 @@ type downstreamConn struct {
 	cc          *grpc.ClientConn
 	closed      bool
 	lastConnect *codec.UpstreamConnect
+	streams     int // open now
+}
+
+// openStream counts a new stream of the connection, unless it already
+// carries max.
+func (d *downstreamConn) openStream(max int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.streams >= max {
+		return false
+	}
+	d.streams++
+	return true
+}
+
+func (d *downstreamConn) closeStream() {
+	d.mu.Lock()
+	d.streams--
+	d.mu.Unlock()
 }
 
 // connect returns how the connection's upstream last came up, or nil.

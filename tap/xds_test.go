@@ -18,12 +18,14 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 
 func TestGRPCXDSClientResolvesThroughTheTap(t *testing.T) {
+	leakcheck.Check(t)
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
@@ -74,6 +76,7 @@ func (w *wireLog) check(t *testing.T) {
 }
 
 func TestRawSotWAndDeltaStreamsArriveIntact(t *testing.T) {
+	leakcheck.Check(t)
 	// One log per stream: order is per stream, and the two streams run at once.
 	var sotw, delta wireLog
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), xdstest.WithCallbacks(server.CallbackFuncs{
@@ -191,6 +194,7 @@ func asServerSees[M proto.Message](r M, fill bool, set func(M)) M {
 }
 
 func TestPerTypeClusterDiscoveryStream(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
 	cp.SetSnapshot(t, "n1", "7", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(3, 0)})
@@ -210,6 +214,7 @@ func TestPerTypeClusterDiscoveryStream(t *testing.T) {
 }
 
 func TestTwentyMegabyteCDSPushFromGoControlPlane(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}}, nil)
 	cp.SetSnapshot(t, "big", "1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(1000, 20_000)})

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -15,6 +16,7 @@ func dinitialNode(typeURL, id string, subscribe ...string) *discoveryv3.DeltaDis
 }
 
 func TestDelta(t *testing.T) {
+	leakcheck.Check(t)
 	runScenarios(t, []scenario{
 		{
 			name: "wildcard CDS, spontaneous EDS subscriptions, removed_resources",

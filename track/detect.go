@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,8 +52,11 @@ var detectorOrder = []string{DetectorNACKStorm, DetectorNACKLoop, DetectorRepeat
 
 // detectors holds what the tap-wide detectors need, and every episode in
 // progress; the stream-scoped state (NACK times, loop run) lives in typeState
-// so that it goes away with its stream.
+// so that it goes away with its stream, and is guarded by the stream's lock.
+// mu guards the rest; it is taken only when an episode starts or ends, a
+// stream opens, a node is resent everything, or the sweep runs.
 type detectors struct {
+	mu          sync.Mutex
 	cfg         *Config
 	active      map[*episode]struct{}
 	started     map[string]int
@@ -82,6 +86,12 @@ func newDetectors(cfg *Config) detectors {
 }
 
 func (d *detectors) start(ep *episode, detail string, evs []Event) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.startLocked(ep, detail, evs)
+}
+
+func (d *detectors) startLocked(ep *episode, detail string, evs []Event) []Event {
 	d.active[ep] = struct{}{}
 	d.started[ep.detector]++
 	d.lastStarted[ep.detector] = ep.since
@@ -91,7 +101,21 @@ func (d *detectors) start(ep *episode, detail string, evs []Event) []Event {
 	})
 }
 
+// bump counts one more occurrence in an episode in progress, which the
+// debug page may be reading.
+func (d *detectors) bump(ep *episode) {
+	d.mu.Lock()
+	ep.count++
+	d.mu.Unlock()
+}
+
 func (d *detectors) end(ep *episode, at time.Time, evs []Event) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.endLocked(ep, at, evs)
+}
+
+func (d *detectors) endLocked(ep *episode, at time.Time, evs []Event) []Event {
 	delete(d.active, ep)
 	return append(evs, DetectorEnded{
 		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Node: ep.node, TypeURL: ep.typeURL,
@@ -123,7 +147,7 @@ func (d *detectors) answered(s *stream, ts *typeState, at time.Time, nack bool, 
 	}
 	ts.nackTimes.add(at)
 	if ts.storm != nil {
-		ts.storm.count++
+		d.bump(ts.storm)
 	} else if n := ts.nackTimes.count(at, d.cfg.NACKStormWindow); n >= d.cfg.NACKStormThreshold {
 		ts.storm = streamEpisode(DetectorNACKStorm, s, ts, at, n)
 		evs = d.start(ts.storm, fmt.Sprintf("%d NACKs of %s on stream %d within %s", n, ts.short, s.meta.ID, d.cfg.NACKStormWindow), evs)
@@ -139,7 +163,7 @@ func (d *detectors) answered(s *stream, ts *typeState, at time.Time, nack bool, 
 		ts.loopContent, ts.loopRun = ts.p.content, 1
 	}
 	if ts.loop != nil {
-		ts.loop.count++
+		d.bump(ts.loop)
 	} else if ts.loopRun >= d.cfg.NACKLoopThreshold {
 		ts.loop = streamEpisode(DetectorNACKLoop, s, ts, at, ts.loopRun)
 		evs = d.start(ts.loop, fmt.Sprintf("the same %s content (%d resources) NACKed %d times in a row on stream %d",
@@ -172,6 +196,8 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, ev
 	if !full || s.node.ID == "" {
 		return evs
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	// Counted per node across its streams: a node that reconnects keeps
 	// its history.
 	k := syncKey{node: s.node.ID}
@@ -190,7 +216,7 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, ev
 			detector: DetectorRepeatedFullSync, key: "node " + s.node.ID,
 			node: s.node.ID, since: at, count: n,
 		}
-		evs = d.start(h.ep, fmt.Sprintf("%d full pushes (configuration resent unasked, e.g. istiod's push after a config change) to node %s within %s",
+		evs = d.startLocked(h.ep, fmt.Sprintf("%d full pushes (configuration resent unasked, e.g. istiod's push after a config change) to node %s within %s",
 			n, s.node.ID, d.cfg.RepeatedFullSyncWindow), evs)
 	}
 	return evs
@@ -198,17 +224,19 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, ev
 
 // opened feeds the reconnect herd detector.
 func (d *detectors) opened(at time.Time, evs []Event) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.herd.add(at)
 	n := d.herd.count(at, d.cfg.HerdWindow)
 	switch {
 	case d.herdEp != nil && n < d.cfg.HerdThreshold:
-		evs = d.end(d.herdEp, at, evs)
+		evs = d.endLocked(d.herdEp, at, evs)
 		d.herdEp = nil
 	case d.herdEp != nil:
 		d.herdEp.count++
 	case n >= d.cfg.HerdThreshold:
 		d.herdEp = &episode{detector: DetectorReconnectHerd, key: "tap", since: at, count: n}
-		evs = d.start(d.herdEp, fmt.Sprintf("%d streams opened within %s", n, d.cfg.HerdWindow), evs)
+		evs = d.startLocked(d.herdEp, fmt.Sprintf("%d streams opened within %s", n, d.cfg.HerdWindow), evs)
 	}
 	return evs
 }
@@ -229,6 +257,8 @@ func (d *detectors) closed(ts *typeState, at time.Time, evs []Event) []Event {
 // tick ends the tap-wide episodes whose condition no longer holds and
 // forgets full-sync history older than its window.
 func (d *detectors) tick(now time.Time, evs []Event) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var ended []*episode
 	for k, h := range d.syncs {
 		n := h.times.count(now, d.cfg.RepeatedFullSyncWindow)
@@ -242,10 +272,10 @@ func (d *detectors) tick(now time.Time, evs []Event) []Event {
 	}
 	slices.SortFunc(ended, func(a, b *episode) int { return strings.Compare(a.key, b.key) })
 	for _, ep := range ended {
-		evs = d.end(ep, now, evs)
+		evs = d.endLocked(ep, now, evs)
 	}
 	if d.herdEp != nil && d.herd.count(now, d.cfg.HerdWindow) < d.cfg.HerdThreshold {
-		evs = d.end(d.herdEp, now, evs)
+		evs = d.endLocked(d.herdEp, now, evs)
 		d.herdEp = nil
 	}
 	return evs

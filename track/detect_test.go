@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 )
 
 func TestNACKStorm(t *testing.T) {
+	leakcheck.Check(t)
 	// Each push carries different content, so no loop; no node, so no
 	// full-sync alarm: only the storm speaks.
 	var steps []step
@@ -64,6 +66,7 @@ func TestNACKStorm(t *testing.T) {
 }
 
 func TestNACKStormEndsWithItsStream(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{NACKStormThreshold: 2})
 	run(t, tr, []step{
 		{do: open(1, adsDelta), want: []string{"open 1 delta"}},
@@ -91,6 +94,7 @@ func TestNACKStormEndsWithItsStream(t *testing.T) {
 // under a new version, thousands of times a second: the loop must show, and
 // following it must cost the same at the thousandth push as at the first.
 func TestNACKLoop(t *testing.T) {
+	leakcheck.Check(t)
 	const pushes = 1000
 	good := []proto.Message{cluster(reviews), cluster(ratings)}
 	var bad []proto.Message
@@ -218,12 +222,17 @@ func TestNACKLoop(t *testing.T) {
 	}
 	// The events themselves are the only allocations left: two slices and
 	// three boxed events per cycle.
-	if perLate > 8 {
-		t.Errorf("allocations per push+NACK = %.2f, want at most 8", perLate)
+	limit := 8.0
+	if raceEnabled {
+		limit++ // the scratch space's pool drops some of what it holds
+	}
+	if perLate > limit {
+		t.Errorf("allocations per push+NACK = %.2f, want at most %v", perLate, limit)
 	}
 }
 
 func TestReconnectHerd(t *testing.T) {
+	leakcheck.Check(t)
 	var steps []step
 	for id := uint64(1); id <= 101; id++ {
 		at := time.Duration(id-1) * 5 * ms
@@ -250,6 +259,7 @@ func TestReconnectHerd(t *testing.T) {
 }
 
 func TestRepeatedFullSync(t *testing.T) {
+	leakcheck.Check(t)
 	pushCDS := func(id uint64, n int, initial bool) string {
 		s := fmt.Sprintf("push %d cds v=%d res=1 ", id, n)
 		if initial {
@@ -330,6 +340,7 @@ func TestRepeatedFullSync(t *testing.T) {
 }
 
 func TestDecodeFailed(t *testing.T) {
+	leakcheck.Check(t)
 	_, err := codec.DecodeRequest([]byte{0x0a, 0xff}, false)
 	if err == nil {
 		t.Fatal("a truncated request decoded")

@@ -4,10 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
 func TestTimeToFullSync(t *testing.T) {
+	leakcheck.Check(t)
 	runScenarios(t, []scenario{
 		{
 			// Envoy asks for EDS once clusters arrive and for RDS once

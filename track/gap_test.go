@@ -3,6 +3,7 @@ package track_test
 import (
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
@@ -12,6 +13,7 @@ import (
 // as unobserved, not stale, and the last acknowledged state is no longer
 // trusted to call a push redundant.
 func TestObservationGaps(t *testing.T) {
+	leakcheck.Check(t)
 	runScenarios(t, []scenario{
 		{
 			name: "the answer to an unobserved push is not a stale nonce",

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -162,6 +163,7 @@ const (
 )
 
 func TestNACKNamesTheIstioObjects(t *testing.T) {
+	leakcheck.Check(t)
 	vhost := func(name string, routes ...*routev3.Route) *routev3.VirtualHost {
 		return &routev3.VirtualHost{Name: name, Domains: []string{name}, Routes: routes}
 	}
@@ -223,6 +225,18 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/reviews", "VirtualService shop/ratings"}}},
 		summary: "from one of VirtualService shop/reviews, VirtualService shop/ratings",
 	}, {
+		name:    "a message naming a route of the configuration narrows it to that route's VirtualService",
+		method:  adsSotW,
+		typeURL: rds,
+		push: push(rds, 1, &routev3.RouteConfiguration{Name: "9080", VirtualHosts: []*routev3.VirtualHost{
+			vhost("reviews.shop.svc.cluster.local:9080", vsRoute),
+			vhost("ratings.shop.svc.cluster.local:9080", &routev3.Route{Name: "ratings.shop", Metadata: istioConfig(ratingsVS),
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{}}}),
+		}}),
+		nack:    nack(rds, 1, 0, `resource "9080": route "ratings.shop" contains an invalid regex "/v1/(["`),
+		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/ratings"}}},
+		summary: "from VirtualService shop/ratings",
+	}, {
 		name:    "a Delta listener records its Sidecar on a filter chain",
 		method:  adsDelta,
 		typeURL: lds,
@@ -265,6 +279,7 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 }
 
 func TestKeptPushIsReleased(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name string
 		then func(h *keepHarness)
@@ -291,6 +306,7 @@ func TestKeptPushIsReleased(t *testing.T) {
 }
 
 func TestKeepBound(t *testing.T) {
+	leakcheck.Check(t)
 	big := push(cds, 1, stampedCluster(maglev, drPath))
 	h := newKeepHarness(t, track.Config{KeepBytes: int64(proto.Size(big)) - 1}, adsSotW)
 	h.send(initial(cds))
@@ -317,6 +333,7 @@ func TestKeepBound(t *testing.T) {
 // A control plane re-sending a rejected push (a NACK loop) gets one
 // Rejection for the lot: its push is decoded once, and the copies are let go.
 func TestNACKLoopSharesItsRejection(t *testing.T) {
+	leakcheck.Check(t)
 	h := newKeepHarness(t, track.Config{}, adsSotW)
 	h.send(initial(cds))
 	msg := "resource " + maglev + ": unexpected lbPolicy MAGLEV"
@@ -344,6 +361,7 @@ func TestNACKLoopSharesItsRejection(t *testing.T) {
 // A NACK that comes after its push timed out still names what it rejected:
 // the push stays kept while it is the latest.
 func TestLateNACKNamesTheIstioObjects(t *testing.T) {
+	leakcheck.Check(t)
 	h := newKeepHarness(t, track.Config{PushTimeout: time.Second}, adsSotW)
 	h.send(initial(cds))
 	h.send(push(cds, 1, stampedCluster(maglev, drPath)))
@@ -366,6 +384,7 @@ func TestLateNACKNamesTheIstioObjects(t *testing.T) {
 // A NACK no output asks about (its log line throttled, tracing off) does not
 // keep its push: the tracker lets go of it when it forgets the NACK.
 func TestUnreadRejectionIsReleased(t *testing.T) {
+	leakcheck.Check(t)
 	for _, then := range []struct {
 		name     string
 		returned int // buffers given back to the pool: the NACKed push's, and the next one's

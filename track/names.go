@@ -2,6 +2,7 @@ package track
 
 import (
 	"slices"
+	"sync"
 	"unique"
 
 	"github.com/cespare/xxhash/v2"
@@ -296,11 +297,27 @@ func (a *ackedSet) rewrite(names []name, hashes []uint64, where, fresh []int32) 
 // scratch is working memory for the passes over a push or a subscription.
 // Every pass runs under the tracker's lock, so one scratch serves every
 // stream, and no stream holds memory for passes it is not running.
-type scratch struct {
+type scratch struct{ *scratchBufs }
+
+// scratchBufs are the slices a scratch lends: pooled tap-wide, so that the
+// space a diff needs grows with the largest push being diffed at a moment,
+// not with every stream that ever saw a large one.
+type scratchBufs struct {
 	marks  []int32
 	fresh  []int32
 	names  []name
 	hashes []uint64
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}
+
+// borrow takes slices from the pool, for one call on a locked stream.
+func (sc *scratch) borrow() { sc.scratchBufs = scratchPool.Get().(*scratchBufs) }
+
+// giveBack returns them.
+func (sc *scratch) giveBack() {
+	scratchPool.Put(sc.scratchBufs)
+	sc.scratchBufs = nil
 }
 
 // state returns empty slices to build a new acknowledged state in, for

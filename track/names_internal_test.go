@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/go-cmp/cmp"
 )
@@ -62,6 +63,7 @@ var keyings = []struct {
 // TestNameSet runs random finds, additions, removals and rewrites against a
 // map, checking the index after every step.
 func TestNameSet(t *testing.T) {
+	leakcheck.Check(t)
 	for _, keying := range keyings {
 		t.Run(keying.name, func(t *testing.T) {
 			defer keying.collide()()
@@ -135,6 +137,7 @@ func TestNameSet(t *testing.T) {
 // reference, and requires the same diffs, full syncs, subscription results
 // and states; with real keys and with every name colliding.
 func TestAgainstReference(t *testing.T) {
+	leakcheck.Check(t)
 	for _, keying := range keyings {
 		for _, url := range []string{codec.TypeCluster, codec.TypeEndpoint} {
 			for _, delta := range []bool{false, true} {
@@ -161,8 +164,9 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 	if delta {
 		method = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 	}
-	var sc scratch
-	s := newStream(StreamMeta{ID: 1, Method: method}, &sc, &keeper{})
+	s := newStream(StreamMeta{ID: 1, Method: method}, &keeper{})
+	s.sc.borrow()
+	defer s.sc.giveBack()
 	ts := s.typeFor(url)
 	ref := newRefState(url)
 	pending := false

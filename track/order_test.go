@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -75,6 +76,7 @@ func keyings(t *testing.T, test func(t *testing.T)) {
 }
 
 func TestPushOrderSotWCDS(t *testing.T) {
+	leakcheck.Check(t)
 	all := "+[" + strings.Join(orderNames, " ") + "]"
 	gone := "-[" + strings.Join(orderNames, " ") + "]"
 	tests := []struct {
@@ -189,6 +191,7 @@ func TestPushOrderSotWCDS(t *testing.T) {
 // SotW EDS: the subscription is in an order of its own, and a name a push
 // leaves out is kept.
 func TestPushOrderSotWEDS(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name   string
 		second []string
@@ -243,6 +246,7 @@ func TestPushOrderSotWEDS(t *testing.T) {
 
 // Delta: removals take names out of the middle of the state.
 func TestPushOrderDelta(t *testing.T) {
+	leakcheck.Check(t)
 	keyings(t, func(t *testing.T) {
 		body := func(names []string) []proto.Message { return spec(names, cluster, clusterV2) }
 		got := pushLines(t, track.New(track.Config{}), []action{

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	"google.golang.org/protobuf/proto"
 )
 
 func TestPushDiff(t *testing.T) {
+	leakcheck.Check(t)
 	runScenarios(t, []scenario{
 		{
 			// A malformed push naming a resource twice must not count it twice.
@@ -52,6 +54,7 @@ func TestPushDiff(t *testing.T) {
 // same clusters) or from the previous push (content rejected, then changed
 // and rejected again).
 func TestPushAllocationsDoNotDependOnResources(t *testing.T) {
+	leakcheck.Check(t)
 	const resources, cycles = 200, 50
 	clusters := make([]string, resources)
 	for i := range clusters {

@@ -10,7 +10,6 @@ const RecentPushes = 32
 // PushRecord is one recent push of a stream, as the timeline shows it.
 type PushRecord struct {
 	Type      string    `json:"type"` // short name: cds, eds, ...
-	TypeURL   string    `json:"type_url"`
 	Version   string    `json:"version"`
 	Nonce     string    `json:"nonce"`
 	SentAt    time.Time `json:"sent_at"`
@@ -37,30 +36,39 @@ type pushRing struct {
 	n    uint64 // pushes recorded since the stream opened
 }
 
-// pushRecord is a PushRecord in the tracker's form: the strings are those of
-// the push event, shared, so a record costs no allocation.
+// pushRecord is a PushRecord in the tracker's form, kept small since every
+// stream holds RecentPushes of them: the strings are those of the push event,
+// shared, so a record costs no allocation; times are Unix nanoseconds.
 type pushRecord struct {
-	typeURL string
-	short   string
-	version string
-	nonce   string
-	sentAt  time.Time
-	res     int
-	bytes   int
-	diff    [3]int
-	full    bool
-	redund  bool
-	result  PushResult
-	latency time.Duration
-	err     string
+	short, version, nonce, err string
+	sentAt, latency            int64
+	res, bytes                 int32
+	diff                       [3]int32
+	full, redund               bool
+	result                     uint8 // an index into results
 }
+
+// results are the outcomes a record can hold; 0 is "no answer yet".
+var results = [...]PushResult{"", ResultACK, ResultNACK, ResultSuperseded, ResultClosed, ResultTimeout}
+
+func resultIndex(r PushResult) uint8 {
+	for i, v := range results {
+		if v == r {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+func clamp32(n int) int32 { return int32(min(n, 1<<31-1)) }
 
 // add records a push and returns its number.
 func (r *pushRing) add(p *Push) uint64 {
 	r.n++
 	r.recs[r.n%RecentPushes] = pushRecord{
-		typeURL: p.TypeURL, short: p.Type, version: p.Version, nonce: p.Nonce, sentAt: p.SentAt,
-		res: p.Resources, bytes: p.Bytes, diff: [3]int{p.Diff.Added, p.Diff.Removed, p.Diff.Changed},
+		short: p.Type, version: p.Version, nonce: p.Nonce, sentAt: p.SentAt.UnixNano(),
+		res: clamp32(p.Resources), bytes: clamp32(p.Bytes),
+		diff: [3]int32{clamp32(p.Diff.Added), clamp32(p.Diff.Removed), clamp32(p.Diff.Changed)},
 		full: p.FullSync, redund: p.Redundant,
 	}
 	return r.n
@@ -72,7 +80,7 @@ func (r *pushRing) end(seq uint64, result PushResult, latency time.Duration, err
 		return
 	}
 	rec := &r.recs[seq%RecentPushes]
-	rec.result, rec.latency, rec.err = result, latency, err
+	rec.result, rec.latency, rec.err = resultIndex(result), int64(latency), err
 }
 
 // records returns the recorded pushes, oldest first.
@@ -88,12 +96,13 @@ func (r *pushRing) records() []PushRecord {
 	for seq := first; seq <= r.n; seq++ {
 		rec := &r.recs[seq%RecentPushes]
 		pr := PushRecord{
-			Type: rec.short, TypeURL: rec.typeURL, Version: rec.version, Nonce: rec.nonce, SentAt: rec.sentAt,
-			Resources: rec.res, Bytes: rec.bytes, Added: rec.diff[0], Removed: rec.diff[1], Changed: rec.diff[2],
-			FullSync: rec.full, Redundant: rec.redund, Result: rec.result, Error: rec.err,
+			Type: rec.short, Version: rec.version, Nonce: rec.nonce, SentAt: time.Unix(0, rec.sentAt).UTC(),
+			Resources: int(rec.res), Bytes: int(rec.bytes),
+			Added: int(rec.diff[0]), Removed: int(rec.diff[1]), Changed: int(rec.diff[2]),
+			FullSync: rec.full, Redundant: rec.redund, Result: results[rec.result], Error: rec.err,
 		}
-		if rec.result != "" {
-			secs := rec.latency.Seconds()
+		if rec.result != 0 {
+			secs := time.Duration(rec.latency).Seconds()
 			pr.LatencySeconds = &secs
 		}
 		out = append(out, pr)
@@ -104,11 +113,10 @@ func (r *pushRing) records() []PushRecord {
 // RecentPushes returns the latest pushes of a stream (at most RecentPushes),
 // oldest first, and whether the stream is tracked.
 func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[streamID]
+	s := t.lock(streamID)
 	if s == nil {
 		return nil, false
 	}
+	defer s.unlock()
 	return s.recent.records(), true
 }

@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
@@ -49,6 +50,7 @@ func playForState(t *testing.T, tr *track.Tracker, steps []step) {
 }
 
 func TestRecentPushesKeepEachOutcome(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{PushTimeout: 30 * time.Second})
 	const rejected = "Error adding/updating cluster(s) " + reviews + ": unknown lb_policy"
 	playForState(t, tr, []step{
@@ -87,6 +89,7 @@ func TestRecentPushesKeepEachOutcome(t *testing.T) {
 }
 
 func TestRecentPushesAreBounded(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{})
 	steps := []step{{do: open(1, adsSotW)}, {do: frame(1, withNode(initial(cds), sidecar))}}
 	const pushes = track.RecentPushes + 5
@@ -110,6 +113,7 @@ func TestRecentPushesAreBounded(t *testing.T) {
 }
 
 func TestStreamsShowTheControlPlaneAndIstioVersion(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{})
 	req := withNode(initial(cds), sidecar)
 	meta, err := structpb.NewStruct(map[string]any{"ISTIO_VERSION": "1.28.1", "NAMESPACE": "default"})

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
 
@@ -71,6 +72,7 @@ func syncedSotW(t *testing.T, tr *track.Tracker) *wire {
 }
 
 func TestFullPushes(t *testing.T) {
+	leakcheck.Check(t)
 	t.Run("istiod's full push to a SotW client is one full push", func(t *testing.T) {
 		w := syncedSotW(t, track.New(track.Config{}))
 		// A new ServiceEntry: CDS and LDS whole, the new cluster's EDS,
@@ -180,6 +182,7 @@ func TestFullPushes(t *testing.T) {
 // version of the last full push; the push id still tells every push round
 // apart.
 func TestPushIDs(t *testing.T) {
+	leakcheck.Check(t)
 	w := syncedSotW(t, track.New(track.Config{}))
 	w.play(1, 10*time.Second,
 		push(cds, 5, cluster(reviews), cluster(ratings)), ack(cds, 5), ack(eds, 1, reviews, ratings),

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	"google.golang.org/protobuf/proto"
 )
@@ -14,6 +15,7 @@ const clusterNACK = "Error adding/updating cluster(s) " + ratings +
 	": Proto constraint validation failed (ClusterValidationError.ConnectTimeout: value must be greater than 0s)"
 
 func TestSotW(t *testing.T) {
+	leakcheck.Check(t)
 	runScenarios(t, []scenario{
 		{
 			name: "initial request, push, ACK",
@@ -255,6 +257,7 @@ func TestSotW(t *testing.T) {
 
 // A NACK's ErrorNames are the pushed names its message mentions, capped.
 func TestNACKErrorNames(t *testing.T) {
+	leakcheck.Check(t)
 	var clusters []string
 	for i := range 30 {
 		clusters = append(clusters, fmt.Sprintf("outbound|%d||svc-%02d.default.svc.cluster.local", 8000+i, i))

@@ -86,12 +86,11 @@ type DetectorState struct {
 // Streams returns a copy of every stream's state, or of the streams of one
 // node id, sorted by stream id.
 func (t *Tracker) Streams(nodeFilter string) []StreamState {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	out := []StreamState{}
-	for _, id := range t.sortedIDs() {
-		s := t.streams[id]
-		if nodeFilter != "" && s.node.ID != nodeFilter {
+	for _, s := range t.sortedStreams() {
+		s.mu.Lock()
+		if s.closed || (nodeFilter != "" && s.node.ID != nodeFilter) {
+			s.mu.Unlock()
 			continue
 		}
 		st := StreamState{
@@ -106,6 +105,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		for _, ts := range s.order {
 			st.Types[ts.url] = ts.state(t.cfg.MaxNames)
 		}
+		s.mu.Unlock()
 		out = append(out, st)
 	}
 	return out
@@ -160,8 +160,8 @@ func capList(names []string, maxNames int) []string {
 // Detectors returns the episodes in progress, sorted by detector and key,
 // followed by one summary row per detector.
 func (t *Tracker) Detectors() []DetectorState {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.det.mu.Lock()
+	defer t.det.mu.Unlock()
 	out := make([]DetectorState, 0, len(t.det.active)+len(detectorOrder))
 	for ep := range t.det.active {
 		out = append(out, DetectorState{

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 )
@@ -34,6 +35,7 @@ func twoNodes(t *testing.T) *track.Tracker {
 }
 
 func TestStreams(t *testing.T) {
+	leakcheck.Check(t)
 	tr := twoNodes(t)
 	secs := 0.02
 	want := []track.StreamState{{
@@ -72,6 +74,7 @@ func TestStreams(t *testing.T) {
 }
 
 func TestStreamsJSON(t *testing.T) {
+	leakcheck.Check(t)
 	tr := twoNodes(t)
 	b, err := json.Marshal(tr.Streams(""))
 	if err != nil {
@@ -119,6 +122,7 @@ func TestStreamsJSON(t *testing.T) {
 }
 
 func TestDetectorsJSON(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{HerdThreshold: 2})
 	tr.OpenStream(track.StreamMeta{ID: 1, Method: adsSotW, OpenedAt: t0})
 	tr.OpenStream(track.StreamMeta{ID: 2, Method: adsSotW, OpenedAt: t0})
@@ -149,6 +153,7 @@ func TestDetectorsJSON(t *testing.T) {
 
 // Streams run concurrently; the race detector checks the locking.
 func TestConcurrentStreams(t *testing.T) {
+	leakcheck.Check(t)
 	tr := track.New(track.Config{})
 	var wg sync.WaitGroup
 	for id := uint64(1); id <= 8; id++ {

@@ -2,6 +2,7 @@ package track
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -13,6 +14,10 @@ const maxTypesPerStream = 64
 
 // stream is the tracked state of one relayed stream.
 type stream struct {
+	// mu guards everything below: a stream's frames, the sweep and the
+	// debug pages take it; other streams never wait for it.
+	mu      sync.Mutex
+	closed  bool // no longer tracked; a sweep that got it before its close skips it
 	meta    StreamMeta
 	node    Node
 	hasNode bool
@@ -29,7 +34,7 @@ type stream struct {
 	fullPushes      int
 	fullCounted     bool
 	lastFullVersion string
-	sc              *scratch // the tracker's
+	sc              *scratch // pooled space, borrowed while the stream is locked
 	keep            *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
 	// that starts unsure too (see typeState.unsure).
@@ -54,8 +59,8 @@ type fullSyncClock struct {
 	types     []string
 }
 
-func newStream(m StreamMeta, sc *scratch, keep *keeper) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: sc, keep: keep}
+func newStream(m StreamMeta, keep *keeper) *stream {
+	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: new(scratch), keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil

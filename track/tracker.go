@@ -1,6 +1,7 @@
 package track
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -15,26 +16,60 @@ import (
 // time it is), so a sequence of calls always gives the same events.
 //
 // It is safe for concurrent use. Calls for one stream must come in the order
-// the frames crossed the tap; calls for different streams may run at once.
+// the frames crossed the tap; calls for different streams may run at once,
+// and do: each stream has a lock of its own, so one stream's diff never
+// waits for another's, and the once-a-second sweep (Tick) takes one stream
+// at a time. Only the detectors that span streams share a lock, held for
+// the few moments an episode starts or ends.
 //
 // The returned events are the caller's, but slices inside them (name lists)
 // may be shared between events and must not be modified.
 type Tracker struct {
-	mu      sync.Mutex
 	cfg     Config
-	streams map[uint64]*stream
+	streams sync.Map // stream id → *stream
 	det     detectors
-	ids     []uint64 // scratch for visiting streams in id order
-	sc      scratch
 	keep    keeper
 }
 
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
-	t := &Tracker{cfg: cfg.withDefaults(), streams: make(map[uint64]*stream)}
+	t := &Tracker{cfg: cfg.withDefaults()}
 	t.keep.limit = t.cfg.KeepBytes
 	t.det = newDetectors(&t.cfg)
 	return t
+}
+
+// lock returns stream id locked, with scratch space to work in (unlock
+// gives both back); nil when the stream is not tracked.
+func (t *Tracker) lock(id uint64) *stream {
+	v, ok := t.streams.Load(id)
+	if !ok {
+		return nil
+	}
+	s := v.(*stream)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.sc.borrow()
+	return s
+}
+
+func (s *stream) unlock() {
+	s.sc.giveBack()
+	s.mu.Unlock()
+}
+
+// sortedStreams returns the tracked streams in id order.
+func (t *Tracker) sortedStreams() []*stream {
+	var out []*stream
+	t.streams.Range(func(_, v any) bool {
+		out = append(out, v.(*stream))
+		return true
+	})
+	slices.SortFunc(out, func(a, b *stream) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
+	return out
 }
 
 // OpenStream starts tracking a stream. A zero m.Protocol is derived from
@@ -43,25 +78,29 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 	if m.Protocol == "" {
 		m.Protocol = codec.ProtocolOf(m.Method)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var evs []Event
-	if old := t.streams[m.ID]; old != nil {
+	if old := t.lock(m.ID); old != nil {
 		// An id is never reused by the tap; if it were, the old stream's
 		// episodes must not stay active forever.
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
+		old.unlock()
 	}
-	t.streams[m.ID] = newStream(m, &t.sc, &t.keep)
+	t.streams.Store(m.ID, newStream(m, &t.keep))
 	evs = append(evs, StreamOpened{Stream: m})
 	return t.det.opened(m.OpenedAt, evs)
 }
 
 // Request tracks a request of a stream. size is the frame's size on the wire.
 func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, size int) []Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[streamID]
-	if s == nil || req == nil || s.meta.Protocol == codec.Opaque {
+	if req == nil {
+		return nil
+	}
+	s := t.lock(streamID)
+	if s == nil {
+		return nil
+	}
+	defer s.unlock()
+	if s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
@@ -102,10 +141,15 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 // push is answered, superseded or its stream ends, within Config.KeepBytes,
 // so that a NACK can name what it rejected (PushEnded.Rejected).
 func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[streamID]
-	if s == nil || resp == nil || s.meta.Protocol == codec.Opaque {
+	if resp == nil {
+		return nil
+	}
+	s := t.lock(streamID)
+	if s == nil {
+		return nil
+	}
+	defer s.unlock()
+	if s.meta.Protocol == codec.Opaque {
 		return nil
 	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
@@ -125,15 +169,15 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 // episodes end, and its state is dropped. code and message are the gRPC
 // status the client got.
 func (t *Tracker) CloseStream(streamID uint64, at time.Time, code uint32, message string) []Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[streamID]
+	s := t.lock(streamID)
 	if s == nil {
 		return nil
 	}
+	defer s.unlock()
 	return t.closeStream(s, at, code, message, nil)
 }
 
+// closeStream ends s, which the caller holds locked.
 func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message string, evs []Event) []Event {
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
@@ -144,57 +188,50 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	for _, ts := range s.order {
 		evs = t.det.closed(ts, at, evs)
 	}
-	delete(t.streams, s.meta.ID)
+	s.closed = true
+	t.streams.CompareAndDelete(s.meta.ID, s)
 	return append(evs, StreamClosed{Stream: s.meta, Node: s.node, At: at, Code: code, Message: message})
 }
 
-// DecodeFailed reports a frame that could not be decoded. The stream's state
-// is left as it was: the frame was relayed, but what it meant is unknown.
 // Gap tells the tracker that skipped frames of a stream were relayed but
 // never observed (the observation queue was full). Until a type's next push
 // is observed, a request with a nonce the tracker does not know is reported
 // as KindUnobserved rather than stale.
 func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s := t.streams[streamID]; s != nil {
+	if s := t.lock(streamID); s != nil {
 		for _, ts := range s.order {
 			ts.unsure = true
 		}
 		s.unsure = true
+		s.unlock()
 	}
 	return []Event{ObservationGap{StreamID: streamID, Skipped: skipped, At: at}}
 }
 
+// DecodeFailed reports a frame that could not be decoded. The stream's state
+// is left as it was: the frame was relayed, but what it meant is unknown.
 func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction string, err error) []Event {
 	return []Event{DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}}
 }
 
 // Tick runs the rules that depend on time passing rather than on frames:
 // push timeouts, the settling of time to full sync, and the end of
-// episodes. Call it about once a second.
+// episodes. Call it about once a second. It visits one stream at a time,
+// each locked only while it is looked at: frames of the others go on.
 func (t *Tracker) Tick(now time.Time) []Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var evs []Event
-	for _, id := range t.sortedIDs() {
-		s := t.streams[id]
-		evs = s.settle(now, t.cfg.FullSyncSettle, false, evs)
-		for _, ts := range s.order {
-			evs = ts.expire(now, t.cfg.PushTimeout, evs)
-			evs = t.det.checkStorm(ts, now, evs)
+	for _, s := range t.sortedStreams() {
+		s.mu.Lock()
+		if !s.closed {
+			s.sc.borrow()
+			evs = s.settle(now, t.cfg.FullSyncSettle, false, evs)
+			for _, ts := range s.order {
+				evs = ts.expire(now, t.cfg.PushTimeout, evs)
+				evs = t.det.checkStorm(ts, now, evs)
+			}
+			s.sc.giveBack()
 		}
+		s.mu.Unlock()
 	}
 	return t.det.tick(now, evs)
-}
-
-// sortedIDs returns the stream ids in order, in a slice reused by the next
-// call: ticks must not allocate per stream.
-func (t *Tracker) sortedIDs() []uint64 {
-	t.ids = t.ids[:0]
-	for id := range t.streams {
-		t.ids = append(t.ids, id)
-	}
-	slices.Sort(t.ids)
-	return t.ids
 }

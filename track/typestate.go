@@ -34,7 +34,7 @@ type typeState struct {
 	// previous one can reuse its diff, and the positions load found in acked
 	// are known to be stale.
 	gen uint64
-	sc  *scratch // the tracker's
+	sc  *scratch // its stream's
 
 	sentVersion, sentNonce   string
 	ackedVersion, ackedNonce string

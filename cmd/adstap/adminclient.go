@@ -20,6 +20,13 @@ type adminClient struct {
 	http *http.Client
 }
 
+// adminFlag is --admin of the commands that read a running tap. Its default
+// and its environment twin (ADSTAP_ADMIN) are those of adstap run's, so next
+// to a tap started with either, the command finds it without being told.
+func adminFlag(c *command, p *string) {
+	c.String(p, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+}
+
 func newAdminClient(addr string) (*adminClient, error) {
 	if addr == "" || addr == "off" {
 		return nil, usagef("--admin: want the admin address of a running adstap, host:port")

@@ -17,6 +17,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -27,6 +28,7 @@ import (
 // oldest first, then each file, which adstap inspect reads as it reads the
 // file on disk. Nothing else on the disk is served.
 func TestCaptureDownload(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	dir := t.TempDir()
 	capturePath := filepath.Join(dir, "xds.jsonl")

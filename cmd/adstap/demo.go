@@ -49,11 +49,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap demo: %v (see adstap demo --help)\n", err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		return exitUsage
 	}
+	defer closeLog(logOut, time.Second)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -77,7 +78,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rf.listen = "127.0.0.1:0"
 	rf.upstream = cp.Addr()
 	rf.admin = f.admin
-	t, err := startTap(rf, log)
+	rf.retainResources = true // so that adstap config has something to show
+	t, err := startTap(rf, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		if errors.As(err, new(usageError)) {
@@ -95,14 +97,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		adminAddr = t.admin.addr()
 	}
 	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
-  live log:        below, one line per push outcome and per detector event
-  live page:       %s/
-  proxy status:    adstap status --admin %s   (go run ./cmd/adstap status ...)
-  stream state:    curl -s %s/debug/streams
-  one node:        curl -s '%s/debug/streams?node=%s'
+  live log:          below, one line per push outcome and per detector event
+  live page:         %s/
+  proxy status:      adstap status --admin %s   (go run ./cmd/adstap status ...)
+  what one accepted: adstap config --admin %s --node %s --type cluster
+  stream state:      curl -s %s/debug/streams
+  one node:          curl -s '%s/debug/streams?node=%s'
 Every %s the configuration changes; a bad cluster is pushed, NACKed (a storm), then fixed. Ctrl-C stops.
 
-`, cp.Addr(), tapAddr, admin, adminAddr, admin, admin, demo.DeltaNode, f.interval)
+`, cp.Addr(), tapAddr, admin, adminAddr, adminAddr, demo.DeltaNode, admin, admin, demo.DeltaNode, f.interval)
 
 	var wg sync.WaitGroup
 	run := func(name string, fn func(context.Context) error) {

@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // TestDemoShowsPushesNACKsAStormAndRecovery runs `adstap demo` fast and reads
 // its live log for what the README promises a newcomer.
 func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
+	leakcheck.Check(t)
 	ctx, stop := context.WithCancel(context.Background())
 	var out syncbuf.Buffer
 	exited := make(chan int, 1)
@@ -34,24 +37,18 @@ func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
 		"node=proxyless~127.0.0.1~greeter-client", // both clients are seen
 		"node=sidecar~127.0.0.1~productpage",
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		missing := ""
+	missing := func() string {
 		for _, w := range want {
 			if !strings.Contains(out.String(), w) {
-				missing = w
-				break
+				return w
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			<-exited
-			t.Fatalf("the demo's output lacks %q after 30s:\n%s", missing, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ""
+	}
+	if !xdstest.Until(30*time.Second, func() bool { return missing() == "" }) {
+		stop()
+		<-exited
+		t.Fatalf("the demo's output lacks %q after 30s:\n%s", missing(), out.String())
 	}
 	stop()
 	select {

@@ -23,7 +23,8 @@ func addDetectorFlags(c *command, cfg *track.Config) {
 	c.Var(durationValue{&cfg.FullSyncSettle}, "full-sync-settle", "a stream's full sync is complete once every type it asked for is ACKed and no new type is asked for within this `duration`")
 }
 
-// intValue is an int flag that must be positive.
+// intValue is a count flag: a whole number, 1 or more. Every count adstap
+// takes is a size or a threshold, for which 0 means nothing sensible.
 type intValue struct{ p *int }
 
 func (v intValue) String() string {
@@ -35,13 +36,13 @@ func (v intValue) String() string {
 
 func (v intValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
+	if err != nil || n < 1 {
 		return errNotCount
 	}
 	*v.p = n
 	return nil
 }
 
-var errNotCount = errors.New("want a whole number, 0 or more")
+var errNotCount = errors.New("want a whole number, 1 or more")
 
 var _ flag.Value = intValue{}

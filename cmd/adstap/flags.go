@@ -25,6 +25,8 @@ type command struct {
 	groups  []flagGroup
 	// epilog follows the flags in --help: what else sets the command up.
 	epilog string
+	// set holds the flags given, on the command line or by their twin.
+	set map[string]bool
 }
 
 func newCommand(name, summary, usage string) *command {
@@ -72,6 +74,7 @@ func (c *command) parse(args []string, getenv func(string) string) error {
 			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), e)
 			}
+			c.given(f.Name)
 		}
 	})
 	if err != nil {
@@ -86,6 +89,27 @@ func (c *command) parse(args []string, getenv func(string) string) error {
 	}
 	if c.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", c.fs.Arg(0))
+	}
+	c.fs.Visit(func(f *flag.Flag) { c.given(f.Name) })
+	return nil
+}
+
+func (c *command) given(name string) {
+	if c.set == nil {
+		c.set = map[string]bool{}
+	}
+	c.set[name] = true
+}
+
+// isSet reports whether flag name was given, on the command line or by its
+// environment twin.
+func (c *command) isSet(name string) bool { return c.set[name] }
+
+// needs fails when a flag that only means something with another one is
+// given without it: a setting that would silently do nothing.
+func (c *command) needs(flagName, needed string, present bool) error {
+	if c.isSet(flagName) && !present {
+		return fmt.Errorf("--%s needs --%s", flagName, needed)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // recordCapture runs the real tap, capturing, through inspecttest's
@@ -30,6 +32,7 @@ func inspectCLI(t *testing.T, args ...string) (code int, stdout, stderr string) 
 }
 
 func TestInspectShowsEachMode(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	cdsRow := regexp.MustCompile(`\n  CDS\s+6\s+3\s+3\s+\S+\s+1/5\s+0\s+0\s+0\s+1\s+v=v4 ack\n`)
 	tests := []struct {
@@ -88,6 +91,7 @@ func TestInspectShowsEachMode(t *testing.T) {
 }
 
 func TestInspectExitStatus(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	dir := t.TempDir()
 	notCapture := filepath.Join(dir, "notes.txt")
@@ -150,20 +154,17 @@ func TestInspectExitStatus(t *testing.T) {
 // TestInspectFollowStopsOnCtrlC: --follow prints the timeline of what the
 // file holds, waits for more, and prints the summary when stopped.
 func TestInspectFollowStopsOnCtrlC(t *testing.T) {
+	leakcheck.Check(t)
 	sc := recordCapture(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var out, errOut syncbuf.Buffer
 	exited := make(chan int, 1)
 	go func() { exited <- runCLI(ctx, []string{"inspect", "--follow", sc.Path}, &out, &errOut) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "stream 2 closed") {
-		if time.Now().After(deadline) {
-			stop()
-			<-exited
-			t.Fatalf("no timeline after 10s:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !xdstest.Until(xdstest.WaitTimeout, func() bool { return strings.Contains(out.String(), "stream 2 closed") }) {
+		stop()
+		<-exited
+		t.Fatalf("no timeline after %v:\n%s", xdstest.WaitTimeout, out.String())
 	}
 	if strings.Contains(out.String(), "SUMMARY") {
 		t.Fatal("the summary came before --follow was stopped")

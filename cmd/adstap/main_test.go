@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -32,6 +33,7 @@ func withEnv(t *testing.T, env map[string]string) {
 }
 
 func TestStartupErrorsExitWithStatus2AndOneClearLine(t *testing.T) {
+	leakcheck.Check(t)
 	dir := t.TempDir()
 	ca := xdstest.NewCA(t)
 	a := ca.Issue(t, "a", []string{"a"}, nil, false)
@@ -70,6 +72,20 @@ func TestStartupErrorsExitWithStatus2AndOneClearLine(t *testing.T) {
 		{"CA not PEM", []string{"run", up, free, noAdmin, "--upstream-ca=" + garbage}, nil, "no PEM certificate"},
 		{"listen address in use", []string{"run", up, noAdmin, "--listen=" + busy.Addr().String()}, nil, "address already in use"},
 		{"admin address in use", []string{"run", up, free, "--admin=" + busy.Addr().String()}, nil, "--admin: listening on"},
+		// A 0 that would silently mean the default.
+		{"zero full-sync limit", []string{"run", up, "--full-sync-limit=0"}, nil, `invalid value "0" for flag --full-sync-limit: want a whole number, 1 or more`},
+		{"zero storm threshold", []string{"run", up, "--nack-storm-threshold=0"}, nil, "--nack-storm-threshold: want a whole number, 1 or more"},
+		{"zero max nodes", []string{"run", up, "--metrics-node-label", "--metrics-max-nodes=0"}, nil, "--metrics-max-nodes: want a whole number, 1 or more"},
+		{"zero capture files", []string{"run", up, "--capture=x", "--capture-max-files=0"}, nil, "--capture-max-files: want a whole number, 1 or more"},
+		{"zero streams", []string{"run", up, "--max-concurrent-streams=0"}, nil, "--max-concurrent-streams: want a whole number, 1 or more"},
+		{"negative per connection", []string{"run", up, "--max-streams-per-connection=-1"}, nil, "--max-streams-per-connection"},
+		{"zero pending", []string{"run", up}, map[string]string{"ADSTAP_MAX_PENDING_CONNECTIONS": "0"}, "ADSTAP_MAX_PENDING_CONNECTIONS: want a whole number, 1 or more"},
+		{"zero output queue", []string{"run", up, "--output-queue-bytes=0"}, nil, "--output-queue-bytes"},
+		// A setting that needs another to mean anything.
+		{"retain bytes without retain", []string{"run", up, "--retain-max-bytes=1MiB"}, nil, "--retain-max-bytes needs --retain-resources"},
+		{"retain bytes by env without retain", []string{"run", up}, map[string]string{"ADSTAP_RETAIN_MAX_BYTES": "1MiB"}, "--retain-max-bytes needs --retain-resources"},
+		{"max nodes without node label", []string{"run", up, "--metrics-max-nodes=5"}, nil, "--metrics-max-nodes needs --metrics-node-label"},
+		{"capture size without capture", []string{"run", up, "--capture-max-bytes=1MiB"}, nil, "--capture-max-bytes needs --capture"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,6 +106,7 @@ func TestStartupErrorsExitWithStatus2AndOneClearLine(t *testing.T) {
 }
 
 func TestRunHelpListsEveryFlagWithItsEnvironmentTwin(t *testing.T) {
+	leakcheck.Check(t)
 	var stdout, stderr bytes.Buffer
 	if code := runCLI(context.Background(), []string{"run", "--help"}, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status %d; stderr %s", code, stderr.String())
@@ -115,6 +132,7 @@ func TestRunHelpListsEveryFlagWithItsEnvironmentTwin(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	leakcheck.Check(t)
 	var stdout bytes.Buffer
 	if code := runCLI(context.Background(), []string{"version"}, &stdout, &stdout); code != exitOK {
 		t.Fatalf("exit status %d", code)
@@ -128,6 +146,7 @@ func TestVersion(t *testing.T) {
 // given by its environment twin), with grpc-go's xDS client resolving a
 // service through it from a go-control-plane server.
 func TestRunRelaysARealClient(t *testing.T) {
+	leakcheck.Check(t)
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const node = "proxyless~10.0.0.9~client.default~default.svc.cluster.local"

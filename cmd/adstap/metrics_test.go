@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -89,6 +90,7 @@ func value(t *testing.T, text []byte, series string) float64 {
 // tap with real peers — 8 pushes, 5 NACKs in a row (a storm and a loop), two
 // full resyncs within a minute — and checks the scrape says exactly that.
 func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	var log syncbuf.Buffer
 	tapAddr, admin := startObservedTap(t, cp.Addr(), &log)
@@ -120,8 +122,8 @@ func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
 		send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "2026-11-30T09:00:00Z/1", ResponseNonce: r.Nonce,
 			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "cluster outbound|8080||svc-00003.ns-3.svc.cluster.local: rejected"}})
 	}
-	ack(recv())                         // push 7: accepted at last
-	time.Sleep(2100 * time.Millisecond) // a resync apart from the last one
+	ack(recv()) // push 7: accepted at last
+	// A new version starts a round of its own, however soon it comes.
 	cp.SetSnapshot(t, node, "2026-11-30T09:00:10Z/3", clusters(5))
 	ack(recv()) // push 8: the second full resync within a minute
 
@@ -129,13 +131,11 @@ func TestScrapedMetricsMatchAScriptedScenario(t *testing.T) {
 	// The relay counts a frame just after handing it to the observer, so
 	// the tracker can judge the last ACK a moment before it is counted.
 	// Past the deadline the comparison below shows what differs.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	xdstest.Until(xdstest.WaitTimeout, func() bool {
 		text = scrape(t, admin)
-		if value(t, text, `adstap_acks_total{type="cds"}`) == 3 &&
-			value(t, text, `adstap_messages_total{direction="request",protocol="sotw"}`) == 9 {
-			break
-		}
-	}
+		return value(t, text, `adstap_acks_total{type="cds"}`) == 3 &&
+			value(t, text, `adstap_messages_total{direction="request",protocol="sotw"}`) == 9
+	})
 	want := map[string]float64{
 		`adstap_pushes_total{type="cds"}`:                               8,
 		`adstap_acks_total{type="cds"}`:                                 3,

@@ -10,6 +10,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -60,6 +61,7 @@ func cdsSource(t *testing.T, admin, node string) (state string, src *lastErrorSo
 // metrics name the DestinationRule; a cluster without that metadata (plain
 // go-control-plane) says it has none.
 func TestNACKNamesTheDestinationRule(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name        string
 		stamp       bool

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -40,6 +41,7 @@ func getStreams(t *testing.T, admin, query string) export.StreamsPage {
 // cluster with lb_policy MAGLEV; /debug/streams shows CDS NACKED with
 // grpc-go's own message, and SYNCED once the cluster is fixed.
 func TestNACKFromGRPCGoShowsInDebugStreams(t *testing.T) {
+	leakcheck.Check(t)
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const node = "proxyless~10.0.0.3~client.default~default.svc.cluster.local"

@@ -37,7 +37,7 @@ func configCommand(f *configFlags) *command {
 		"adstap config shows, from a running tap, the resources of one type that a proxy accepted, as istioctl proxy-config does: the configuration the proxy runs, read off the wire. The tap keeps resources only with --retain-resources; secrets show as fingerprints, as on every other output.",
 		"adstap config (--node ID | --stream ID) --type cluster|listener|route|endpoint|secret [flags]")
 	c.group("Which proxy")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+	adminFlag(c, &f.admin)
 	c.String(&f.node, "node", "", "the proxy's node `id` (its newest stream with the type is shown)")
 	c.Var(uint64Value{&f.stream}, "stream", "the stream `id` (from adstap status -o wide)")
 	c.String(&f.typ, "type", "", "`type`: cluster, listener, route, endpoint or secret (or cds, lds, rds, eds, sds, ecds)")
@@ -172,7 +172,11 @@ var configTables = map[string]configTable{
 }
 
 func printConfig(w io.Writer, short string, cfg export.ConfigPage) {
-	fmt.Fprintf(w, "Stream %d, %s version %s: %d resources", cfg.Stream, short, or(printable(cfg.Version), "(none)"), len(cfg.Resources))
+	noun := "resources"
+	if len(cfg.Resources) == 1 {
+		noun = "resource"
+	}
+	fmt.Fprintf(w, "Stream %d, %s version %s: %d %s", cfg.Stream, short, or(printable(cfg.Version), "(none)"), len(cfg.Resources), noun)
 	if cfg.Incomplete {
 		fmt.Fprint(w, " (retention hit --retain-max-bytes: newer pushes were not kept)")
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"bytes"
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/gctune"
@@ -37,6 +38,8 @@ type runFlags struct {
 	metricsMaxNodes                                                     int
 	otlpEndpoint, traceScope, traceGrouping                             string
 	capturePath                                                         string
+	outputQueueBytes                                                    byteSize
+	maxConcurrentStreams, maxStreamsPerConnection, maxPendingConns      int
 	captureMaxBytes                                                     byteSize
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
@@ -73,6 +76,12 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
 	f.nackKeepBytes = track.DefaultKeepBytes
 	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
+	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
+	c.Var(intValue{&f.maxConcurrentStreams}, "max-concurrent-streams", "streams (`count`) open at once over every connection; more end with ResourceExhausted, counted in adstap_refused_total")
+	f.maxStreamsPerConnection = tap.DefaultMaxStreamsPerConnection
+	c.Var(intValue{&f.maxStreamsPerConnection}, "max-streams-per-connection", "streams (`count`) open at once on one client connection; more end with ResourceExhausted")
+	f.maxPendingConns = tap.DefaultMaxPendingConnections
+	c.Var(intValue{&f.maxPendingConns}, "max-pending-connections", "connections (`count`) accepted but yet to send their first bytes; more are closed at once, counted in adstap_refused_total")
 	f.drainTimeout = 10 * time.Second
 	c.Var(durationValue{&f.drainTimeout}, "drain-timeout", "on SIGTERM, end streams with Unavailable and exit within this `duration`")
 
@@ -95,6 +104,8 @@ func runCommand(f *runFlags) *command {
 	f.captureMaxFiles = capture.DefaultMaxFiles
 	c.Var(intValue{&f.captureMaxFiles}, "capture-max-files", "keep at most this many capture files (`count`), the current one included")
 
+	f.outputQueueBytes = export.DefaultOutputQueueBytes
+	c.Var(&f.outputQueueBytes, "output-queue-bytes", "`bytes` of capture records, and of pushes to retain, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
 	c.Bool(&f.retainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
 	f.retainMaxBytes = 128 << 20
 	c.Var(&f.retainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
@@ -151,14 +162,24 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err := errors.Join(
+		cmd.needs("retain-max-bytes", "retain-resources", f.retainResources),
+		cmd.needs("metrics-max-nodes", "metrics-node-label", f.metricsNodeLabel),
+		cmd.needs("capture-max-bytes", "capture", f.capturePath != ""),
+		cmd.needs("capture-max-files", "capture", f.capturePath != ""),
+	); err != nil {
+		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return exitUsage
+	}
+	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
 		return exitUsage
 	}
+	defer closeLog(logOut, time.Second) // after wait, which closes it within the drain
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
 	defer gctune.Start(gc, time.Second)()
-	t, err := startTap(f, log)
+	t, err := startTap(f, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
 		if errors.As(err, new(usageError)) {
@@ -186,6 +207,34 @@ func logGC(log *slog.Logger, s gctune.Settings) {
 	log.Info("garbage collector", attrs...)
 }
 
+// logQueueBytes bounds the log lines waiting for stderr.
+const logQueueBytes = 4 << 20
+
+// newLog is the tap's log on stderr, through an export.LogWriter: a stderr
+// that blocks costs log lines, counted, never a wait in the relay or the
+// tracker. Close the writer last (closeLog), to write out what waits.
+func newLog(stderr io.Writer, level, format string) (*slog.Logger, *export.LogWriter, error) {
+	if _, err := newLogger(io.Discard, level, format); err != nil {
+		return nil, nil, err
+	}
+	out := export.NewLogWriter(stderr, logQueueBytes, func(n uint64) []byte {
+		// Said in the log's own format, once stderr takes lines again.
+		var b bytes.Buffer
+		l, _ := newLogger(&b, level, format)
+		l.Warn(fmt.Sprintf("log: %d lines dropped while stderr was blocked", n), "dropped", n, "metric", `adstap_output_dropped_total{output="log"}`)
+		return b.Bytes()
+	})
+	log, _ := newLogger(out, level, format)
+	return log, out, nil
+}
+
+// closeLog writes out the log lines that wait, for at most d.
+func closeLog(out *export.LogWriter, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out.Close(ctx)
+}
+
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -204,6 +253,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // runningTap is a started tap with its listener, observer and admin server.
 type runningTap struct {
 	log       *slog.Logger
+	logOut    *export.LogWriter // nil when the log is written in place
 	srv       *tap.Server
 	lis       net.Listener
 	admin     *adminServer
@@ -214,7 +264,7 @@ type runningTap struct {
 // startTap checks the configuration, opens every listener, and starts
 // serving. Everything that can be wrong with the configuration fails here,
 // before the first client connects.
-func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
+func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningTap, error) {
 	if f.upstream == "" {
 		return nil, usagef("--upstream is required: the control plane's host:port, e.g. istiod.istio-system.svc:15012")
 	}
@@ -232,6 +282,10 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		UpstreamKeepalive: f.upstreamKeepalive,
 		ObserveQueueBytes: int64(f.observeQueueBytes),
 		Logger:            log,
+
+		MaxConcurrentStreams:    f.maxConcurrentStreams,
+		MaxStreamsPerConnection: f.maxStreamsPerConnection,
+		MaxPendingConnections:   f.maxPendingConns,
 	}
 	if int64(f.maxMessageSize) > int64(^uint32(0)>>1) {
 		return nil, usagef("--max-message-size %s: gRPC messages are at most 2GiB", f.maxMessageSize.String())
@@ -265,9 +319,13 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		Detect:           f.detect,
 		MetricsNodeLabel: f.metricsNodeLabel,
 		MetricsMaxNodes:  f.metricsMaxNodes,
+		OutputQueueBytes: int64(f.outputQueueBytes),
 		Tracing: &export.TracingConfig{
 			Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping, Getenv: osEnv,
 		},
+	}
+	if logOut != nil {
+		pcfg.LogDropped = logOut.Dropped
 	}
 	if f.retainResources {
 		pcfg.RetainMaxBytes = int64(f.retainMaxBytes)
@@ -291,7 +349,7 @@ func startTap(f runFlags, log *slog.Logger) (*runningTap, error) {
 		return nil, usagef("%v", err)
 	}
 	observing.Start(srv)
-	t := &runningTap{log: log, srv: srv, served: make(chan error, 1), observing: observing}
+	t := &runningTap{log: log, logOut: logOut, srv: srv, served: make(chan error, 1), observing: observing}
 	if f.admin != "off" && f.admin != "" {
 		pages := observing.Pages()
 		if f.pprof {
@@ -350,6 +408,10 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 		t.admin.close()
 	}
 	t.log.Info("stopped")
+	if t.logOut != nil {
+		// What the log still holds goes out within what is left of the drain.
+		t.logOut.Close(drainCtx)
+	}
 	return code
 }
 

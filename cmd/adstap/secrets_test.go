@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -56,9 +57,19 @@ func windows(secret []byte, n int) [][]byte {
 // TestSecretsNeverLeaveTheTap pushes a real SDS secret with a private key,
 // and a bearer token, through a tap with every output on, and looks for
 // them in every output: live log, metrics, debug pages, the retained config
-// view, the capture file and the spans in Jaeger.
+// view, the capture file and, when the Jaeger binary is there (always in
+// CI, where the span tests need it), the spans in Jaeger. Without Jaeger
+// every other output is still searched.
 func TestSecretsNeverLeaveTheTap(t *testing.T) {
-	j := jaegertest.Start(t)
+	leakcheck.Check(t)
+	var j *jaegertest.Jaeger
+	tracing := "--otlp-endpoint="
+	if jaegertest.Available() {
+		j = jaegertest.Start(t)
+		tracing += "http://" + j.OTLPGRPC
+	} else {
+		t.Log("no Jaeger binary (make jaeger-bin): the spans are not searched, every other output is")
+	}
 	service := fmt.Sprintf("adstap-secrets-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
 
@@ -72,7 +83,7 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	capturePath := filepath.Join(t.TempDir(), "xds.capture")
 	var log syncbuf.Buffer
 	tapAddr, admin := startTracedTap(t, cp.Addr(), &log,
-		"--otlp-endpoint=http://"+j.OTLPGRPC, "--capture="+capturePath, "--retain-resources", "--log-level=debug")
+		tracing, "--capture="+capturePath, "--retain-resources", "--log-level=debug")
 	const node = "sidecar~10.0.0.6~reviews-v1.default~default.svc.cluster.local"
 	cp.SetSnapshot(t, node, "2026-11-30T09:02:00Z/1", map[resource.Type][]types.Resource{
 		resource.ClusterType: xdsconfig.Clusters(2, 0),
@@ -132,21 +143,26 @@ func TestSecretsNeverLeaveTheTap(t *testing.T) {
 	if !bytes.Contains(commands, []byte("default  tlsCertificate  certificateChain, privateKey")) {
 		t.Errorf("adstap config --type secret does not show the secret's kind and parts:\n%s", commands)
 	}
-	traces := j.WaitTraces(t, service, map[string]string{"xds.type": "sds"}, func(ts []jaegertest.Trace) bool { return len(ts) > 0 })
-	spans, _ := json.Marshal(traces)
-	allSpans, _ := json.Marshal(j.Traces(t, service, nil))
+	var spans, allSpans []byte
+	if j != nil {
+		traces := j.WaitTraces(t, service, map[string]string{"xds.type": "sds"}, func(ts []jaegertest.Trace) bool { return len(ts) > 0 })
+		spans, _ = json.Marshal(traces)
+		allSpans, _ = json.Marshal(j.Traces(t, service, nil))
+	}
 	s.CloseSend()
 	cancel()
 
-	captured, err := os.ReadFile(capturePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(captured, []byte(`"kind":"frame"`)) {
-		t.Fatalf("the capture has no frames:\n%s", captured)
-	}
+	// The capture is written from a queue of its own: wait for the pushes.
+	var captured []byte
+	xdstest.Eventually(t, "both pushes in the capture file", func() bool {
+		var err error
+		captured, err = os.ReadFile(capturePath)
+		return err == nil && bytes.Count(captured, []byte(`"kind":"frame","stream":`)) >= 4
+	})
 	downloaded := get(t, "http://"+admin+"/debug/capture/"+filepath.Base(capturePath))
-	if !bytes.HasPrefix(captured, downloaded) || !bytes.Contains(downloaded, []byte(`"kind":"frame"`)) {
+	// Read at different moments of a file still being written: one is the
+	// start of the other.
+	if !(bytes.HasPrefix(captured, downloaded) || bytes.HasPrefix(downloaded, captured)) || !bytes.Contains(downloaded, []byte(`"kind":"frame"`)) {
 		t.Errorf("GET /debug/capture/%s is not the capture file as written:\n%s", filepath.Base(capturePath), downloaded)
 	}
 	outputs := map[string][]byte{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -36,7 +37,7 @@ func statusCommand(f *statusFlags) *command {
 		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message and the detectors that are active.",
 		"adstap status [flags]")
 	c.group("Where")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+	adminFlag(c, &f.admin)
 	c.String(&f.node, "node", "", "only the proxy with this node `id`")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
@@ -70,8 +71,11 @@ type statusCell struct {
 	State      string   `json:"state"` // SYNCED, STALE, ERROR, NOT SENT
 	AgeSeconds *float64 `json:"age_seconds,omitempty"`
 	Problem    bool     `json:"problem"`
-	age        string
-	ts         *track.TypeState
+	// Source is, for an ERROR, what the NACK rejected and the Istio objects
+	// it came from (/debug/streams' last_error_source).
+	Source *origin.Rejection `json:"source,omitempty"`
+	age    string
+	ts     *track.TypeState
 }
 
 // statusReport is what -o json prints.
@@ -111,7 +115,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap status: %v\n", err)
 		return exitFailure
 	}
-	rep := buildStatus(page, f.staleAfter)
+	rep := buildStatus(page, f.node, f.staleAfter)
 	switch f.output {
 	case "json":
 		enc := json.NewEncoder(stdout)
@@ -126,7 +130,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-func buildStatus(page export.StreamsPage, staleAfter time.Duration) statusReport {
+func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration) statusReport {
 	now := page.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -153,6 +157,12 @@ func buildStatus(page export.StreamsPage, staleAfter time.Duration) statusReport
 				c.Problem = now.Sub(at) >= staleAfter
 			case "NACKED":
 				c.State, at, c.Problem = "ERROR", ts.LastNACKAt, true
+				if len(ts.LastErrorSource) > 0 {
+					var src origin.Rejection
+					if json.Unmarshal(ts.LastErrorSource, &src) == nil {
+						c.Source = &src
+					}
+				}
 			case "NOT_SENT":
 				c.State = "NOT SENT"
 			}
@@ -182,8 +192,15 @@ func buildStatus(page export.StreamsPage, staleAfter time.Duration) statusReport
 		}
 		return int(a.Stream) - int(b.Stream)
 	})
+	shown := map[uint64]bool{}
+	nodes := map[string]bool{}
+	for _, s := range page.Streams {
+		shown[s.ID], nodes[s.NodeID] = true, true
+	}
 	for _, d := range page.Detectors {
-		if d.Active {
+		// With --node, the page has that node's streams only: so do the
+		// detectors shown (a herd, about the whole tap, is not the node's).
+		if d.Active && (node == "" || shown[d.StreamID] || (d.StreamID == 0 && nodes[d.Node])) {
 			rep.Detectors = append(rep.Detectors, d)
 		}
 	}
@@ -265,6 +282,13 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 			case "ERROR":
 				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: NACKED %s ago; running %s, rejected %s: %s",
 					printable(r.Name), r.Stream, c, cell.age, orNone(printable(ts.LastAckedVersion)), printable(ts.LastSentVersion), printable(ts.LastError)))
+				// The Istio object to fix, and how to look at it.
+				if s := cell.Source.Summary(); s != "" {
+					problems = append(problems, "  "+printable(s))
+					for _, o := range cell.Source.Objects() {
+						problems = append(problems, "    "+printable(o.Kubectl()))
+					}
+				}
 			case "STALE":
 				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: push %s unanswered for %s; running %s",
 					printable(r.Name), r.Stream, c, printable(ts.LastSentVersion), cell.age, orNone(printable(ts.LastAckedVersion))))

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -43,8 +44,8 @@ func withIstiodIdentifier() grpc.ServerOption {
 }
 
 // statusMesh is a running tap in front of go-control-plane with two proxies:
-// grpc-go's xDS client, in sync, and an Istio sidecar's stream (a raw ADS
-// client sending Envoy's node with ISTIO_VERSION) that NACKs its clusters.
+// grpc-go's xDS client (SotW), in sync, and an Istio sidecar's Delta stream
+// (a raw ADS client sending a node with ISTIO_VERSION) that NACKs its clusters.
 type statusMesh struct {
 	admin         string
 	good, nacking string // node ids
@@ -56,7 +57,7 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	m := statusMesh{
 		good:      "proxyless~10.0.0.3~greeter-client-7d9f.demo~demo.svc.cluster.local",
 		nacking:   "sidecar~10.0.0.4~reviews-v2-5d8b.demo~demo.svc.cluster.local",
-		rejection: "Error adding/updating cluster(s) outbound|9080||reviews.demo.svc.cluster.local: unexpected lbPolicy MAGLEV",
+		rejection: "Error adding/updating cluster(s) outbound|8080||svc-00001.ns-1.svc.cluster.local: unexpected lbPolicy MAGLEV",
 	}
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), withIstiodIdentifier())
@@ -69,20 +70,24 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	cc.Connect()
 
 	bad := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)}
-	bad[resource.ClusterType][1].(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_MAGLEV
+	maglev := bad[resource.ClusterType][1].(*clusterv3.Cluster)
+	maglev.LbPolicy = clusterv3.Cluster_MAGLEV
+	// Stamped as istiod stamps a cluster a DestinationRule shaped.
+	maglev.Metadata = xdsconfig.IstioConfig("destination-rule", "ns-1", "svc-00001-maglev")
 	cp.SetSnapshot(t, m.nacking, "2026-11-30T09:00:00Z/7", bad)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, tapAddr))
+	// Envoy sidecars speak Delta (Istio 1.22 on).
+	s := xdstest.OpenDelta(t, ctx, xdstest.DialRaw(t, tapAddr))
 	meta, err := structpb.NewStruct(map[string]any{"ISTIO_VERSION": "1.28.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: m.nacking, Metadata: meta}, TypeUrl: resource.ClusterType}); err != nil {
 		t.Fatal(err)
 	}
 	r := xdstest.RecvWithin(t, 10*time.Second, s.Recv)
-	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.Nonce,
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: m.rejection}}); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +117,8 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
-	m := startStatusMesh(t)
+	leakcheck.Check(t)
+	m := startStatusMesh(t, "--nack-storm-threshold=1")
 
 	code, out, stderr := cli(t, "status", "--admin", m.admin)
 	if code != exitOutOfSync {
@@ -138,15 +144,23 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		!strings.Contains(out, "rejected 2026-11-30T09:00:00Z/7: "+m.rejection) {
 		t.Errorf("no problem line with the NACK's version and message:\n%s", out)
 	}
+	if !strings.Contains(out, m.rejection+"\n    from DestinationRule ns-1/svc-00001-maglev\n      kubectl get destinationrule -n ns-1 svc-00001-maglev\n") {
+		t.Errorf("the problem line is not followed by the DestinationRule to fix and its kubectl get:\n%s", out)
+	}
 
-	// One node: the one in sync exits 0.
-	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") {
+	if !regexp.MustCompile(`(?m)^Active detectors:\n  NACK storm: stream \d+ cds, for \d+m?s \(1\)$`).MatchString(out) {
+		t.Errorf("the NACK storm is not among the active detectors:\n%s", out)
+	}
+
+	// One node: the one in sync exits 0, without the other's problems.
+	if code, out, _ := cli(t, "status", "--admin", m.admin, "--node", m.good); code != exitOK || strings.Contains(out, "reviews") || strings.Contains(out, "NACK storm") {
 		t.Errorf("status --node %s: exit %d, want 0 and only that proxy:\n%s", m.good, code, out)
 	}
 
 	code, out, _ = cli(t, "status", "--admin", m.admin, "-o", "wide")
 	if code != exitOutOfSync || !regexp.MustCompile(`(?m)^NAME\s+STREAM\s+PROTOCOL\s+PEER\s+CDS.*FULL SYNC$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) {
+		!regexp.MustCompile(`(?m)^greeter-client-7d9f\.demo\s+\d+\s+sotw\s+127\.0\.0\.1:\d+\s+.*\s(-|\d+(\.\d+)?m?s)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^reviews-v2-5d8b\.demo\s+\d+\s+delta\s+127\.0\.0\.1:\d+\s+ERROR`).MatchString(out) {
 		t.Errorf("-o wide: exit %d, want stream, protocol, peer and time to full sync:\n%s", code, out)
 	}
 
@@ -159,9 +173,13 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		rep.Proxies[0].Types["cds"].State != "ERROR" || rep.Proxies[1].Types["eds"].State != "SYNCED" {
 		t.Errorf("-o json: exit %d, %+v", code, rep)
 	}
+	if src := rep.Proxies[0].Types["cds"].Source; src.Summary() != "from DestinationRule ns-1/svc-00001-maglev" {
+		t.Errorf("-o json: the ERROR's source is %q", src.Summary())
+	}
 }
 
 func TestStatusAndConfigErrors(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	var log syncbuf.Buffer
 	_, admin := startTracedTap(t, cp.Addr(), &log)
@@ -194,13 +212,14 @@ func TestStatusAndConfigErrors(t *testing.T) {
 }
 
 func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
+	leakcheck.Check(t)
 	m := startStatusMesh(t, "--retain-resources")
 	code, out, stderr := cli(t, "config", "--admin", m.admin, "--node", m.good, "--type", "cluster")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, re := range []string{
-		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resources$`,
+		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resource$`,
 		`(?m)^NAME\s+TYPE\s+LB POLICY\s+CONNECT TIMEOUT$`,
 		`(?m)^cluster-greeter\s+EDS\s+ROUND_ROBIN\s+\S+s$`,
 	} {

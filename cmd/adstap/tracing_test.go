@@ -22,6 +22,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -36,7 +37,7 @@ func startTracedTap(t *testing.T, upstream string, log *syncbuf.Buffer, flags ..
 	if err := runCommand(&f).parse(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := startTap(f, slog.New(slog.NewJSONHandler(log, nil)))
+	rt, err := startTap(f, slog.New(slog.NewJSONHandler(log, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +81,7 @@ func sotwClient(t *testing.T, ctx context.Context, tapAddr, node string, pushes 
 // trace per version holding both proxies' pushes, and each stream's connect
 // span with its phases.
 func TestPushSpansInARealJaeger(t *testing.T) {
+	leakcheck.Check(t)
 	j := jaegertest.Start(t)
 	service := fmt.Sprintf("adstap-test-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
@@ -243,6 +245,7 @@ func silentCollector(t *testing.T) string {
 // closed port, or on one that accepts and never answers, every push still
 // arrives intact and the dropped-span counter rises.
 func TestUnreachableCollectorsNeverTouchTheRelay(t *testing.T) {
+	leakcheck.Check(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +303,7 @@ func TestUnreachableCollectorsNeverTouchTheRelay(t *testing.T) {
 // TestSpansOverOTLPHTTPFromTheStandardVariables: no flag, only the standard
 // OpenTelemetry variables, with the http/protobuf protocol and stream grouping.
 func TestSpansOverOTLPHTTPFromTheStandardVariables(t *testing.T) {
+	leakcheck.Check(t)
 	j := jaegertest.Start(t)
 	service := fmt.Sprintf("adstap-http-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
@@ -338,6 +342,7 @@ func TestSpansOverOTLPHTTPFromTheStandardVariables(t *testing.T) {
 // TestDetectorEpisodesAreSearchableSpans: a NACK storm shows in Jaeger as a
 // span a user can find by its tag.
 func TestDetectorEpisodesAreSearchableSpans(t *testing.T) {
+	leakcheck.Check(t)
 	j := jaegertest.Start(t)
 	service := fmt.Sprintf("adstap-detect-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)

@@ -103,10 +103,14 @@ function renderStreams(page) {
   const rows = streams.map((s) => {
     const byShort = {};
     for (const ts of Object.values(s.types)) byShort[ts.type] = ts;
-    let nack = null;
+    let nack = null, source = null;
     for (const c of cols) {
       const ts = byShort[c];
-      if (ts && ts.state === "NACKED" && ts.last_error) nack = c.toUpperCase() + ": " + ts.last_error;
+      if (ts && ts.state === "NACKED" && ts.last_error) {
+        nack = c.toUpperCase() + ": " + ts.last_error;
+        // The Istio object the rejected resources came from, as istiod recorded it.
+        source = (ts.last_error_source && ts.last_error_source.summary) || null;
+      }
     }
     const cells = cols.map((c) => {
       const ts = byShort[c];
@@ -126,7 +130,7 @@ function renderStreams(page) {
       ...cells,
       el("td", {}, controlPlane(s.control_plane)),
       el("td", {}, s.istio_version || s.user_agent || ""),
-      el("td", { class: "error" }, nack || ""));
+      nackCell(nack, source));
     if (s.id === selected) tr.classList.add("selected");
     tr.addEventListener("click", () => select(s.id));
     return tr;
@@ -134,6 +138,18 @@ function renderStreams(page) {
   document.querySelector("#streams tbody").replaceChildren(...rows);
   document.getElementById("no-streams").hidden = streams.length > 0;
   document.getElementById("streams").hidden = streams.length === 0;
+}
+
+// nackCell shows a NACK's message, long ones cut short, then its source
+// whole; the whole message is the cell's tooltip and in the timeline.
+const NACK_CHARS = 240;
+function nackCell(message, source) {
+  const td = el("td", { class: "error" });
+  if (!message) return td;
+  const suffix = source ? " — " + source : "";
+  td.textContent = (message.length > NACK_CHARS ? message.slice(0, NACK_CHARS) + "…" : message) + suffix;
+  td.title = message + suffix;
+  return td;
 }
 
 function renderDetectors(page) {
@@ -199,14 +215,17 @@ function renderTimeline(page) {
     mark.addEventListener("mouseenter", (ev) => {
       tip.textContent = text;
       tip.hidden = false;
-      tip.style.left = ev.clientX + 12 + "px";
-      tip.style.top = ev.clientY + 12 + "px";
+      // Beside the mark, but inside the window.
+      const x = Math.min(ev.clientX + 12, window.innerWidth - tip.offsetWidth - 8);
+      const y = Math.min(ev.clientY + 12, window.innerHeight - tip.offsetHeight - 8);
+      tip.style.left = Math.max(0, x) + "px";
+      tip.style.top = Math.max(0, y) + "px";
     });
     mark.addEventListener("mouseleave", () => { tip.hidden = true; });
     root.append(mark);
     if (i % 8 === 0 || i === pushes.length - 1) {
       const label = svg("text", { x: x - 20, y: height - 8 });
-      label.textContent = new Date(p.sent_at).toISOString().slice(11, 19);
+      label.textContent = new Date(p.sent_at).toLocaleTimeString([], { hour12: false });
       root.append(label);
     }
   });

@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/internal/bench"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // The workloads check what they measure: every push arrives byte for byte
 // (its xxhash is compared with what the upstream sent) and every ACK reaches
 // the upstream, on each of the five paths. Nothing here looks at speed.
 func TestWorkloadsOverEveryPath(t *testing.T) {
+	leakcheck.Check(t)
 	sizes := bench.TinySizes()
 	for _, w := range bench.Workloads(sizes) {
 		t.Run(w.ID(), func(t *testing.T) {
@@ -77,6 +79,7 @@ func checkCounts(t *testing.T, id string, s bench.Sizes, res bench.Result) {
 // The harness runs each middle as a process of its own and reads its usage;
 // here the test binary plays the harness's executable.
 func TestChildProcess(t *testing.T) {
+	leakcheck.Check(t)
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -108,6 +111,7 @@ func TestChildProcess(t *testing.T) {
 // A run that would need more file descriptors than the process may open
 // is refused before it starts, with the number of streams that would fit.
 func TestCheckFileLimit(t *testing.T) {
+	leakcheck.Check(t)
 	limit, err := bench.FileLimit()
 	if err != nil {
 		t.Skip(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/bench"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // corrupting is a middle that relays raw frames but flips the last byte of
@@ -101,6 +102,7 @@ func (c *corrupting) Close() error {
 
 // A middle that alters a push fails every workload: the checks are real.
 func TestAlteredPushIsCaught(t *testing.T) {
+	leakcheck.Check(t)
 	for _, w := range bench.Workloads(bench.TinySizes()) {
 		t.Run(w.ID(), func(t *testing.T) {
 			_, err := w.Run(context.Background(), startCorrupting(t, 2))

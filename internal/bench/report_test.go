@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/adstap/adstap/internal/leakcheck"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 )
 
 func TestReportTargets(t *testing.T) {
+	leakcheck.Check(t)
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	lat := func(p99 time.Duration) []time.Duration {
 		l := make([]time.Duration, 100)
@@ -63,6 +65,7 @@ func TestReportTargets(t *testing.T) {
 }
 
 func TestWriteDocKeepsTheRest(t *testing.T) {
+	leakcheck.Check(t)
 	path := filepath.Join(t.TempDir(), "performance.md")
 	if err := WriteDoc(path, "first\n"); err != nil {
 		t.Fatal(err)
@@ -81,6 +84,7 @@ func TestWriteDocKeepsTheRest(t *testing.T) {
 }
 
 func TestParseCodecBench(t *testing.T) {
+	leakcheck.Check(t)
 	out := []byte(`goos: linux
 BenchmarkDecodeCDS10MB 	     895	   1303117 ns/op	7700.10 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
 BenchmarkDecodeCDS10MB 	     902	   1290000 ns/op	7800.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op

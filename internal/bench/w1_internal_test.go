@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // TestW1BodiesDifferInTwoPercent: W1 claims its two alternating bodies
@@ -11,6 +12,7 @@ import (
 // would; a resource marshalled with its map entries in another order would
 // look changed to the tracker although it is not.
 func TestW1BodiesDifferInTwoPercent(t *testing.T) {
+	leakcheck.Check(t)
 	s := TinySizes()
 	s.W1Clusters, s.W1Pushes = 500, 2
 	w := NewW1(s)

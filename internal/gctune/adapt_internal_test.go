@@ -2,12 +2,14 @@ package gctune
 
 import (
 	"context"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"runtime/debug"
 	"testing"
 	"time"
 )
 
 func TestPercent(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		base uint64
 		want int
@@ -30,6 +32,7 @@ func TestPercent(t *testing.T) {
 // adapt follows what the collector scans: down as the heap grows past
 // ExtraHeadroom, back to DefaultPercent when it shrinks.
 func TestAdapt(t *testing.T) {
+	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	steps := []struct {
 		base uint64
@@ -76,6 +79,7 @@ func TestAdapt(t *testing.T) {
 }
 
 func TestStartLeavesTheUsersGOGC(t *testing.T) {
+	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(150))
 	stop := Start(Settings{Percent: 150, PercentSource: "GOGC"}, time.Millisecond)
 	stop()

@@ -10,11 +10,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/internal/gctune"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCgroupLimit(t *testing.T) {
+	leakcheck.Check(t)
 	tests := []struct {
 		name   string
 		files  fstest.MapFS
@@ -39,6 +41,7 @@ func TestCgroupLimit(t *testing.T) {
 }
 
 func TestApply(t *testing.T) {
+	leakcheck.Check(t)
 	limit := float64(256 << 20)
 	cgroup := fstest.MapFS{"memory.max": {Data: []byte("268435456")}}
 	tests := []struct {

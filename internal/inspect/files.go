@@ -142,6 +142,9 @@ type reader struct {
 	stderr io.Writer
 	poll   time.Duration
 	files  []FileRead
+	// polled, when set, is told each time a followed file was found with
+	// nothing new, so a test can wait for polls rather than sleep.
+	polled func()
 }
 
 // readFile reads a whole file. A last record cut short is reported on
@@ -239,6 +242,9 @@ func (r *reader) follow(ctx context.Context, src source, path string) error {
 			continue
 		}
 		r.rp.idle(time.Now())
+		if r.polled != nil {
+			r.polled()
+		}
 		timer.Reset(r.poll)
 		select {
 		case <-ctx.Done():

@@ -32,6 +32,8 @@ type Config struct {
 	// Poll is how often a followed file is checked for growth and
 	// rotation; zero means DefaultPoll.
 	Poll time.Duration
+	// polled is told of every poll that found nothing new (tests).
+	polled func()
 
 	// Push, when set, shows every push of this version: per stream and
 	// type the names added, removed and changed; with Resources also each
@@ -120,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	rp := newReplayer(cfg.Detect, out...)
-	rd := &reader{rp: rp, stderr: cfg.Stderr, poll: cfg.Poll}
+	rd := &reader{rp: rp, stderr: cfg.Stderr, poll: cfg.Poll, polled: cfg.polled}
 
 	last := len(files)
 	if cfg.Follow {

@@ -32,11 +32,13 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/inspect/inspecttest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
+	"sync/atomic"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -100,6 +102,7 @@ func checkSummary(t *testing.T, got *Summary) {
 }
 
 func TestSummaryCountsMatchTheScript(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	got, err := Replay(t.Context(), []string{sc.Path}, detect, nil)
 	if err != nil {
@@ -115,6 +118,7 @@ func TestSummaryCountsMatchTheScript(t *testing.T) {
 // new file repeating the open streams at its top) replays to the same
 // counts, from its newest file's path alone or from the files listed.
 func TestRotatedCaptureReadsAsOne(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{MaxBytes: 1500, MaxFiles: 100})
 	files := capture.Files(sc.Path, 100)
 	if len(files) < 3 {
@@ -244,6 +248,7 @@ func readRecords(t *testing.T, path string) []capture.Record {
 // log's lines, each stamped with the time recorded in the capture — here a
 // day and a few hours before the test ran, so time.Now() would show.
 func TestTimelineIsTheLiveLogAtTheRecordedTimes(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	path, recs := shifted(t, sc.Path, -(26*time.Hour + 17*time.Minute))
 	out, _ := run(t, Config{Files: []string{path}, Timeline: true, Detect: detect})
@@ -317,6 +322,7 @@ func replayWith(t *testing.T, files []string, c consumer) {
 var pushOpts = cmpopts.IgnoreFields(PushDiff{}, "At", "Nonce", "Bytes", "Latency", "Details")
 
 func TestPushShowsEveryNameAddedRemovedAndChanged(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	tests := []struct {
 		version string
@@ -370,6 +376,7 @@ func TestPushShowsEveryNameAddedRemovedAndChanged(t *testing.T) {
 // cluster shows the one field that changed since the version the client
 // accepted, and every resource as JSON.
 func TestPushResourcesShowTheFieldLevelChange(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	p := newPushes("v2", true)
 	replayWith(t, []string{sc.Path}, p)
@@ -416,6 +423,7 @@ func TestPushResourcesShowTheFieldLevelChange(t *testing.T) {
 }
 
 func TestNACKsCollapseIntoOneEntryWithACount(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	c := newNACKCollector()
 	replayWith(t, []string{sc.Path}, c)
@@ -515,6 +523,7 @@ func checkNoKey(t *testing.T, what string, hay []byte, needles [][]byte) {
 // neither the capture file (as text, or in any decoded message) nor any of
 // inspect's outputs, which show its fingerprint instead.
 func TestNoByteOfThePrivateKeyLeaves(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	needles := keyNeedles(t, sc.KeyPEM, sc.CertPEM)
 	// The check itself: it finds the key in each form an unredacted secret
@@ -575,6 +584,7 @@ func TestNoByteOfThePrivateKeyLeaves(t *testing.T) {
 // middle of its last record is read up to the record before, with a
 // warning naming it and what was read, and no error.
 func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	data, err := os.ReadFile(sc.Path)
 	if err != nil {
@@ -611,6 +621,7 @@ func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
 }
 
 func TestWhatIsNotACaptureIsAnInputError(t *testing.T) {
+	leakcheck.Check(t)
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -641,6 +652,14 @@ func TestWhatIsNotACaptureIsAnInputError(t *testing.T) {
 	}
 }
 
+// waitPolls waits for --follow to look at the file three more times and
+// find nothing new, so that what it did not print it will not print.
+func waitPolls(t *testing.T, idlePolls func() int64) {
+	t.Helper()
+	from := idlePolls()
+	xdstest.Eventually(t, "three more polls", func() bool { return idlePolls() >= from+3 })
+}
+
 func waitFor(t *testing.T, out *syncbuf.Buffer, want string) {
 	t.Helper()
 	xdstest.Eventually(t, fmt.Sprintf("%q in the output", want), func() bool { return strings.Contains(out.String(), want) })
@@ -649,12 +668,21 @@ func waitFor(t *testing.T, out *syncbuf.Buffer, want string) {
 // follow runs Run with Follow on path until stop is called.
 func follow(t *testing.T, path string, out, errOut *syncbuf.Buffer) (stop func() error) {
 	t.Helper()
+	stop, _ = followPolled(t, path, out, errOut)
+	return stop
+}
+
+// followPolled is follow, with the number of polls that found nothing new.
+func followPolled(t *testing.T, path string, out, errOut *syncbuf.Buffer) (stop func() error, idlePolls func() int64) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var polls atomic.Int64
 	go func() {
 		done <- Run(ctx, Config{Files: []string{path}, Follow: true, Timeline: true, Summary: true, Poll: 5 * time.Millisecond,
-			Detect: detect, Stdout: out, Stderr: errOut})
+			Detect: detect, Stdout: out, Stderr: errOut, polled: func() { polls.Add(1) }})
 	}()
+	idlePolls = polls.Load
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -669,13 +697,14 @@ func follow(t *testing.T, path string, out, errOut *syncbuf.Buffer) (stop func()
 		return err
 	}
 	t.Cleanup(func() { stop() })
-	return stop
+	return stop, idlePolls
 }
 
 // TestFollowPrintsRecordsAppendedAfterItStarted: --follow prints the
 // timeline of records written after it started, including one that
 // arrives in two writes, and the summary once stopped.
 func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
+	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	data, err := os.ReadFile(sc.Path)
 	if err != nil {
@@ -699,9 +728,9 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut syncbuf.Buffer
-	stop := follow(t, path, &out, &errOut)
+	stop, idlePolls := followPolled(t, path, &out, &errOut)
 	waitFor(t, &out, "stream 1 open")
-	time.Sleep(50 * time.Millisecond) // a few polls with nothing new
+	waitPolls(t, idlePolls) // a few polls with nothing new
 	if strings.Contains(out.String(), "closed after") || strings.Contains(out.String(), "CDS v=v1") {
 		t.Fatalf("a close printed before it was written:\n%s", out.String())
 	}
@@ -728,7 +757,7 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 	})
 	waitFor(t, &out, "SDS v=v1 +1 -0 ~0 =0")
 	waitFor(t, &out, "stream 1 closed")
-	time.Sleep(50 * time.Millisecond) // a few polls with half a record waiting
+	waitPolls(t, idlePolls) // a few polls with half a record waiting
 	if strings.Contains(out.String(), "stream 2 closed") {
 		t.Fatal("a half-written record was replayed")
 	}
@@ -750,6 +779,7 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 // TestFollowAcrossRotation follows a live capture while the real tap
 // writes it and rotates it every few records.
 func TestFollowAcrossRotation(t *testing.T) {
+	leakcheck.Check(t)
 	path := filepath.Join(t.TempDir(), "capture.jsonl")
 	var out, errOut syncbuf.Buffer
 	var stop func() error

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/redact"
 )
@@ -36,6 +37,7 @@ func jsonOf(t *testing.T, typeURL string, m proto.Message) jsonValue {
 // TestFieldChangesNamePathsInProtoFieldNames: a port moved deep in a
 // cluster's load assignment, a field added and one removed.
 func TestFieldChangesNamePathsInProtoFieldNames(t *testing.T) {
+	leakcheck.Check(t)
 	const name = "reviews.default.svc.cluster.local"
 	build := func(port uint32, maglev bool) *clusterv3.Cluster {
 		c := xdsconfig.Cluster(name, false)
@@ -65,6 +67,7 @@ func TestFieldChangesNamePathsInProtoFieldNames(t *testing.T) {
 // TestUnknownTypesShowAsTheirTypeURLAndBase64: a resource of a type this
 // binary does not know, and an unknown Any inside a known resource.
 func TestUnknownTypesShowAsTheirTypeURLAndBase64(t *testing.T) {
+	leakcheck.Check(t)
 	v, err := resourceJSON(body{typeURL: "type.googleapis.com/acme.mesh.v1.Widget", value: []byte{1, 2, 3}})
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +96,7 @@ func TestUnknownTypesShowAsTheirTypeURLAndBase64(t *testing.T) {
 // a SotW response with a TTL-wrapped resource and a heartbeat line up with
 // the names the codec (and so the tracker) reads.
 func TestBodiesPairWithTheTrackersNames(t *testing.T) {
+	leakcheck.Check(t)
 	cluster := func(name string) *anypb.Any {
 		a, err := anypb.New(xdsconfig.Cluster(name, true))
 		if err != nil {
@@ -168,6 +172,7 @@ func mustUnmarshal(t *testing.T, b []byte) proto.Message {
 // its fingerprint as is; one in a response the capture did not mark
 // redacted is redacted on the way out.
 func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
+	leakcheck.Check(t)
 	key := []byte("-----BEGIN EC PRIVATE KEY-----\nnot really a key\n-----END EC PRIVATE KEY-----\n")
 	raw, err := proto.Marshal(xdsconfig.Secret("default", []byte("cert"), key))
 	if err != nil {

@@ -1,6 +1,7 @@
 package jaegertest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,9 +17,33 @@ const buildHint = "run scripts/build-jaeger.sh (or make jaeger-bin) to build it 
 // skipped elsewhere; both say how to build it.
 func Binary(t testing.TB) string {
 	t.Helper()
+	path, err := binary()
+	if err == nil {
+		return path
+	}
+	if path == "" {
+		t.Fatalf("jaegertest: %v", err)
+	}
+	if inCI() {
+		t.Fatalf("jaegertest: no Jaeger binary at %s (%v): %s", path, err, buildHint)
+	}
+	t.Skipf("jaegertest: no Jaeger binary at %s: %s", path, buildHint)
+	return ""
+}
+
+// Available reports whether the Jaeger binary is there, for a test that
+// checks spans as one of several outputs and goes on without them.
+func Available() bool {
+	_, err := binary()
+	return err == nil
+}
+
+// binary returns the binary's path, and an error when it is not there
+// (with the path it looked at) or the module root cannot be found (without).
+func binary() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("jaegertest: working directory: %v", err)
+		return "", fmt.Errorf("working directory: %w", err)
 	}
 	root := ""
 	for dir := wd; ; dir = filepath.Dir(dir) {
@@ -31,21 +56,17 @@ func Binary(t testing.TB) string {
 		}
 	}
 	if root == "" {
-		t.Fatalf("jaegertest: no go.mod in %s or above it", wd)
+		return "", fmt.Errorf("no go.mod in %s or above it", wd)
 	}
 	path := filepath.Join(root, ".cache", "bin", "jaeger")
 	fi, err := os.Stat(path)
 	if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-		return path
+		return path, nil
 	}
 	if err == nil {
 		err = os.ErrPermission
 	}
-	if inCI() {
-		t.Fatalf("jaegertest: no Jaeger binary at %s (%v): %s", path, err, buildHint)
-	}
-	t.Skipf("jaegertest: no Jaeger binary at %s: %s", path, buildHint)
-	return ""
+	return path, err
 }
 
 func inCI() bool {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -143,6 +144,7 @@ func check(t *testing.T, j *jaegertest.Jaeger, service string, s sent) {
 }
 
 func TestOTLP(t *testing.T) {
+	leakcheck.Check(t)
 	j := jaegertest.Start(t)
 	ctx := context.Background()
 
@@ -165,6 +167,7 @@ func TestOTLP(t *testing.T) {
 // Two Jaegers at once share no port and no spans, as two test packages'
 // would.
 func TestTwoAtOnce(t *testing.T) {
+	leakcheck.Check(t)
 	a, b := jaegertest.Start(t), jaegertest.Start(t)
 	for _, addr := range []string{a.OTLPGRPC, a.OTLPHTTP, a.QueryHTTP} {
 		for _, other := range []string{b.OTLPGRPC, b.OTLPHTTP, b.QueryHTTP} {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"go.uber.org/goleak"
 )
 
@@ -29,7 +30,7 @@ var mayImport = map[string][]string{
 	"internal/gctune":   {},
 	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export"},
 	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export"},
-	"cmd/adstap":        {"codec", "tap", "track", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
+	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
 }
 
 // demoImports are what cmd/adstap's files may add under the demo build tag
@@ -41,7 +42,7 @@ var demoImports = []string{"internal/demo"}
 var tools = []string{"cmd/adstap-bench", "internal/bench", "internal/demo", "internal/layers"}
 
 // testSupport serves tests (and tools) only.
-var testSupport = []string{"internal/xdstest", "internal/xdsconfig", "internal/jaegertest", "internal/syncbuf", "internal/reliability", "internal/inspect/inspecttest"}
+var testSupport = []string{"internal/xdstest", "internal/leakcheck", "internal/xdsconfig", "internal/jaegertest", "internal/syncbuf", "internal/reliability", "internal/inspect/inspecttest"}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -108,6 +109,7 @@ func imports(t *testing.T, root, dir string, tags ...string) []string {
 // it, when the tap imports a tool or test support, and when a package is new
 // to this table: say where it belongs.
 func TestImportsPointOneWay(t *testing.T) {
+	leakcheck.Check(t)
 	root, dirs := packages(t)
 	for _, dir := range dirs {
 		for _, tags := range [][]string{nil, {"demo"}} {
@@ -142,6 +144,7 @@ func TestImportsPointOneWay(t *testing.T) {
 // links: no testing package, no go-control-plane server or cache, no grpc-go
 // xDS client (the demo brings them, behind its build tag).
 func TestShippedBinaryLinksNoTestOrDemoCode(t *testing.T) {
+	leakcheck.Check(t)
 	root, _ := packages(t)
 	gobin := filepath.Join(build.Default.GOROOT, "bin", "go")
 	cmd := exec.Command(gobin, "list", "-deps", "./cmd/adstap")

@@ -39,6 +39,13 @@ type Config struct {
 	RetainMaxBytes int64
 	// Capture, when set, receives every frame; the pipeline closes it.
 	Capture *capture.Writer
+	// OutputQueueBytes bounds, for each output that does I/O (the capture,
+	// the retained configuration), the bytes waiting for it; past it the
+	// output drops work and counts it. 0 means DefaultOutputQueueBytes.
+	OutputQueueBytes int64
+	// LogDropped, when set, counts the log lines the logger's writer
+	// dropped (export.LogWriter.Dropped), for the metrics.
+	LogDropped func() uint64
 	// Sinks are told every tracker event after the pipeline's own sinks.
 	Sinks []track.Sink
 }
@@ -50,10 +57,12 @@ type Pipeline struct {
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
-	Capture  *capture.Writer     // nil without Config.Capture
-	relay    atomic.Pointer[tap.Server]
-	observer tap.Observer
-	stop     func()
+	Capture  *export.Capture     // nil without Config.Capture
+	// captureFile is Config.Capture, whose files /debug/capture lists.
+	captureFile *capture.Writer
+	relay       atomic.Pointer[tap.Server]
+	observer    tap.Observer
+	stop        func()
 }
 
 // New builds the pipeline. Its only errors are tracing's (a bad OTEL_*
@@ -63,7 +72,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{Capture: cfg.Capture, stop: func() {}}
+	p := &Pipeline{stop: func() {}}
 	if cfg.Tracing != nil {
 		tcfg := *cfg.Tracing
 		if tcfg.Logger == nil {
@@ -82,20 +91,35 @@ func New(cfg Config) (*Pipeline, error) {
 			}
 		}
 	}
+	dropped := map[string]func() uint64{"log": cfg.LogDropped}
+	if cfg.RetainMaxBytes > 0 {
+		p.Retained = export.NewConfigStore(cfg.RetainMaxBytes, cfg.OutputQueueBytes, log)
+		dropped["config"] = p.Retained.Dropped
+	}
+	if cfg.Capture != nil {
+		p.Capture = export.NewCapture(cfg.Capture, log, cfg.OutputQueueBytes)
+		p.captureFile = cfg.Capture
+		dropped["capture"] = p.Capture.Dropped
+	}
 	p.Metrics = export.NewMetrics(export.MetricsConfig{
-		NodeLabel: cfg.MetricsNodeLabel,
-		MaxNodes:  cfg.MetricsMaxNodes,
-		Version:   cfg.Version,
-		Logger:    log,
-		TraceID:   p.Tracing.TraceIDFor,
-		Dropped:   p.Tracing.Dropped,
+		NodeLabel:     cfg.MetricsNodeLabel,
+		MaxNodes:      cfg.MetricsMaxNodes,
+		Version:       cfg.Version,
+		Logger:        log,
+		TraceID:       p.Tracing.TraceIDFor,
+		Dropped:       p.Tracing.Dropped,
+		OutputDropped: dropped,
+		Refused: map[string]func() uint64{
+			"max_concurrent_streams":     func() uint64 { return p.refused().Streams },
+			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
+			"max_pending_connections":    func() uint64 { return p.refused().Connections },
+		},
 	}, export.RelayStatsFunc(p.relayStats))
 	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics}
 	if p.Tracing != nil {
 		sinks = append(sinks, p.Tracing)
 	}
-	if cfg.RetainMaxBytes > 0 {
-		p.Retained = export.NewConfigStore(cfg.RetainMaxBytes)
+	if p.Retained != nil {
 		sinks = append(sinks, p.Retained)
 	}
 	sinks = append(sinks, cfg.Sinks...)
@@ -108,7 +132,7 @@ func New(cfg Config) (*Pipeline, error) {
 		observers = append(observers, retainObserver{p.Retained})
 	}
 	if p.Capture != nil {
-		observers = append(observers, captureObserver{export.NewCapture(p.Capture, log)})
+		observers = append(observers, captureObserver{p.Capture})
 	}
 	p.observer = tap.Observers(observers...)
 	return p, nil
@@ -122,6 +146,13 @@ func (p *Pipeline) TapObserver() tap.Observer { return p.observer }
 func (p *Pipeline) Start(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.stop = p.Observer.StartClock(time.Second)
+}
+
+func (p *Pipeline) refused() tap.Refused {
+	if srv := p.relay.Load(); srv != nil {
+		return srv.Refused()
+	}
+	return tap.Refused{}
 }
 
 func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
@@ -145,7 +176,7 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
 	if p.Capture != nil {
-		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.Capture)
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.captureFile)
 	}
 	for pattern, h := range export.Page() {
 		pages[pattern] = h
@@ -153,13 +184,20 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	return pages
 }
 
-// Close stops the clock, closes the capture and flushes the spans within
-// ctx. Call it after the tap has stopped, so every stream's end is observed.
+// Close stops the clock and writes out what the outputs hold — capture
+// records, retained pushes, spans — until ctx is done; past it the rest is
+// dropped and counted. Call it after the tap has stopped, so every stream's
+// end is observed.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.stop()
 	var errs []error
+	if p.Retained != nil {
+		if err := p.Retained.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("retained configuration: %w", err))
+		}
+	}
 	if p.Capture != nil {
-		if err := p.Capture.Close(); err != nil {
+		if err := p.Capture.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("closing the capture: %w", err))
 		}
 	}

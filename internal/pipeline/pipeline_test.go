@@ -25,6 +25,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -74,6 +75,7 @@ func (a *acks) count(r track.PushResult) int {
 // extra sink, /debug/streams, /debug/config, /metrics with the relay's own
 // counters, the spans and the capture file.
 func TestEveryOutputSeesAPush(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	const nodeID = "pipeline-node"
 	cluster := xdsconfig.Cluster("outbound|80||svc.default.svc.cluster.local", false)
@@ -180,6 +182,7 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 // TestWithoutOutputs is the zero configuration: tracker, live log and
 // metrics, with nothing to flush.
 func TestWithoutOutputs(t *testing.T) {
+	leakcheck.Check(t)
 	p, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{}})
 	if err != nil {
 		t.Fatalf("pipeline.New: %v", err)
@@ -205,6 +208,7 @@ func TestWithoutOutputs(t *testing.T) {
 
 // TestTracingError: a bad tracing configuration fails New, saying so.
 func TestTracingError(t *testing.T) {
+	leakcheck.Check(t)
 	env := map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
 	_, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{
 		Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return env[k] },

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
-	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -28,6 +28,7 @@ import (
 // the ended upstream stream fails, so it was never relayed either. It is a
 // race at the end of a stream, so the test tries several rounds.
 func TestRelayedRequestsAreObservedOrCountedAsSkipped(t *testing.T) {
+	leakcheck.Check(t)
 	for round := 1; round <= 5; round++ {
 		if !relayedRequestsAccountedFor(t, 100) {
 			t.Logf("found in round %d", round)
@@ -105,7 +106,7 @@ func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
 		}()
 	}
 	wg.Wait()
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return closed == streams && srv.Stats()[codec.SotW].StreamsActive == 0
@@ -113,8 +114,11 @@ func relayedRequestsAccountedFor(t *testing.T, streams int) bool {
 		t.Fatalf("streams did not all end")
 		return false
 	}
-	// The request pump may outlive its handler by a moment.
-	time.Sleep(200 * time.Millisecond)
+	// The request pump may outlive its handler by a moment; Shutdown
+	// returns once every pump has ended, so nothing more can be counted.
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelShutdown()
+	srv.Shutdown(shutdownCtx)
 	relayed := srv.Stats()[codec.SotW].Messages[0]
 	mu.Lock()
 	defer mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -24,14 +25,14 @@ var (
 	badRequests  = [][]byte{
 		overflow,
 		{0x00, 0x00}, // field number 0
-		append(protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), rel.ClusterType), 0x2a, 0x0a, 'x'), // truncated nonce
-		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), truncatedAny),                              // a node cut short
+		append(protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), xdstest.ClusterType), 0x2a, 0x0a, 'x'), // truncated nonce
+		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), truncatedAny),                                  // a node cut short
 		append(protowire.AppendTag(nil, 9, protowire.StartGroupType), protowire.AppendTag(nil, 10, protowire.EndGroupType)...),
 	}
 	badResponses = [][]byte{
 		overflow,
 		protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), truncatedAny), // resources[0] cut short
-		rel.PushFrame(rel.ClusterType, "v1", "nonce-1", nil)[:8],                              // truncated
+		xdstest.PushFrame(xdstest.ClusterType, "v1", "nonce-1", nil)[:8],                      // truncated
 		append(protowire.AppendTag(nil, 9, protowire.StartGroupType), protowire.AppendTag(nil, 10, protowire.EndGroupType)...),
 	}
 )
@@ -42,6 +43,7 @@ var (
 // byte for byte, in order; the stream must go on; and each malformed frame
 // must be counted once in adstap_decode_errors_total and logged.
 func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
+	leakcheck.Check(t)
 	for _, b := range badRequests {
 		if _, err := codec.DecodeRequest(b, false); err == nil {
 			t.Fatalf("request %x decodes: the test needs frames that do not", b)
@@ -52,7 +54,7 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 			t.Fatalf("response %x decodes: the test needs frames that do not", b)
 		}
 	}
-	good := rel.PushFrame(rel.ClusterType, "v1", "nonce-1", rel.ClusterAnys(3, 500))
+	good := xdstest.PushFrame(xdstest.ClusterType, "v1", "nonce-1", xdstest.ClusterAnys(3, 500))
 	want := append([][]byte{good}, badResponses...)
 	var gotAtUpstream [][32]byte
 	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
@@ -78,9 +80,9 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := rel.OpenADS(t, ctx, cc)
-	requests := [][]byte{rel.RequestFrame(&core.Node{Id: "bad-input"}, rel.ClusterType, "", "", "")}
+	requests := [][]byte{xdstest.RequestFrame(&core.Node{Id: "bad-input"}, xdstest.ClusterType, "", "", "")}
 	requests = append(requests, badRequests...)
-	requests = append(requests, rel.RequestFrame(nil, rel.ClusterType, "v1", "nonce-1", "")) // the ACK, last
+	requests = append(requests, xdstest.RequestFrame(nil, xdstest.ClusterType, "v1", "nonce-1", "")) // the ACK, last
 	var sentDigests [][32]byte
 	for i, b := range requests {
 		sentDigests = append(sentDigests, sha256.Sum256(b))
@@ -101,7 +103,7 @@ func TestMalformedFramesAreRelayedUnchangedAndCounted(t *testing.T) {
 	if _, err := xdstest.Recv(s); err != io.EOF {
 		t.Fatalf("end of stream: %v", err)
 	}
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
 		t.Fatal("the tracker never saw the stream close")
 	}
 	if len(gotAtUpstream) != len(sentDigests) {

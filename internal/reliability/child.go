@@ -55,7 +55,7 @@ func ChildPush(pushBytes int) []byte {
 	const per = 100_000
 	n := max(1, pushBytes/per)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&discovery.DiscoveryResponse{
-		TypeUrl: ClusterType, VersionInfo: "child-1", Nonce: "1", Resources: ClusterAnys(n, per),
+		TypeUrl: xdstest.ClusterType, VersionInfo: "child-1", Nonce: "1", Resources: xdstest.ClusterAnys(n, per),
 	})
 	if err != nil {
 		panic(err)

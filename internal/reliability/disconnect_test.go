@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
@@ -115,7 +116,7 @@ func (u *soakUpstream) push(rng *rand.Rand, id string, i int) []byte {
 	for range n {
 		res = append(res, u.resources[rng.IntN(len(u.resources))])
 	}
-	return rel.PushFrame(rel.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), res)
+	return xdstest.PushFrame(xdstest.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), res)
 }
 
 func (u *soakUpstream) handle(_ any, s grpc.ServerStream) error {
@@ -220,13 +221,14 @@ type soakClient struct {
 // must agree with the relay's own counters and end with no stream and no
 // push left open; and no goroutine may be left behind.
 func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
+	leakcheck.Check(t)
 	total := rel.Pick(5_000, 100_000)
 	streams := rel.Pick(20, 200)
 
 	up := &soakUpstream{attempts: map[string]*serverAttempt{}}
-	up.resources = append(up.resources, rel.ClusterAnys(40, 300)...)
-	up.resources = append(up.resources, rel.ClusterAnys(20, 4_000)...)
-	up.resources = append(up.resources, rel.ClusterAnys(4, 60_000)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(40, 300)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(20, 4_000)...)
+	up.resources = append(up.resources, xdstest.ClusterAnys(4, 60_000)...)
 	up.up = xdstest.StartRawUpstream(t, up.handle)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.up.Addr})
 	// Every goroutine from here on must be gone once the clients are, but
@@ -274,7 +276,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 	}
 
 	// The relay is idle, and the tracker has seen the end of every stream.
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		st := tp.SotW()
 		return st.StreamsActive == 0 && int64(tp.Events.Counts().StreamsClosed) == st.StreamsOpened
 	}) {
@@ -316,7 +318,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 
 	// No goroutine of the relay, the observer or gRPC outlives the streams.
 	var leak error
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		for _, c := range clients {
 			c.cc.Close()
 		}
@@ -384,7 +386,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 		return xdstest.Send(s, b)
 	}
 	var end error
-	if err := send(rel.RequestFrame(&core.Node{Id: id, Cluster: "soak"}, rel.ClusterType, "", "", "")); err != nil {
+	if err := send(xdstest.RequestFrame(&core.Node{Id: id, Cluster: "soak"}, xdstest.ClusterType, "", "", "")); err != nil {
 		end = err
 	}
 	for end == nil && got.Len() < p.pushes {
@@ -403,7 +405,7 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 			c.cc.Close()
 			break
 		}
-		if err := send(rel.RequestFrame(nil, rel.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), "")); err != nil {
+		if err := send(xdstest.RequestFrame(nil, xdstest.ClusterType, "v"+strconv.Itoa(i), id+"-"+strconv.Itoa(i), "")); err != nil {
 			// The stream is over; RecvMsg says how.
 			continue
 		}
@@ -413,9 +415,9 @@ func (c *soakClient) attempt(ctx context.Context, id string, p plan, budget *ato
 		// before the client lets go.
 		last := id + "-" + strconv.Itoa(p.pushes-1)
 		var ts *track.TypeState
-		if !rel.WaitUntil(10*time.Second, func() bool {
+		if !xdstest.Until(10*time.Second, func() bool {
 			for _, st := range c.tp.Tracker.Streams(id) {
-				ts = st.Types[rel.ClusterType]
+				ts = st.Types[xdstest.ClusterType]
 				return ts != nil && ts.State == "SYNCED" && ts.LastAckedNonce == last && ts.Pushes == p.pushes
 			}
 			return false

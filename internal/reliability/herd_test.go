@@ -17,6 +17,7 @@ import (
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -32,6 +33,7 @@ import (
 // served, and the tracker must show every stream SYNCED on the new version.
 // How long it took is the figure.
 func TestReconnectHerd(t *testing.T) {
+	leakcheck.Check(t)
 	streams := rel.Pick(200, 1000)
 	conns := rel.Pick(10, 50)
 	resources := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(10, 1000)}
@@ -110,12 +112,12 @@ func TestReconnectHerd(t *testing.T) {
 		t.Fatalf("the first sync of %d streams did not complete within a minute", streams)
 	}
 	cold := time.Since(start)
-	if !rel.WaitUntil(30*time.Second, func() bool { return syncedStreams(tp, "v1") == streams }) {
+	if !xdstest.Until(30*time.Second, func() bool { return syncedStreams(tp, "v1") == streams }) {
 		t.Fatalf("the tracker shows %d of %d streams SYNCED on v1", syncedStreams(tp, "v1"), streams)
 	}
 	// The cold start was a herd too; let its episode end (on the tracker's
 	// next ticks) so the reconnect's is a new one.
-	if !rel.WaitUntil(10*time.Second, func() bool {
+	if !xdstest.Until(10*time.Second, func() bool {
 		ev := tp.Events.Counts()
 		return ev.DetectorsEnded[track.DetectorReconnectHerd] == ev.DetectorsStarted[track.DetectorReconnectHerd]
 	}) {
@@ -141,7 +143,7 @@ func TestReconnectHerd(t *testing.T) {
 		t.Fatalf("the herd of %d reconnects was not all served", streams)
 	}
 	clientsDone := time.Since(restart)
-	if !rel.WaitUntil(60*time.Second, func() bool { return syncedStreams(tp, "v2") == streams }) {
+	if !xdstest.Until(60*time.Second, func() bool { return syncedStreams(tp, "v2") == streams }) {
 		t.Errorf("the tracker shows %d of %d streams SYNCED on v2", syncedStreams(tp, "v2"), streams)
 	}
 	trackerDone := time.Since(restart)
@@ -206,7 +208,7 @@ func syncOnce(ctx context.Context, cc *grpc.ClientConn, node, version string, sy
 func syncedStreams(tp *rel.Tap, version string) int {
 	n := 0
 	for _, s := range tp.Tracker.Streams("") {
-		if ts := s.Types[rel.ClusterType]; ts != nil && ts.State == "SYNCED" && ts.LastAckedVersion == version {
+		if ts := s.Types[xdstest.ClusterType]; ts != nil && ts.State == "SYNCED" && ts.LastAckedVersion == version {
 			n++
 		}
 	}

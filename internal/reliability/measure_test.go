@@ -6,10 +6,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 )
 
 func TestLatencyWindows(t *testing.T) {
+	leakcheck.Check(t)
 	start := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	var l rel.Latencies
 	for i, ms := range []int{1, 3, 2, 10, 20, 30} {
@@ -28,6 +30,7 @@ func TestLatencyWindows(t *testing.T) {
 }
 
 func TestPairedRatio(t *testing.T) {
+	leakcheck.Check(t)
 	ms := func(v ...int) []time.Duration {
 		out := make([]time.Duration, len(v))
 		for i, x := range v {

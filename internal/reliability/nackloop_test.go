@@ -13,6 +13,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -28,6 +29,7 @@ import (
 // adstap_nack_loops_total), hold back the identical NACK lines in the live
 // log, and keep its memory flat.
 func TestNACKLoopAtFullSpeed(t *testing.T) {
+	leakcheck.Check(t)
 	duration := rel.Pick(3*time.Second, 60*time.Second)
 	const node = "sidecar~10.0.0.8~looping.default~default.svc.cluster.local"
 	cp := rel.StartControlPlane(t, xdstest.ListenTCP(t), nil)
@@ -53,7 +55,7 @@ func TestNACKLoopAtFullSpeed(t *testing.T) {
 		}
 	})
 	heap = append(heap, rel.HeapAfterGC())
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
 		t.Fatal("the tracker never saw the stream close")
 	}
 	ev := tp.Events.Counts()

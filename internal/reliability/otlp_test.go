@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -47,12 +48,12 @@ func (p *pinger) handle(_ any, s grpc.ServerStream) error {
 	if _, err := xdstest.Recv(s); err != nil {
 		return err
 	}
-	resources := rel.ClusterAnys(3, 500)
+	resources := xdstest.ClusterAnys(3, 500)
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	for i := 0; ; i++ {
 		// Versions are unique, as istiod's are: one trace per push.
-		b := rel.PushFrame(rel.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
+		b := xdstest.PushFrame(xdstest.ClusterType, fmt.Sprintf("%s-%s-%d", phase, stream, i), strconv.Itoa(i), resources)
 		sent := time.Now()
 		if err := xdstest.Send(s, b); err != nil {
 			return nil
@@ -149,7 +150,7 @@ func (r *otlpRig) load(phase string) (stop func()) {
 				t.Errorf("%s: open: %v", phase, err)
 				return
 			}
-			if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "otlp-" + phase}, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "otlp-" + phase}, xdstest.ClusterType, "", "", "")); err != nil {
 				t.Errorf("%s: %v", phase, err)
 				return
 			}
@@ -160,7 +161,7 @@ func (r *otlpRig) load(phase string) (stop func()) {
 					}
 					return
 				}
-				if err := xdstest.Send(s, rel.RequestFrame(nil, rel.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
+				if err := xdstest.Send(s, xdstest.RequestFrame(nil, xdstest.ClusterType, fmt.Sprintf("%s-%d-%d", phase, i, n), strconv.Itoa(n), "")); err != nil {
 					return
 				}
 			}
@@ -229,6 +230,7 @@ func (r *otlpRig) resumed(phase string, limit time.Duration) (until func() bool,
 // could not be delivered must be counted in adstap_spans_dropped_total, and
 // once the collector is back, spans must arrive in Jaeger again.
 func TestCollectorDownOrSilent(t *testing.T) {
+	leakcheck.Check(t)
 	phaseLength := rel.Pick(4*time.Second, 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -293,6 +295,7 @@ func TestCollectorDownOrSilent(t *testing.T) {
 // span of that time is dropped. Long form only: the outage must last long
 // enough for the backoff to grow.
 func TestSpanExportResumesPromptlyAfterAnOutage(t *testing.T) {
+	leakcheck.Check(t)
 	if !rel.Long() {
 		t.Skipf("long form only (%s=1): it needs a 30s collector outage", rel.SoakEnv)
 	}

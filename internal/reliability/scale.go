@@ -60,17 +60,3 @@ func Figure(t testing.TB, name string, format string, args ...any) {
 	defer f.Close()
 	f.Write(append(line, '\n'))
 }
-
-// WaitUntil polls cond every 10ms until it holds or d has passed, and says which.
-func WaitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

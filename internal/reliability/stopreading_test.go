@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -23,6 +24,7 @@ import (
 // and a push, and once the client reads again every push must arrive, whole
 // and in order.
 func TestDownstreamThatStopsReading(t *testing.T) {
+	leakcheck.Check(t)
 	const pushSize = 1 << 20
 	total := rel.Pick(64, 500) // pushes of 1 MiB
 	// gRPC's BDP estimator grows a stream's and a connection's window to at
@@ -31,7 +33,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	const window = 16 << 20
 	const bound = 4*window + 4*pushSize
 
-	resource := rel.ClusterAnys(1, pushSize-200)
+	resource := xdstest.ClusterAnys(1, pushSize-200)
 	var sent atomic.Int64
 	var lastSent atomic.Int64 // unix nanoseconds of the last send that returned
 	sentChain := rel.NewChain(true)
@@ -43,7 +45,7 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 		}
 		err := func() error {
 			for i := range total {
-				b := rel.PushFrame(rel.ClusterType, "v"+strconv.Itoa(i), strconv.Itoa(i), []*anypb.Any{resource[0]})
+				b := xdstest.PushFrame(xdstest.ClusterType, "v"+strconv.Itoa(i), strconv.Itoa(i), []*anypb.Any{resource[0]})
 				chainMu.Lock()
 				sentChain.Add(b)
 				chainMu.Unlock()
@@ -69,13 +71,13 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 
 	before := rel.HeapAfterGC()
 	s := rel.OpenADS(t, ctx, cc)
-	if err := xdstest.Send(s, rel.RequestFrame(&core.Node{Id: "stops-reading"}, rel.ClusterType, "", "", "")); err != nil {
+	if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "stops-reading"}, xdstest.ClusterType, "", "", "")); err != nil {
 		t.Fatal(err)
 	}
 	// The client reads nothing. Wait until the control plane has sent
 	// nothing for 2s.
 	const still = 2 * time.Second
-	if !rel.WaitUntil(time.Minute, func() bool {
+	if !xdstest.Until(time.Minute, func() bool {
 		last := lastSent.Load()
 		return last != 0 && time.Since(time.Unix(0, last)) > still
 	}) {
@@ -85,11 +87,10 @@ func TestDownstreamThatStopsReading(t *testing.T) {
 	if blockedAt >= int64(total) {
 		t.Fatalf("the control plane sent all %d pushes to a client that reads nothing", total)
 	}
+	// Nothing sent for 2 s, short of the end: the tap holds the rest back
+	// rather than buffering it. A second look after a sleep would only
+	// repeat that check.
 	stalled := rel.HeapAfterGC()
-	time.Sleep(still)
-	if n := sent.Load(); n != blockedAt {
-		t.Errorf("the control plane sent %d more pushes while the client still read nothing", n-blockedAt)
-	}
 	growth := int64(stalled) - int64(before)
 	relayed := tp.SotW().Messages[1]
 	if growth > bound {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
@@ -24,6 +25,7 @@ import (
 // connection to the tap, must be served by the control plane that comes back
 // on the same address, with the push intact.
 func TestUpstreamKilledMidPush(t *testing.T) {
+	leakcheck.Check(t)
 	const pushBytes = 10 << 20
 	const throttle = 20 << 20 // bytes/s: the push takes about half a second to write
 	rounds := rel.Pick(1, 5)
@@ -43,7 +45,7 @@ func TestUpstreamKilledMidPush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+		if err := xdstest.Send(s, xdstest.RequestFrame(node, xdstest.ClusterType, "", "", "")); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -131,7 +133,7 @@ func fetchPush(ctx context.Context, cc *grpc.ClientConn, node *core.Node) (attem
 			if err != nil {
 				return nil, err
 			}
-			if err := xdstest.Send(s, rel.RequestFrame(node, rel.ClusterType, "", "", "")); err != nil {
+			if err := xdstest.Send(s, xdstest.RequestFrame(node, xdstest.ClusterType, "", "", "")); err != nil {
 				return nil, err
 			}
 			return xdstest.Recv(s)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/jaegertest"
+	"github.com/adstap/adstap/internal/leakcheck"
 	rel "github.com/adstap/adstap/internal/reliability"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -32,18 +33,19 @@ func field(b []byte, num protowire.Number, v []byte) []byte {
 // must reach Jaeger (the OTLP exporter drops a batch with such a string),
 // showing U+FFFD where the bytes were.
 func TestStringsThatAreNotUTF8(t *testing.T) {
+	leakcheck.Check(t)
 	const badNode = "sidecar~\xff\xfe~pod"
 	badCluster := "outbound|80||bad-\xc3\x28.svc"
 	cluster := func(name string, statName byte) []byte {
 		return field(field(nil, 1, []byte(name)), 28, []byte{'a' + statName}) // name, alt_stat_name
 	}
-	anyOf := func(body []byte) []byte { return field(field(nil, 1, []byte(rel.ClusterType)), 2, body) }
+	anyOf := func(body []byte) []byte { return field(field(nil, 1, []byte(xdstest.ClusterType)), 2, body) }
 	push := func(version, nonce string, clusters ...[]byte) []byte {
 		b := field(nil, 1, []byte(version))
 		for _, c := range clusters {
 			b = field(b, 2, anyOf(c))
 		}
-		return field(field(b, 4, []byte(rel.ClusterType)), 5, []byte(nonce))
+		return field(field(b, 4, []byte(xdstest.ClusterType)), 5, []byte(nonce))
 	}
 	answer := func(node, version, nonce, nack string) []byte {
 		var b []byte
@@ -53,7 +55,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		if node != "" {
 			b = field(b, 2, field(nil, 1, []byte(node)))
 		}
-		b = field(b, 4, []byte(rel.ClusterType))
+		b = field(b, 4, []byte(xdstest.ClusterType))
 		if nonce != "" {
 			b = field(b, 5, []byte(nonce))
 		}
@@ -119,7 +121,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		}
 	}
 
-	if !rel.WaitUntil(10*time.Second, func() bool { return tp.Metric(t, "adstap_push_ack_seconds", nil) == 3 }) {
+	if !xdstest.Until(10*time.Second, func() bool { return tp.Metric(t, "adstap_push_ack_seconds", nil) == 3 }) {
 		t.Fatalf("the tracker judged %v pushes, want 3", tp.Metric(t, "adstap_push_ack_seconds", nil))
 	}
 	for name, want := range map[string]float64{"adstap_acks_total": 2, "adstap_nacks_total": 1, "adstap_decode_errors_total": 0} {

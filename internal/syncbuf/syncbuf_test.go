@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 )
 
@@ -15,6 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestConcurrentWrites: writers and a reader at once (run with -race); every
 // line written is there at the end, whole.
 func TestConcurrentWrites(t *testing.T) {
+	leakcheck.Check(t)
 	var b syncbuf.Buffer
 	var wg sync.WaitGroup
 	for range 8 {

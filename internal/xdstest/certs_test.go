@@ -8,12 +8,14 @@ import (
 	"os"
 	"testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // TestMutualTLS proves issued leaves complete a real mTLS handshake against
 // the CA pool, with the server verified by IP SAN as loopback tests dial it.
 func TestMutualTLS(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	srv := ca.Issue(t, "istiod", []string{"istiod.istio-system.svc"}, []net.IP{net.IPv4(127, 0, 0, 1)}, false)
 	cli := ca.Issue(t, "agent", nil, nil, true)
@@ -51,6 +53,7 @@ func TestMutualTLS(t *testing.T) {
 }
 
 func TestWriteFiles(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "x", []string{"x"}, nil, false)
 	dir := t.TempDir()

@@ -156,13 +156,6 @@ func (cp *ControlPlane) Requests() []*discovery.DiscoveryRequest {
 	return append([]*discovery.DiscoveryRequest(nil), cp.sotw...)
 }
 
-// DeltaRequests is Requests for Delta streams.
-func (cp *ControlPlane) DeltaRequests() []*discovery.DeltaDiscoveryRequest {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return append([]*discovery.DeltaDiscoveryRequest(nil), cp.delta...)
-}
-
 // WaitForRequest returns the first SotW request (already received or still
 // to come) that match accepts, or fails the test after timeout. Use it with
 // IsNACK to wait for a rejection.

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -51,6 +52,7 @@ func unpack(t *testing.T, a *anypb.Any) proto.Message {
 // TestRawStreams proves SotW and Delta ADS streams and a per-type service
 // all deliver exactly the snapshot's resources, compared by MessageHash.
 func TestRawStreams(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "workload", []string{"workload"}, nil, false)
@@ -155,6 +157,7 @@ func TestRawStreams(t *testing.T) {
 // TestLargeResponse proves Clusters pads to the requested size and that a
 // 20 MB CDS response crosses a DialRaw connection.
 func TestLargeResponse(t *testing.T) {
+	leakcheck.Check(t)
 	clusters := xdsconfig.Clusters(1000, 20_000)
 	for _, c := range clusters[:3] {
 		if n := proto.Size(c); n < 19_998 || n > 20_002 {
@@ -181,6 +184,7 @@ func TestLargeResponse(t *testing.T) {
 // TestStop proves Stop kills an open stream the way a crashed control plane
 // would: the client sees Unavailable, not a clean end of stream.
 func TestStop(t *testing.T) {
+	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	cp.SetSnapshot(t, node.Id, "v1", xdsconfig.ResolverResources("svc", "127.0.0.1:8080"))
 	s := xdstest.OpenSotW(t, t.Context(), xdstest.DialRaw(t, cp.Target()))

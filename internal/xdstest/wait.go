@@ -21,11 +21,21 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // EventuallyWithin is Eventually with a timeout of d.
 func EventuallyWithin(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Until(d, cond) {
+		t.Fatalf("waited %v for %s", d, what)
+	}
+}
+
+// Until polls cond until it holds or d has passed, and says which: for a
+// caller that goes on either way, or that may not fail the test from its
+// goroutine.
+func Until(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", d, what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }

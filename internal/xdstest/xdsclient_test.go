@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
+	"go.uber.org/goleak"
 )
 
 const waitTime = 10 * time.Second
@@ -27,6 +29,8 @@ const waitTime = 10 * time.Second
 // and reaches the backend, over TCP, a Unix socket and mTLS (in-memory and
 // file-based bootstrap credentials).
 func TestXDSResolver(t *testing.T) {
+	// The file-based credentials case meets grpc-go's leak (TLSChannelCreds).
+	leakcheck.Check(t, goleak.IgnoreTopFunction(xdstest.PemfileWatcherFunc))
 	ca := xdstest.NewCA(t)
 	dir := t.TempDir()
 	caFile := xdstest.WriteFiles(t, dir, "ca.pem", ca.CertPEM())
@@ -101,6 +105,7 @@ func TestXDSResolver(t *testing.T) {
 // TestXDSResolverMaglevNACK proves grpc-go NACKs a MAGLEV cluster and that
 // the control plane's callbacks see the NACK with its error text.
 func TestXDSResolverMaglevNACK(t *testing.T) {
+	leakcheck.Check(t)
 	var nacks atomic.Int32
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), xdstest.WithCallbacks(server.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {

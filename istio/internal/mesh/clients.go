@@ -73,6 +73,13 @@ func SotW(t *testing.T, addr, workload, ip string) *adsc.ADSC {
 // the response (adsc HandlerContext.Reject), with the error as its message.
 type ClusterCheck func(*cluster.Cluster) error
 
+// Checks judge what a Delta client receives, each as ClusterCheck does; a
+// nil check accepts everything.
+type Checks struct {
+	Cluster ClusterCheck
+	Route   func(*route.RouteConfiguration) error
+}
+
 // Delta connects istio's Delta ADS client (pkg/adsc NewDelta) to addr as
 // the sidecar workload at ip, and waits for its initial watches. Like Envoy
 // it subscribes to every cluster and listener, and to the endpoints and
@@ -81,6 +88,13 @@ type ClusterCheck func(*cluster.Cluster) error
 // when the test ends.
 func Delta(t *testing.T, addr, workload, ip string, check ClusterCheck) *adsc.Client {
 	t.Helper()
+	return DeltaChecked(t, addr, workload, ip, Checks{Cluster: check})
+}
+
+// DeltaChecked is Delta judging route configurations too.
+func DeltaChecked(t *testing.T, addr, workload, ip string, checks Checks) *adsc.Client {
+	t.Helper()
+	check := checks.Cluster
 	c := adsc.NewDelta(addr, &adsc.DeltaADSConfig{Config: clientConfig(workload, ip)},
 		adsc.Register(func(ctx adsc.HandlerContext, _, _ string, c *cluster.Cluster, ev adsc.Event) {
 			if ev == adsc.EventDelete || c == nil {
@@ -104,7 +118,14 @@ func Delta(t *testing.T, addr, workload, ip string, check ClusterCheck) *adsc.Cl
 		adsc.Watch[*listener.Listener]("*"),
 		// Endpoints and routes need a handler to be taken (and ACKed) as known types.
 		adsc.Register(func(adsc.HandlerContext, string, string, *endpoint.ClusterLoadAssignment, adsc.Event) {}),
-		adsc.Register(func(adsc.HandlerContext, string, string, *route.RouteConfiguration, adsc.Event) {}),
+		adsc.Register(func(ctx adsc.HandlerContext, _, _ string, rc *route.RouteConfiguration, ev adsc.Event) {
+			if ev == adsc.EventDelete || rc == nil || checks.Route == nil {
+				return
+			}
+			if err := checks.Route(rc); err != nil {
+				ctx.Reject(err)
+			}
+		}),
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

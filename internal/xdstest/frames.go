@@ -1,4 +1,4 @@
-package reliability
+package xdstest
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func ClusterAnys(n, padTo int) []*anypb.Any {
 	for _, c := range xdsconfig.Clusters(n, padTo) {
 		a, err := anypb.New(c)
 		if err != nil {
-			panic(fmt.Sprintf("reliability: pack a cluster: %v", err))
+			panic(fmt.Sprintf("xdstest: pack a cluster: %v", err))
 		}
 		out = append(out, a)
 	}
@@ -31,7 +31,7 @@ func ClusterAnys(n, padTo int) []*anypb.Any {
 
 // PushFrame is the wire form of a SotW DiscoveryResponse.
 func PushFrame(typeURL, version, nonce string, resources []*anypb.Any) []byte {
-	return marshal(&discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce, Resources: resources})
+	return mustMarshal(&discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce, Resources: resources})
 }
 
 // RequestFrame is the wire form of a SotW DiscoveryRequest: the first of a
@@ -42,13 +42,13 @@ func RequestFrame(node *core.Node, typeURL, version, nonce, nack string) []byte 
 	if nack != "" {
 		r.ErrorDetail = &rpcstatus.Status{Code: 3, Message: nack}
 	}
-	return marshal(r)
+	return mustMarshal(r)
 }
 
-func marshal(m proto.Message) []byte {
+func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		panic(fmt.Sprintf("reliability: marshal %T: %v", m, err))
+		panic(fmt.Sprintf("xdstest: marshal %T: %v", m, err))
 	}
 	return b
 }

@@ -1,0 +1,201 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultOutputQueueBytes bounds the work waiting for each output that does
+// I/O (the capture file, stderr, /debug/config) when none is set.
+const DefaultOutputQueueBytes = 64 << 20
+
+// queue runs an output's slow work — writing a file, a pipe, stderr — on a
+// goroutine of its own, so whoever hands it work (the tracker's goroutine, a
+// relay's) never waits for it. It holds at most maxBytes of work; work that
+// does not fit is dropped and counted, and the loss is said once the output
+// keeps up again.
+type queue[T any] struct {
+	output   string // names the output in messages and in adstap_output_dropped_total
+	maxBytes int64
+	do       func(T)
+	// lost is told how much work was dropped since it was last told, on the
+	// queue's goroutine, once the queue has emptied after a loss.
+	lost func(n uint64)
+
+	mu         sync.Mutex
+	items      []queued[T]
+	used       int64
+	closed     bool
+	unreported uint64
+	dropped    atomic.Uint64
+
+	wake chan struct{}
+	done chan struct{} // closed when the goroutine ends
+	stop chan struct{} // closed when Close gives up waiting
+}
+
+type queued[T any] struct {
+	v    T
+	size int64
+}
+
+func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64)) *queue[T] {
+	if maxBytes <= 0 {
+		maxBytes = DefaultOutputQueueBytes
+	}
+	q := &queue[T]{output: output, maxBytes: maxBytes, do: do, lost: lost,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
+	go q.run()
+	return q
+}
+
+// put queues v, which holds about size bytes, unless that would pass the
+// bound; it reports whether v was queued. must queues v whatever the bound:
+// for small records whose loss would garble the output (a stream's open and
+// close), never for the bulk of the work.
+func (q *queue[T]) put(v T, size int, must bool) bool {
+	q.mu.Lock()
+	if q.closed || (!must && q.used+int64(size) > q.maxBytes) {
+		q.unreported++
+		q.mu.Unlock()
+		q.dropped.Add(1)
+		return false
+	}
+	q.items = append(q.items, queued[T]{v, int64(size)})
+	q.used += int64(size)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Dropped counts the work the queue dropped, since it was made.
+func (q *queue[T]) Dropped() uint64 { return q.dropped.Load() }
+
+func (q *queue[T]) run() {
+	defer close(q.done)
+	var batch []queued[T]
+	for {
+		q.mu.Lock()
+		for len(q.items) == 0 {
+			if q.unreported > 0 && q.lost != nil {
+				// Caught up after a loss: say it now, when saying it can
+				// be heard.
+				n := q.unreported
+				q.unreported = 0
+				q.mu.Unlock()
+				q.lost(n)
+				q.mu.Lock()
+				continue
+			}
+			if q.closed {
+				q.mu.Unlock()
+				return
+			}
+			q.mu.Unlock()
+			select {
+			case <-q.wake:
+			case <-q.stop:
+				return
+			}
+			q.mu.Lock()
+		}
+		batch, q.items = q.items, batch[:0]
+		q.mu.Unlock()
+		for i := range batch {
+			select {
+			case <-q.stop:
+				return
+			default:
+			}
+			q.do(batch[i].v)
+			q.mu.Lock()
+			q.used -= batch[i].size
+			q.mu.Unlock()
+			batch[i] = queued[T]{}
+		}
+	}
+}
+
+// close takes no more work and waits, until ctx is done, for the work
+// queued to be done. Past ctx it stops waiting: what is left is dropped and
+// counted, and the error says how much. A do call in progress is not
+// interrupted; the goroutine ends once it returns.
+func (q *queue[T]) close(ctx context.Context) error {
+	select {
+	case <-q.stop: // an earlier close gave up already
+		return nil
+	default:
+	}
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-q.done:
+		return nil
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	left := len(q.items)
+	q.items = nil
+	q.mu.Unlock()
+	select {
+	case <-q.stop:
+	default:
+		close(q.stop)
+	}
+	q.dropped.Add(uint64(left))
+	return fmt.Errorf("%s: %d queued records dropped: the output did not take them before the deadline", q.output, left)
+}
+
+// warnLost is a queue's lost function that logs the loss on log.
+func warnLost(log *slog.Logger, output, what string) func(uint64) {
+	return func(n uint64) {
+		log.Warn(fmt.Sprintf("%s: %d %s dropped while the output was behind", output, n, what),
+			"output", output, "dropped", n, "metric", `adstap_output_dropped_total{output="`+output+`"}`)
+	}
+}
+
+// LogWriter is where the log goes (stderr): a Write copies the line and
+// returns at once, and a goroutine of its own writes it out. A stderr that
+// blocks — a terminal paused, a pipe nobody reads — costs log lines, counted
+// and said once stderr takes lines again, never a wait on the relay or the
+// tracker.
+type LogWriter struct {
+	q *queue[[]byte]
+}
+
+// NewLogWriter writes to w, holding at most maxBytes of lines that wait.
+// Lost lines are said, once w keeps up again, by a line built by lost
+// (given how many were dropped); nil says it in plain text.
+func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, lost func(n uint64) []byte) *LogWriter {
+	if lost == nil {
+		lost = func(n uint64) []byte {
+			return fmt.Appendf(nil, "adstap: %d log lines dropped while the log's output was blocked (adstap_output_dropped_total{output=\"log\"})\n", n)
+		}
+	}
+	l := &LogWriter{}
+	l.q = newQueue("log", maxBytes, func(b []byte) { w.Write(b) }, func(n uint64) { w.Write(lost(n)) })
+	return l
+}
+
+// Write queues a copy of p, or drops it when too much waits already.
+func (l *LogWriter) Write(p []byte) (int, error) {
+	l.q.put(append([]byte(nil), p...), len(p), false)
+	return len(p), nil
+}
+
+// Dropped counts the lines dropped.
+func (l *LogWriter) Dropped() uint64 { return l.q.Dropped() }
+
+// Close writes out what waits, until ctx is done; later lines are dropped.
+func (l *LogWriter) Close(ctx context.Context) error { return l.q.close(ctx) }

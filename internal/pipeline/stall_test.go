@@ -1,0 +1,383 @@
+//go:build unix
+
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+
+	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
+)
+
+// stallingWriter is a stderr that takes nothing until released, as a
+// terminal whose output is paused or a pipe nobody reads.
+type stallingWriter struct {
+	release chan struct{}
+	out     syncbuf.Buffer
+}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return w.out.Write(p)
+}
+
+// observed counts, per stream, the pushes the tracker saw acknowledged, and
+// the connects and observation gaps it was told of.
+type observed struct {
+	mu       sync.Mutex
+	acks     map[uint64]int
+	connects int
+	gaps     int
+}
+
+func (o *observed) OnEvent(e track.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch e := e.(type) {
+	case track.PushEnded:
+		if e.Result == track.ResultACK {
+			o.acks[e.Push.StreamID]++
+		}
+	case track.UpstreamConnected:
+		o.connects++
+	case track.ObservationGap:
+		o.gaps++
+	}
+}
+
+func (o *observed) complete(streams, pushes int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.acks) < streams || o.connects < streams {
+		return false
+	}
+	for _, n := range o.acks {
+		if n < pushes {
+			return false
+		}
+	}
+	return true
+}
+
+// stalledOutputs is a pipeline whose capture file is a FIFO nobody reads and
+// whose log goes to a stderr that blocks, in front of a raw upstream that
+// pushes every stream pushes CDS versions and expects each ACKed.
+type stalledOutputs struct {
+	fifo     string
+	fifoRead *os.File
+	stderr   *stallingWriter
+	logOut   *export.LogWriter
+	seen     *observed
+	p        *pipeline.Pipeline
+	srv      *tap.Server
+	addr     tap.Address
+	served   chan error
+
+	releaseOnce  sync.Once
+	captured     bytes.Buffer
+	readDone     chan struct{}
+	shutdownOnce sync.Once
+}
+
+const (
+	stallStreams = 4
+	stallPushes  = 20
+)
+
+func startStalledOutputs(t *testing.T) *stalledOutputs {
+	t.Helper()
+	s := &stalledOutputs{fifo: filepath.Join(t.TempDir(), "capture"), stderr: &stallingWriter{release: make(chan struct{})},
+		seen: &observed{acks: map[uint64]int{}}, served: make(chan error, 1)}
+	if err := syscall.Mkfifo(s.fifo, 0o600); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	// A reader that does not read: the pipe's buffer fills, then every write
+	// of the capture blocks.
+	var err error
+	if s.fifoRead, err = os.OpenFile(s.fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	w, err := capture.NewWriter(s.fifo, 0, 1, "stall", "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Small queues, so that the stall overflows them within a few pushes.
+	s.logOut = export.NewLogWriter(s.stderr, 4<<10, nil)
+	log := slog.New(export.NewPretty(s.logOut, slog.LevelInfo))
+	if s.p, err = pipeline.New(pipeline.Config{Logger: log, Capture: w, OutputQueueBytes: 256 << 10, RetainMaxBytes: 64 << 20,
+		LogDropped: s.logOut.Dropped, Sinks: []track.Sink{s.seen}}); err != nil {
+		t.Fatal(err)
+	}
+	pushes := make([][]byte, stallPushes)
+	for i := range pushes {
+		pushes[i] = xdstest.PushFrame(xdstest.ClusterType, fmt.Sprint("v", i), fmt.Sprint("n", i), xdstest.ClusterAnys(8, 8<<10))
+	}
+	up := xdstest.StartRawUpstream(t, func(_ any, st grpc.ServerStream) error {
+		if _, err := xdstest.Recv(st); err != nil {
+			return err
+		}
+		for _, push := range pushes {
+			if err := xdstest.Send(st, push); err != nil {
+				return err
+			}
+			if _, err := xdstest.Recv(st); err != nil {
+				return err
+			}
+		}
+		_, err := xdstest.Recv(st) // until the client goes
+		return err
+	})
+	if s.srv, err = tap.New(tap.Config{Upstream: up.Addr, Observer: s.p.TapObserver(), Logger: log}); err != nil {
+		t.Fatal(err)
+	}
+	s.p.Start(s.srv)
+	lis := xdstest.ListenTCP(t)
+	s.addr = xdstest.AddressOf(lis)
+	go func() { s.served <- s.srv.Serve(lis) }()
+	t.Cleanup(func() {
+		// Whatever the test did, nothing stays blocked or running.
+		s.release()
+		shutdown(t, s, 10*time.Second)
+		<-s.readDone
+		s.fifoRead.Close()
+	})
+	return s
+}
+
+// runClients opens stallStreams streams, each on a connection of its own (so
+// each brings an upstream connect), and ACKs every push.
+func (s *stalledOutputs) runClients(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, stallStreams)
+	for i := range stallStreams {
+		cc, err := xdstest.Dial(s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- ackAll(ctx, cc, fmt.Sprint("stall-", i))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("client: %v", err)
+		}
+	}
+}
+
+func ackAll(ctx context.Context, cc *grpc.ClientConn, node string) error {
+	st, err := xdstest.OpenRaw(ctx, cc, xdstest.ADSMethod)
+	if err != nil {
+		return err
+	}
+	if err := xdstest.Send(st, xdstest.RequestFrame(&core.Node{Id: node}, xdstest.ClusterType, "", "", "")); err != nil {
+		return err
+	}
+	for i := range stallPushes {
+		if _, err := xdstest.Recv(st); err != nil {
+			return fmt.Errorf("push %d: %w", i, err)
+		}
+		if err := xdstest.Send(st, xdstest.RequestFrame(nil, xdstest.ClusterType, fmt.Sprint("v", i), fmt.Sprint("n", i), "")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release lets stderr and the capture file take what they are given again.
+func (s *stalledOutputs) release() {
+	s.releaseOnce.Do(func() {
+		close(s.stderr.release)
+		s.readDone = make(chan struct{})
+		go func() {
+			defer close(s.readDone)
+			for {
+				// Until the writer closes the file (EOF); the reader was
+				// opened non-blocking.
+				n, err := s.captured.ReadFrom(s.fifoRead)
+				if (err == nil && n == 0) || (err != nil && !isAgain(err)) {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	})
+}
+
+// capturedBytes is what the capture file received, once it is closed.
+func (s *stalledOutputs) capturedBytes() []byte {
+	<-s.readDone
+	return s.captured.Bytes()
+}
+
+func isAgain(err error) bool {
+	var errno syscall.Errno
+	for e := err; e != nil; {
+		if en, ok := e.(syscall.Errno); ok {
+			errno = en
+			break
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	return errno == syscall.EAGAIN
+}
+
+// TestObservationGoesOnWhileOutputsStall blocks the capture file (a FIFO
+// nobody reads) and stderr for at least 5 s while four streams, each on a
+// connection of its own, take twenty pushes each: every push is observed,
+// every upstream connect reported, no frame goes unobserved; the outputs
+// drop what does not fit, and once they take writes again the losses are
+// counted and said.
+func TestObservationGoesOnWhileOutputsStall(t *testing.T) {
+	leakcheck.Check(t)
+	s := startStalledOutputs(t)
+	stallEnds := time.Now().Add(5 * time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Everything below happens with both outputs blocked: if observation
+	// waited on either, the clients' pushes would still be relayed but the
+	// tracker would never see them acknowledged.
+	s.runClients(t, ctx)
+	xdstest.Eventually(t, "every push of every stream observed, every connect reported", func() bool {
+		return s.seen.complete(stallStreams, stallPushes)
+	})
+	if s.p.Capture.Dropped() == 0 || s.logOut.Dropped() == 0 {
+		t.Fatalf("the stall was not felt: capture dropped %d, log dropped %d; the test's queues are too large", s.p.Capture.Dropped(), s.logOut.Dropped())
+	}
+	<-time.After(time.Until(stallEnds)) // keep the outputs blocked for the whole 5 s
+
+	s.release()
+	xdstest.Eventually(t, "the losses said once the outputs recovered", func() bool {
+		out := s.stderr.out.String()
+		return strings.Contains(out, "log lines dropped while the log's output was blocked") &&
+			strings.Contains(out, "capture: ") && strings.Contains(out, "records dropped while the output was behind")
+	})
+	metrics := scrapeMetrics(t, s.p)
+	for _, want := range []string{`adstap_output_dropped_total{output="capture"}`, `adstap_output_dropped_total{output="log"}`} {
+		if !strings.Contains(metrics, want) || strings.Contains(metrics, want+" 0\n") {
+			t.Errorf("/metrics has no non-zero %s", want)
+		}
+	}
+
+	cancel()
+	shutdown(t, s, 10*time.Second)
+	s.seen.mu.Lock()
+	gaps := s.seen.gaps
+	s.seen.mu.Unlock()
+	if gaps != 0 {
+		t.Errorf("%d observation gaps: the tracker fell behind the relay while the outputs stalled", gaps)
+	}
+	// The file says where it lost frames.
+	rd := capture.NewReader(bytes.NewReader(s.capturedBytes()), "capture")
+	var frames, gapRecords int
+	for {
+		r, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("capture record: %v", err)
+		}
+		switch r.Kind {
+		case capture.KindFrame:
+			frames++
+		case capture.KindGap:
+			gapRecords++
+		}
+	}
+	if gapRecords == 0 || frames == 0 {
+		t.Errorf("capture: %d frames and %d gap records; want both", frames, gapRecords)
+	}
+}
+
+// TestShutdownEndsWithinTheDrainTimeoutWhileOutputsStall shuts a tap down
+// while its capture file and stderr take nothing and their queues are full:
+// shutdown ends within the drain timeout, counting what it could not write.
+func TestShutdownEndsWithinTheDrainTimeoutWhileOutputsStall(t *testing.T) {
+	leakcheck.Check(t)
+	s := startStalledOutputs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.runClients(t, ctx)
+	xdstest.Eventually(t, "every push observed", func() bool { return s.seen.complete(stallStreams, stallPushes) })
+	cancel()
+
+	const drain = time.Second
+	start := time.Now()
+	shutdown(t, s, drain)
+	if took := time.Since(start); took > drain+time.Second {
+		t.Errorf("shutdown took %v with a drain timeout of %v", took, drain)
+	}
+}
+
+// shutdown stops the tap as adstap run does on SIGTERM: the relay, the
+// pipeline's outputs, the log, all within drain.
+func shutdown(t *testing.T, s *stalledOutputs, drain time.Duration) {
+	t.Helper()
+	s.shutdownOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		s.srv.Shutdown(ctx)
+		if err := <-s.served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		s.p.Close(ctx) // past ctx, an error that says what was dropped
+		s.logOut.Close(ctx)
+	})
+}
+
+func scrapeMetrics(t *testing.T, p *pipeline.Pipeline) string {
+	t.Helper()
+	families, err := p.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			b.WriteString(f.GetName())
+			if len(m.GetLabel()) > 0 {
+				b.WriteString("{")
+				for i, l := range m.GetLabel() {
+					if i > 0 {
+						b.WriteString(",")
+					}
+					fmt.Fprintf(&b, "%s=%q", l.GetName(), l.GetValue())
+				}
+				b.WriteString("}")
+			}
+			fmt.Fprintf(&b, " %v\n", m.GetCounter().GetValue())
+		}
+	}
+	return b.String()
+}

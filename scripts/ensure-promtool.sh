@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ensure-promtool.sh: make rules checks the alert rules with Prometheus's own
+# promtool. Prints the promtool to use, finding or bringing one in this order:
+# $PROMTOOL, promtool on the PATH, .cache/bin/promtool, Debian's prometheus
+# package (when apt-get can run: root, or passwordless sudo), then a build
+# from the Go module proxy into .cache/bin (a few minutes, once). Says what
+# to do when none of them works.
+set -u
+cd "$(dirname "$0")/.."
+version=v0.316.0 # github.com/prometheus/prometheus, the module of promtool 3.x
+cached=.cache/bin/promtool
+say() { echo "make rules: $*" >&2; }
+
+if [ -n "${PROMTOOL:-}" ] && command -v "$PROMTOOL" >/dev/null 2>&1; then
+	command -v "$PROMTOOL"
+	exit 0
+fi
+if command -v promtool >/dev/null 2>&1; then
+	command -v promtool
+	exit 0
+fi
+if [ -x "$cached" ]; then
+	echo "$cached"
+	exit 0
+fi
+if command -v apt-get >/dev/null 2>&1; then
+	sudo=""
+	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo="sudo -n"
+	fi
+	if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
+		say "installing promtool (Debian's prometheus package)"
+		if $sudo apt-get update -qq >&2 &&
+			DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 &&
+			command -v promtool >/dev/null 2>&1; then
+			command -v promtool
+			exit 0
+		fi
+		say "installing Debian's prometheus package failed; building promtool instead"
+	fi
+fi
+if command -v go >/dev/null 2>&1; then
+	say "building promtool $version from the Go module proxy into $cached (a few minutes, once)"
+	mkdir -p .cache/bin
+	(
+		n=0
+		while sleep 1; do
+			n=$((n + 1))
+			[ $((n % 30)) -ne 0 ] || say "still building promtool (${n}s)..."
+		done
+	) </dev/null >/dev/null 2>&1 &
+	beat=$!
+	GOBIN="$PWD/.cache/bin" GOFLAGS=-mod=mod go install "github.com/prometheus/prometheus/cmd/promtool@$version" >&2
+	rc=$?
+	kill "$beat" 2>/dev/null
+	if [ $rc -eq 0 ] && [ -x "$cached" ]; then
+		echo "$cached"
+		exit 0
+	fi
+	say "building promtool failed (exit $rc, output above)"
+fi
+say "no promtool: install Prometheus's promtool (Debian/Ubuntu: apt-get install prometheus), or set PROMTOOL=/path/to/promtool"
+exit 1

@@ -1,0 +1,5 @@
+//go:build !race
+
+package track_test
+
+const raceEnabled = false
