@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestPercent(t *testing.T) {
@@ -32,6 +34,7 @@ func TestPercent(t *testing.T) {
 // adapt follows what the collector scans: down as the heap grows past
 // ExtraHeadroom, back to DefaultPercent when it shrinks.
 func TestAdapt(t *testing.T) {
+	leakcheck.Check(t)
 	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	steps := []struct {
@@ -79,6 +82,7 @@ func TestAdapt(t *testing.T) {
 }
 
 func TestStartLeavesTheUsersGOGC(t *testing.T) {
+	leakcheck.Check(t)
 	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(150))
 	stop := Start(Settings{Percent: 150, PercentSource: "GOGC"}, time.Millisecond)
