@@ -2,7 +2,6 @@ package gctune
 
 import (
 	"context"
-	"github.com/adstap/adstap/internal/leakcheck"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -34,7 +33,6 @@ func TestPercent(t *testing.T) {
 // adapt follows what the collector scans: down as the heap grows past
 // ExtraHeadroom, back to DefaultPercent when it shrinks.
 func TestAdapt(t *testing.T) {
-	leakcheck.Check(t)
 	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	steps := []struct {
@@ -82,7 +80,6 @@ func TestAdapt(t *testing.T) {
 }
 
 func TestStartLeavesTheUsersGOGC(t *testing.T) {
-	leakcheck.Check(t)
 	leakcheck.Check(t)
 	defer debug.SetGCPercent(debug.SetGCPercent(150))
 	stop := Start(Settings{Percent: 150, PercentSource: "GOGC"}, time.Millisecond)
