@@ -22,6 +22,9 @@ const (
 	nameNameTable       = "istio.networking.nds.v1.NameTable"
 	nameProxyConfig     = "istio.mesh.v1alpha1.ProxyConfig"
 	nameHealthInfo      = "istio.v1.HealthInformation"
+	// Ambient: what istiod sends ztunnel over Delta ADS.
+	nameAddress       = "istio.workload.Address"
+	nameAuthorization = "istio.security.Authorization"
 )
 
 // Type URLs as xDS servers (istiod, go-control-plane) send them.
@@ -48,6 +51,11 @@ const (
 	TypeNameTable   = typePrefix + nameNameTable
 	TypeProxyConfig = typePrefix + nameProxyConfig
 	TypeHealthInfo  = typePrefix + nameHealthInfo
+
+	// TypeAddress (a workload or a service) and TypeAuthorization (an
+	// authorization policy) are ztunnel's types (Istio ambient).
+	TypeAddress       = typePrefix + nameAddress
+	TypeAuthorization = typePrefix + nameAuthorization
 
 	// TypeSyncz is the type istioctl proxy-status asks istiod for. It is not
 	// a message name and has no type.googleapis.com prefix.
@@ -87,6 +95,10 @@ func ShortType(typeURL string) string {
 		return "pcds"
 	case nameHealthInfo:
 		return "health"
+	case nameAddress:
+		return "address"
+	case nameAuthorization:
+		return "authorization"
 	}
 	return "other"
 }
@@ -120,6 +132,10 @@ func internTypeURL(b []byte) string {
 		return TypeProxyConfig
 	case TypeHealthInfo:
 		return TypeHealthInfo
+	case TypeAddress:
+		return TypeAddress
+	case TypeAuthorization:
+		return TypeAuthorization
 	case TypeSyncz:
 		return TypeSyncz
 	}
@@ -130,11 +146,12 @@ func internTypeURL(b []byte) string {
 // It is for every Envoy resource type (ClusterLoadAssignment calls it
 // cluster_name) and is assumed for unknown types, but the Istio types below
 // keep something else there: NameTable a map, ProxyConfig config_path,
-// HealthInformation an enum, ClientConfig the proxy's Node. Reading those as a
-// name would put binary noise in logs.
+// HealthInformation an enum, ClientConfig the proxy's Node, ztunnel's
+// Address the Workload of its oneof. Reading those as a name would put
+// binary noise in logs.
 func nameInField1(anyTypeURL []byte) bool {
 	switch string(anyTypeURL) {
-	case TypeNameTable, TypeProxyConfig, TypeHealthInfo, TypeClientConfig:
+	case TypeNameTable, TypeProxyConfig, TypeHealthInfo, TypeClientConfig, TypeAddress:
 		return false
 	}
 	return true

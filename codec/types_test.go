@@ -28,6 +28,8 @@ func TestShortTypeAndTypeName(t *testing.T) {
 		{"type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig", "pcds", "istio.mesh.v1alpha1.ProxyConfig"},
 		{"type.googleapis.com/istio.v1.HealthInformation", "health", "istio.v1.HealthInformation"},
 		{"istio.io/debug/syncz", "syncz", "syncz"},
+		{"type.googleapis.com/istio.workload.Address", "address", "istio.workload.Address"},
+		{"type.googleapis.com/istio.security.Authorization", "authorization", "istio.security.Authorization"},
 		// Any allows any host in front of the message name.
 		{"example.com/envoy.config.cluster.v3.Cluster", "cds", "envoy.config.cluster.v3.Cluster"},
 		{"type.googleapis.com/envoy.api.v2.Cluster", "other", "envoy.api.v2.Cluster"},

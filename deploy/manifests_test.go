@@ -913,6 +913,7 @@ var foreignFlags = []string{
 	"reuse-values", // helm
 	"revision",     // istioctl
 	"nacks",        // adstap inspect
+	"also-ready",   // adstap probe
 }
 
 // TestDocsUseRealFlags: the flags, ADSTAP_ variables and files the

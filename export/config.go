@@ -13,6 +13,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"context"
@@ -324,7 +325,8 @@ func ConfigOff() http.Handler {
 // a type adstap does not know is shown by size alone, since its bytes could
 // hold anything.
 func showResource(r retained) json.RawMessage {
-	m, err := (&anypb.Any{TypeUrl: r.typeURL, Value: r.body}).UnmarshalNew()
+	// Istio's ambient types too (redact.Types).
+	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: r.typeURL, Value: r.body}, proto.UnmarshalOptions{Resolver: redact.Types})
 	if err != nil {
 		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
 		return b
@@ -337,7 +339,7 @@ func showResource(r retained) json.RawMessage {
 	if err != nil {
 		return json.RawMessage(`{}`)
 	}
-	b, err := protojson.Marshal(a)
+	b, err := protojson.MarshalOptions{Resolver: redact.Types}.Marshal(a)
 	if err != nil {
 		return json.RawMessage(`{}`)
 	}

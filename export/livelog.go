@@ -287,7 +287,7 @@ func typeLabel(typeURL string) string {
 // knownShortTypes is what codec.ShortType returns. What the sinks derive
 // from a type (labels, span names) is made once for each: it would be
 // garbage for every push. A type missing here costs allocations, nothing else.
-var knownShortTypes = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
+var knownShortTypes = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "address", "authorization", "syncz", "other"}
 
 // typeLabels are the labels of the known short types.
 var typeLabels = func() map[string]string {

@@ -217,6 +217,8 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // VersionTraceID is the trace every push of version shares, in every tap
 // configured with the same scope: a hash, so independent taps agree without
 // talking, and a ratio sampler keeps or drops the whole version together.
+// Tracing passes a push's id (track.Push.PushID), which is the version for
+// a full push and a push answering requests.
 func VersionTraceID(scope, version string) trace.TraceID {
 	// Hashed from a buffer on the stack: a concatenated string would be
 	// garbage for every push.
@@ -292,7 +294,7 @@ func (t *Tracing) TraceIDFor(p track.Push) string {
 		return ""
 	}
 	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
-		return t.versions.hex(t.cfg.Scope, p.Version)
+		return t.versions.hex(t.cfg.Scope, p.PushID())
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -444,8 +446,12 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 			opts = append(opts, s.link)
 		}
 	}
+	var pushID string
 	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
-		ctx = t.versions.context(t.cfg.Scope, p.Version)
+		// One trace per push round, across streams and taps: the version
+		// for a full push, more for an incremental one (track.Push.PushID).
+		pushID = p.PushID()
+		ctx = t.versions.context(t.cfg.Scope, pushID)
 		opts = append(opts, newRoot)
 	}
 	// The attributes are set once the span exists, not passed as a start
@@ -472,10 +478,14 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 			attribute.Int("xds.resources.unchanged", p.Diff.Unchanged),
 			attribute.Int("xds.response.bytes", p.Bytes),
 			attribute.Bool("xds.full_sync", p.FullSync),
+			attribute.Bool("xds.full_push", p.FullPush),
 			attribute.Bool("xds.redundant", p.Redundant),
 			attribute.String("xds.result", string(e.Result)),
 			attribute.Float64("xds.latency_ms", float64(e.Latency.Microseconds())/1000),
 		)
+		if pushID != "" {
+			attrs = append(attrs, attribute.String("xds.push_id", pushID))
+		}
 		if len(p.Diff.AddedNames) > 0 {
 			attrs = append(attrs, attribute.StringSlice("xds.resources.added_names", p.Diff.AddedNames))
 		}
@@ -513,8 +523,8 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 }
 
 // maxPushAttrs is the most attributes a push span has: node (3), rpc (2),
-// the push (15), its names (3), its NACK (3) and its source (2).
-const maxPushAttrs = 28
+// the push (17), its names (3), its NACK (3) and its source (2).
+const maxPushAttrs = 30
 
 // pushScratch is what making a push span needs only until the span ends.
 type pushScratch struct {

@@ -123,7 +123,7 @@ func TestTraceIDForManyVersions(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		for i := range 20 {
 			v := fmt.Sprint("v", i*7%20)
-			if got, want := tr.TraceIDFor(track.Push{Version: v}), export.VersionTraceID(scope, v).String(); got != want {
+			if got, want := tr.TraceIDFor(track.Push{Version: v, FullPush: true}), export.VersionTraceID(scope, v).String(); got != want {
 				t.Fatalf("TraceIDFor(%s) = %s, want %s", v, got, want)
 			}
 		}
@@ -145,7 +145,7 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 	var versions []string
 	for i := range 30 {
 		v := fmt.Sprint("2026-11-30/", i%11)
-		p := track.Push{StreamID: uint64(1 + i%3), TypeURL: codec.TypeEndpoint, Type: "eds", Version: v, SentAt: t0}
+		p := track.Push{StreamID: uint64(1 + i%3), TypeURL: codec.TypeEndpoint, Type: "eds", Version: v, FullPush: true, SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 		versions = append(versions, v)
 	}

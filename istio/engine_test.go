@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
 	"istio.io/istio/tests/util/leak"
 
 	"github.com/adstap/adstap/istio/internal/mesh"
@@ -58,9 +60,17 @@ type meshUnderTest struct {
 	ctx          context.Context
 	pushesBefore int // the engine's pushes before the scenario
 	eventsBefore int // adstap's events before the scenario
+	start        time.Time
 }
 
 func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
+	t.Helper()
+	return startMeshWith(t, check, mesh.TapOptions{})
+}
+
+// startMeshWith starts the mesh with a tap configured by opts (its
+// upstream and detectors are set here).
+func startMeshWith(t *testing.T, check mesh.ClusterCheck, opts mesh.TapOptions) *meshUnderTest {
 	t.Helper()
 	m := &meshUnderTest{
 		sotw: mesh.ProxyID("sotw"), delta: mesh.ProxyID("delta"),
@@ -68,7 +78,9 @@ func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
 	}
 	m.engine = mesh.StartEngine(t, mesh.EngineOptions{ConfigString: baseConfig, KubernetesObjectString: baseKube})
 	// The defaults, spelled out: more than one full push a minute is the alarm.
-	m.tap = mesh.StartTap(t, mesh.TapOptions{Upstream: m.engine.Addr, Detect: track.Config{RepeatedFullSyncLimit: 1, RepeatedFullSyncWindow: time.Minute}})
+	opts.Upstream = m.engine.Addr
+	opts.Detect = track.Config{RepeatedFullSyncLimit: 1, RepeatedFullSyncWindow: time.Minute}
+	m.tap = mesh.StartTap(t, opts)
 	mesh.SotW(t, m.tap.Addr, "sotw", "10.0.0.1")
 	mesh.Delta(t, m.tap.Addr, "delta", "10.0.0.2", check)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -77,6 +89,7 @@ func startMesh(t *testing.T, check mesh.ClusterCheck) *meshUnderTest {
 	m.waitSynced(t, m.sotw, m.delta)
 	m.pushesBefore = m.engine.Pushes.Len()
 	m.eventsBefore = len(m.tap.Events())
+	m.start = time.Now()
 	return m
 }
 
@@ -105,12 +118,12 @@ func (m *meshUnderTest) waitRelayed(t *testing.T) {
 	t.Helper()
 	_, err := m.tap.WaitEvents(m.ctx, func(evs []track.Event) bool {
 		engine := map[string]int{}
-		for _, p := range m.engine.Pushes.All() {
+		for _, p := range m.engine.Pushes.Since(m.pushesBefore) {
 			engine[p.Proxy]++
 		}
 		tap := map[string]int{}
 		open := 0
-		for _, e := range evs {
+		for _, e := range evs[m.eventsBefore:] {
 			switch e := e.(type) {
 			case track.PushSent:
 				tap[mesh.ProxyOfNode(e.Push.Node.ID)]++
@@ -253,5 +266,178 @@ func TestEndpointChurnIsIncremental(t *testing.T) {
 	}
 	if got := m.tap.Metric("adstap_repeated_full_sync_alarms_total", nil); got != 0 {
 		t.Errorf("the repeated-full-sync alarm rose %v times under endpoint churn", got)
+	}
+}
+
+// TestNACKsOfIstiodPushes: a Delta proxy that rejects the httpbin cluster
+// once a DestinationRule shapes it. Five DestinationRule changes are five
+// full pushes, each carrying the cluster again, each NACKed with the
+// client's message. istiod never re-sends a rejected push on its own (no
+// NACK loop, unlike go-control-plane's snapshot cache); the NACKs of five
+// config changes within 30 s are a storm.
+func TestNACKsOfIstiodPushes(t *testing.T) {
+	leak.Check(t)
+	const rejected = "outbound|80||httpbin.example.com"
+	reject := func(c *cluster.Cluster) error {
+		// istiod gives every cluster circuit breakers with huge limits; the
+		// DestinationRule's are small.
+		if c.Name == rejected && c.GetCircuitBreakers().GetThresholds()[0].GetMaxConnections().GetValue() < 1000 {
+			return fmt.Errorf("cluster %s: circuit breakers not supported here", c.Name)
+		}
+		return nil
+	}
+	m := startMesh(t, reject)
+	for i := range 5 {
+		m.engine.Apply(t, fmt.Sprintf(destinationRule, 100+i))
+		if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
+			return mesh.CountRounds(ps[m.pushesBefore:])[m.delta].Full > i
+		}); err != nil {
+			t.Fatal(err)
+		}
+		m.waitRelayed(t)
+	}
+	m.compare(t, "NACKed config churn")
+	// The engine sent CDS to the Delta proxy once per change, and adstap saw
+	// each NACKed, with the client's words, as istiod recorded them.
+	var cdsPushes int
+	for _, p := range m.engine.Pushes.Since(m.pushesBefore) {
+		if p.Proxy == m.delta && p.TypeURL == cdsURL {
+			cdsPushes++
+		}
+	}
+	var nacks []track.PushEnded
+	for _, e := range m.tap.Events()[m.eventsBefore:] {
+		if e, ok := e.(track.PushEnded); ok && e.Result == track.ResultNACK {
+			nacks = append(nacks, e)
+		}
+	}
+	t.Logf("NACKs: engine pushed CDS %d times to %s; adstap saw %d NACKs", cdsPushes, m.delta, len(nacks))
+	if cdsPushes != 5 || len(nacks) != 5 {
+		t.Fatalf("the engine pushed CDS %d times, adstap saw %d NACKs; want 5 and 5", cdsPushes, len(nacks))
+	}
+	// adsc repeats its reason once per resource it judged after the
+	// rejected one; the message is the client's, whatever it says.
+	want := fmt.Sprintf("cluster %s: circuit breakers not supported here", rejected)
+	for _, n := range nacks {
+		if n.Push.Node.ID != m.deltaNode || n.Push.Type != "cds" || !strings.HasPrefix(n.Error, want) || len(n.ErrorNames) != 1 || n.ErrorNames[0] != rejected {
+			t.Errorf("NACK %+v, want the Delta node's CDS rejected with %q naming %s", n, want, rejected)
+		}
+	}
+	last := nacks[len(nacks)-1].Error
+	if got := m.engine.Connections()[m.delta][cdsURL].LastError; got != last {
+		t.Errorf("istiod recorded the last error %q, adstap %q", got, last)
+	}
+	page, err := m.tap.Streams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range page.Streams {
+		cds := s.Types[cdsURL]
+		if s.NodeID == m.deltaNode && (cds.State != "NACKED" || cds.LastError != last || cds.NACKs != 5) {
+			t.Errorf("/debug/streams: the Delta stream's CDS is %+v, want NACKED 5 times with %q", cds, last)
+		}
+	}
+	if got := m.tap.Metric("adstap_nack_storms_total", map[string]string{"type": "cds"}); got != 1 {
+		t.Errorf("adstap_nack_storms_total{type=cds} = %v, want 1", got)
+	}
+	if got := m.tap.Metric("adstap_nack_loops_total", map[string]string{"type": "cds"}); got != 0 {
+		t.Errorf("adstap_nack_loops_total{type=cds} = %v: istiod does not re-send a rejected push", got)
+	}
+	var lines []string
+	for _, l := range m.tap.LogLines(want) {
+		if strings.Contains(l.Msg, " NACK ") {
+			lines = append(lines, l.Msg)
+		}
+	}
+	if len(lines) != 5 {
+		t.Errorf("the live log has %d NACK lines with the client's message, want 5:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+}
+
+const cdsURL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+// TestEngineRestart: istiod's engine dies and a new one takes its address.
+// adstap reports the streams ending, the clients reconnecting through it,
+// their new full sync with its duration and phases, and no full push: the
+// new engine answers their requests.
+func TestEngineRestart(t *testing.T) {
+	leak.Check(t)
+	m := startMesh(t, nil)
+	m.engine.Stop()
+	if _, err := m.tap.WaitEvents(m.ctx, func(evs []track.Event) bool {
+		closed := 0
+		for _, e := range evs[m.eventsBefore:] {
+			if _, ok := e.(track.StreamClosed); ok {
+				closed++
+			}
+		}
+		return closed == 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	closedAt := len(m.tap.Events())
+	m.engine = mesh.StartEngine(t, mesh.EngineOptions{ConfigString: baseConfig, KubernetesObjectString: baseKube, Addr: m.engine.Addr})
+	m.pushesBefore = 0
+	// The full sync settles a second after the last ACK.
+	evs, err := m.tap.WaitEvents(m.ctx, func(evs []track.Event) bool {
+		n := 0
+		for _, e := range evs[m.eventsBefore:] {
+			if e, ok := e.(track.FullSyncComplete); ok && e.At.After(restarted) {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evsBefore := m.eventsBefore
+	m.eventsBefore = closedAt
+	m.waitRelayed(t)
+	engine, tap := m.compare(t, "engine restart")
+	m.eventsBefore = evsBefore
+	for _, p := range []string{m.sotw, m.delta} {
+		if engine[p].Full != 0 || tap[p].Full != 0 {
+			t.Errorf("%s: full pushes after the restart: engine %d, adstap %d; want none (a reconnect's sync answers requests)", p, engine[p].Full, tap[p].Full)
+		}
+	}
+	for _, e := range evs[m.eventsBefore:] {
+		switch e := e.(type) {
+		case track.StreamClosed:
+			t.Logf("engine restart: stream %d (%s) closed: code %d %q", e.Stream.ID, e.Node.ID, e.Code, e.Message)
+			if e.Code != 14 { // Unavailable
+				t.Errorf("stream %d closed with code %d, want Unavailable", e.Stream.ID, e.Code)
+			}
+		case track.FullSyncComplete:
+			if e.At.Before(restarted) {
+				continue // the old stream's, settled as it closed
+			}
+			t.Logf("engine restart: stream %d (%s) full sync in %s after the new engine started: %v", e.StreamID, e.Node.ID, e.Elapsed, e.Types)
+			// istio's Delta adsc asks again for clusters and listeners
+			// only: the endpoints and routes it had stay subscribed in its
+			// own tree (Envoy would ask again).
+			if e.At.Before(restarted) || len(e.Types) < 2 {
+				t.Errorf("full sync %+v, want at least CDS and LDS, after the restart", e)
+			}
+		}
+	}
+	// The spans: each new stream's connect span ends at its full sync,
+	// with its phases as children. Stopping the tap flushes them.
+	m.tap.Stop()
+	phases := map[string]int{}
+	for _, s := range m.tap.Spans.All() {
+		if s.StartTime().After(restarted) {
+			phases[s.Name()]++
+			if s.Name() != "connect" && !strings.HasSuffix(s.Name(), " push") {
+				t.Logf("engine restart: phase %q took %s", s.Name(), s.EndTime().Sub(s.StartTime()))
+			}
+		}
+	}
+	t.Logf("engine restart: spans after the restart: %v", phases)
+	for _, name := range []string{"connect", "tcp", "first response", "full sync"} {
+		if phases[name] != 2 {
+			t.Errorf("%d %q spans after the restart, want 2 (one per stream)", phases[name], name)
+		}
 	}
 }

@@ -33,8 +33,8 @@ import (
 // container of the pod, so the pod's wiring is kept.
 
 // podPorts are the pod's ports this test moves: adstap's listener and
-// admin, the app's metrics.
-var podPorts = []string{"15100", "15101", "9080"}
+// admin, the app's metrics, Envoy's readiness.
+var podPorts = []string{"15100", "15101", "9080", "15021"}
 
 // remap moves the pod's ports and paths for one test.
 type remap struct {
@@ -177,7 +177,11 @@ func (rt *runningTap) probe(t *testing.T, p *corev1.Probe) (int, string) {
 	if p == nil || p.Exec == nil || len(p.Exec.Command) == 0 || p.Exec.Command[0] != "/adstap" {
 		t.Fatalf("want an exec probe of /adstap, got %+v", p)
 	}
-	cmd := exec.Command(rt.bin, p.Exec.Command[1:]...)
+	args := make([]string, 0, len(p.Exec.Command)-1)
+	for _, a := range p.Exec.Command[1:] {
+		args = append(args, rt.remap.of(a))
+	}
+	cmd := exec.Command(rt.bin, args...)
 	cmd.Env = rt.env
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -235,10 +239,41 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 					t.Errorf("the template sets %s, which adstap run does not read", e.Name)
 				}
 			}
+			// As a native sidecar started after istio-proxy, adstap's startup
+			// probe also waits for Envoy's readiness (:15021), holding the
+			// app until Envoy has its configuration; nothing answers there
+			// yet, then a stand-in for Envoy's listener does.
+			if native {
+				if code, out := rt.probe(t, c.StartupProbe); code == 0 {
+					t.Errorf("adstap's startup probe passes with Envoy not ready: %s", out)
+				}
+				lis, err := net.Listen("tcp", "127.0.0.1:"+rt.remap.ports["15021"])
+				if err != nil {
+					t.Fatal(err)
+				}
+				envoy := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/healthz/ready" {
+						io.WriteString(w, "LIVE\n")
+					}
+				})}
+				go envoy.Serve(lis)
+				defer envoy.Close()
+			}
 			for _, p := range probes(c) {
 				if code, out := rt.probe(t, p.p); code != 0 {
 					t.Errorf("adstap's %s probe %q exits %d: %s", p.kind, p.p.Exec.Command, code, out)
 				}
+			}
+			// The capture, read in place as `kubectl exec … -c adstap --
+			// /adstap inspect FILE` would, and listed for download.
+			capture := rt.remap.of(flagValue(c, "capture"))
+			inspect := exec.Command(rt.bin, "inspect", "--summary-only", capture)
+			inspect.Env = rt.env
+			if out, err := inspect.CombinedOutput(); err != nil || !strings.Contains(string(out), "captured by adstap") {
+				t.Errorf("adstap inspect %s in place: %v\n%s", capture, err, out)
+			}
+			if list := get(t, "http://"+rt.admin+"/debug/capture"); !strings.Contains(string(list), `"name": "`+filepath.Base(capture)+`"`) {
+				t.Errorf("GET /debug/capture does not list %s:\n%s", filepath.Base(capture), list)
 			}
 			if conn, err := net.DialTimeout("tcp", rt.admin, 5*time.Second); err != nil {
 				t.Fatalf("the admin address does not answer on loopback: %v", err)
@@ -305,8 +340,8 @@ func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 			t.Setenv(status.PrometheusScrapingConfig.Name, rt.remap.of(scrape))
 			agentPort := startAgentStatus(t)
 
-			own := string(getOK(t, "http://"+rt.admin+"/metrics", time.Second))
-			merged := string(getOK(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus", 30*time.Second))
+			own := string(get(t, "http://"+rt.admin+"/metrics"))
+			merged := string(get(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus"))
 			families := 0
 			for line := range strings.SplitSeq(own, "\n") {
 				if name, ok := strings.CutPrefix(line, "# TYPE adstap_"); ok {
@@ -374,25 +409,17 @@ func startAgentStatus(t *testing.T) string {
 	return ""
 }
 
-// getOK fetches url until it answers 200, within d.
-func getOK(t *testing.T, url string, d time.Duration) []byte {
+// get fetches url and fails the test unless it answers 200.
+func get(t *testing.T, url string) []byte {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			b, rerr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if rerr == nil && resp.StatusCode == http.StatusOK {
-				return b
-			}
-			err = fmt.Errorf("%s: %s", resp.Status, b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		// The status server opens its port in the background (Run); this
-		// waits for it as kubelet waits for a probe to pass.
-		time.Sleep(50 * time.Millisecond)
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", url, resp.Status, err, b)
+	}
+	return b
 }

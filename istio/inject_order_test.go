@@ -2,10 +2,13 @@ package istio
 
 import (
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // The start order Kubernetes gives the injected pod: init containers one
@@ -67,14 +70,29 @@ func probeTarget(t *testing.T, pod *corev1.PodTemplateSpec, owner *corev1.Contai
 	case p.Exec != nil:
 		cmd := p.Exec.Command
 		where = fmt.Sprintf("exec %s in %s", strings.Join(cmd, " "), owner.Name)
+		needs = []string{owner.Name}
 		if len(cmd) >= 2 && cmd[0] == "/adstap" && cmd[1] == "probe" {
 			admin, _ := env(owner, "ADSTAP_ADMIN")
 			if v := flagValue(owner, "admin"); v != "" {
 				admin = v
 			}
 			where += " -> http://" + admin
+			for _, a := range cmd[2:] {
+				also, ok := strings.CutPrefix(a, "--also-ready=")
+				if !ok {
+					continue
+				}
+				u, err := url.Parse(also)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				then := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: u.Path, Port: intstr.Parse(u.Port())}}}
+				w, n := probeTarget(t, pod, owner, then)
+				where += ", then " + w
+				needs = append(needs, n...)
+			}
 		}
-		return where, []string{owner.Name}
+		return where, needs
 	case p.HTTPGet != nil:
 		port := p.HTTPGet.Port.String()
 		where = fmt.Sprintf("httpGet :%s%s", port, p.HTTPGet.Path)
@@ -204,6 +222,11 @@ func checkStartOrder(t *testing.T, pod *corev1.PodTemplateSpec) (order string, p
 			}
 		}
 	}
+	if appWaitsForEnvoy(t, pod) {
+		fmt.Fprintf(&b, "\n  the app starts once Envoy is ready")
+	} else {
+		fmt.Fprintf(&b, "\n  the app may start before Envoy is ready")
+	}
 	gate, needs := startGate(t, pod, container(t, pod, "istio-proxy"))
 	fmt.Fprintf(&b, "\n  istio-proxy's start waits for %s", gate)
 	for _, n := range needs {
@@ -212,6 +235,59 @@ func checkStartOrder(t *testing.T, pod *corev1.PodTemplateSpec) (order string, p
 		}
 	}
 	return b.String(), problems
+}
+
+// appWaitsForEnvoy says whether a container that starts before the app
+// holds it until Envoy is ready: a native sidecar whose startup probe needs
+// istio-proxy's readiness, or a container whose postStart hook waits for it.
+func appWaitsForEnvoy(t *testing.T, pod *corev1.PodTemplateSpec) bool {
+	t.Helper()
+	steps := startOrder(pod)
+	app := position(steps, "productpage")
+	for _, s := range steps {
+		if s.pos >= app || s.c.Name == "productpage" {
+			continue
+		}
+		var needs []string
+		switch {
+		case s.c.StartupProbe != nil && s.c.RestartPolicy != nil:
+			_, needs = probeTarget(t, pod, s.c, s.c.StartupProbe)
+		case s.c.Name == "istio-proxy" && s.c.Lifecycle != nil && s.c.Lifecycle.PostStart != nil:
+			_, needs = startGate(t, pod, s.c)
+		}
+		if slices.Contains(needs, "istio-proxy") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAdstapTemplateKeepsTheAppWaitingForEnvoy: wherever Istio alone
+// starts the app only once Envoy is ready (native sidecars, by istio-proxy's
+// startup probe; holdApplicationUntilProxyStarts), it still does with
+// adstap; and where it does not, adstap does not add a wait.
+func TestAdstapTemplateKeepsTheAppWaitingForEnvoy(t *testing.T) {
+	noLeaks(t)
+	for _, hold := range []bool{false, true} {
+		own := map[string]string{}
+		if hold {
+			own["proxy.istio.io/config"] = "holdApplicationUntilProxyStarts: true\n"
+		}
+		eachInstallAndMode(t, func(t *testing.T, in install, native bool) {
+			plainAnn := map[string]string{"sidecar.istio.io/nativeSidecar": fmt.Sprint(native)}
+			for k, v := range own {
+				plainAnn[k] = v
+			}
+			plain, err := injector(t, in, false).Inject(workload(plainAnn))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := appWaitsForEnvoy(t, plain)
+			if got := appWaitsForEnvoy(t, injectAdstap(t, in, native, own)); got != want {
+				t.Errorf("hold %v: with adstap, the app waits for Envoy: %v; with Istio alone: %v", hold, got, want)
+			}
+		})
+	}
 }
 
 // TestAdstapTemplateStartOrder: in every sidecar mode and install, no probe

@@ -46,11 +46,22 @@ type install struct {
 var installs = []install{
 	{"default", nil, "istiod.istio-system.svc:15012", false},
 	{"revision canary", []string{"revision=canary"}, "istiod-canary.istio-system.svc:15012", false},
+	{"namespace istio-control", []string{"namespace=istio-control", "values.global.istioNamespace=istio-control"}, "istiod.istio-control.svc:15012", false},
 	{"istio-cni", []string{"components.cni.enabled=true", "values.pilot.cni.enabled=true"}, "istiod.istio-system.svc:15012", true},
 }
 
 // sidecarModes are the sidecar.istio.io/nativeSidecar annotation's values.
 var sidecarModes = []bool{false, true}
+
+// eachInstallAndMode runs test for every install in both sidecar modes.
+func eachInstallAndMode(t *testing.T, test func(t *testing.T, in install, native bool)) {
+	t.Helper()
+	for _, in := range installs {
+		for _, native := range sidecarModes {
+			t.Run(in.name+"/"+modeName(native), func(t *testing.T) { test(t, in, native) })
+		}
+	}
+}
 
 func modeName(native bool) string {
 	if native {
@@ -210,41 +221,41 @@ func agentProxyConfig(t *testing.T, pod *corev1.PodTemplateSpec) *meshconfig.Pro
 // is not redirected to Envoy.
 func TestAdstapTemplateXDSPath(t *testing.T) {
 	noLeaks(t)
-	for _, in := range installs {
-		for _, native := range sidecarModes {
-			t.Run(in.name+"/"+modeName(native), func(t *testing.T) {
-				pod := injectAdstap(t, in, native, nil)
-				tap, proxy := container(t, pod, "adstap"), container(t, pod, "istio-proxy")
-				pc := agentProxyConfig(t, pod)
-				if listen := flagValue(tap, "listen"); pc.DiscoveryAddress != listen {
-					t.Errorf("istio-agent's discoveryAddress = %q, want adstap's --listen %q", pc.DiscoveryAddress, listen)
-				}
-				if pc.ControlPlaneAuthPolicy != meshconfig.AuthenticationPolicy_NONE {
-					t.Errorf("controlPlaneAuthPolicy = %v, want NONE: adstap's listener is plaintext on loopback", pc.ControlPlaneAuthPolicy)
-				}
-				if ca, _ := env(proxy, "CA_ADDR"); ca != in.istiod {
-					t.Errorf("CA_ADDR = %q, want istiod %q: certificates do not go through adstap", ca, in.istiod)
-				}
-				up := flagValue(tap, "upstream")
-				if up != in.istiod {
-					t.Errorf("adstap --upstream = %q, want %q", up, in.istiod)
-				}
-				host, port, _ := strings.Cut(up, ":")
-				if sn := flagValue(tap, "upstream-server-name"); sn != host {
-					t.Errorf("adstap --upstream-server-name = %q, want %q", sn, host)
-				}
-				if !slices.Contains(ports(pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"]), port) {
-					t.Errorf("traffic.sidecar.istio.io/excludeOutboundPorts = %q lacks %s (istio-cni reads it)", pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"], port)
-				}
-				if !in.cni {
-					o, _ := iptablesArg(container(t, pod, "istio-init"), "-o")
-					if !slices.Contains(ports(o), port) {
-						t.Errorf("istio-init -o %q lacks %s: adstap's dial to istiod would go to Envoy", o, port)
-					}
-				}
-				t.Logf("agent -> %s (plaintext) -> adstap -> %s (TLS, server name %s); CA_ADDR %s; excludeOutboundPorts %s",
-					pc.DiscoveryAddress, up, flagValue(tap, "upstream-server-name"), in.istiod, pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"])
-			})
+	eachInstallAndMode(t, func(t *testing.T, in install, native bool) {
+		pod := injectAdstap(t, in, native, nil)
+		tap, proxy := container(t, pod, "adstap"), container(t, pod, "istio-proxy")
+		pc := agentProxyConfig(t, pod)
+		if listen := flagValue(tap, "listen"); pc.DiscoveryAddress != listen {
+			t.Errorf("istio-agent's discoveryAddress = %q, want adstap's --listen %q", pc.DiscoveryAddress, listen)
 		}
-	}
+		if pc.ControlPlaneAuthPolicy != meshconfig.AuthenticationPolicy_NONE {
+			t.Errorf("controlPlaneAuthPolicy = %v, want NONE: adstap's listener is plaintext on loopback", pc.ControlPlaneAuthPolicy)
+		}
+		if ca, _ := env(proxy, "CA_ADDR"); ca != in.istiod {
+			t.Errorf("CA_ADDR = %q, want istiod %q: certificates do not go through adstap", ca, in.istiod)
+		}
+		up := flagValue(tap, "upstream")
+		if up != in.istiod {
+			t.Errorf("adstap --upstream = %q, want %q", up, in.istiod)
+		}
+		host, port, _ := strings.Cut(up, ":")
+		if sn := flagValue(tap, "upstream-server-name"); sn != host {
+			t.Errorf("adstap --upstream-server-name = %q, want %q", sn, host)
+		}
+		if !slices.Contains(ports(pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"]), port) {
+			t.Errorf("traffic.sidecar.istio.io/excludeOutboundPorts = %q lacks %s (istio-cni reads it)", pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"], port)
+		}
+		if !in.cni {
+			o, _ := iptablesArg(container(t, pod, "istio-init"), "-o")
+			if !slices.Contains(ports(o), port) {
+				t.Errorf("istio-init -o %q lacks %s: adstap's dial to istiod would go to Envoy", o, port)
+			}
+		}
+		ns := strings.TrimSuffix(strings.SplitN(host, ".", 2)[1], ".svc")
+		if otlp, _ := env(tap, "OTEL_EXPORTER_OTLP_ENDPOINT"); !strings.Contains(otlp, "."+ns+".svc:") {
+			t.Errorf("adstap's OTEL_EXPORTER_OTLP_ENDPOINT = %q, want the collector in istiod's namespace %s", otlp, ns)
+		}
+		t.Logf("agent -> %s (plaintext) -> adstap -> %s (TLS, server name %s); CA_ADDR %s; excludeOutboundPorts %s",
+			pc.DiscoveryAddress, up, flagValue(tap, "upstream-server-name"), in.istiod, pod.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"])
+	})
 }

@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,29 +58,32 @@ func Of(r *track.Rejected) *Rejection {
 	case r.NotKept != "":
 		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
 	}
-	if x, ok := r.Read(read).(*Rejection); ok {
+	if x, ok := r.Read(func(data mem.BufferSlice) any { return read(r, data) }).(*Rejection); ok {
 		return x
 	}
 	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
 }
 
 // read decodes the rejected push.
-func read(data mem.BufferSlice, delta bool, names []string) any {
+func read(r *track.Rejected, data mem.BufferSlice) any {
+	names := r.Names
 	x := &Rejection{named: len(names) > 0}
 	if data == nil {
 		return x
 	}
 	var resp codec.Response
-	if err := resp.DecodeBuffers(data, delta); err != nil {
+	if err := resp.DecodeBuffers(data, r.Delta); err != nil {
 		x.err = err
 		return x
 	}
 	for _, res := range resp.Resources {
-		name := string(res.Name)
-		if res.Heartbeat || (len(names) > 0 && !slices.Contains(names, name)) {
+		// Compared as bytes: a push of 10,000 resources makes no garbage
+		// for the 9,999 the NACK does not name.
+		if res.Heartbeat || (len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return n == string(res.Name) })) {
 			continue
 		}
-		objs, err := objectsOf(string(res.TypeURL), res.Body)
+		name := string(res.Name)
+		objs, err := objectsOf(string(res.TypeURL), res.Body, r.Message)
 		if err != nil {
 			x.err = fmt.Errorf("resource %q: %w", name, err)
 			continue
@@ -104,27 +108,74 @@ func (x *Rejection) Named() bool { return x != nil && x.named }
 
 // objectsOf opens one resource and collects the objects recorded in every
 // Metadata inside it, at any depth: istiod stamps clusters, filter chains
-// and routes, each where it builds them.
-func objectsOf(typeURL string, body []byte) ([]Object, error) {
+// and routes, each where it builds them. When the NACK's message names a
+// part of the resource that records objects (a virtual host, a route, a
+// filter chain, by its name), only that part's objects are returned: a
+// route configuration gathers the routes of every VirtualService on its
+// port, and the message may say which one failed.
+func objectsOf(typeURL string, body []byte, message string) ([]Object, error) {
+	if !bytes.Contains(body, stampMarker) {
+		// No object recorded: no need to unmarshal it. A NACK that names no
+		// resource puts a whole push under suspicion, and most resources
+		// of a push carry no stamp.
+		return nil, nil
+	}
 	m, err := (&anypb.Any{TypeUrl: typeURL, Value: body}).UnmarshalNew()
 	if err != nil {
 		return nil, err
 	}
-	var objs []Object
+	all := collect(m.ProtoReflect(), nil)
+	var named []Object
 	redact.EditNested(m.ProtoReflect(), redact.NestedEdit{
+		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
+			if mentioned(child, message) {
+				named = collect(child, named)
+			}
+			return false, true
+		},
+	})
+	if len(named) > 0 {
+		return named, nil
+	}
+	return all, nil
+}
+
+// collect adds to objs the objects recorded in m and in what it holds.
+func collect(m protoreflect.Message, objs []Object) []Object {
+	add := func(md *core.Metadata) {
+		p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
+		if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
+			objs = append(objs, o)
+		}
+	}
+	if md, ok := m.Interface().(*core.Metadata); ok {
+		add(md)
+		return objs
+	}
+	redact.EditNested(m, redact.NestedEdit{
 		Field: func(_ protoreflect.FieldDescriptor, child protoreflect.Message) (bool, bool) {
 			md, ok := child.Interface().(*core.Metadata)
 			if !ok {
 				return false, true
 			}
-			p := md.GetFilterMetadata()[istioKey].GetFields()[configField].GetStringValue()
-			if o, ok := ParsePath(p); ok && !slices.Contains(objs, o) {
-				objs = append(objs, o)
-			}
+			add(md)
 			return false, false
 		},
 	})
-	return objs, nil
+	return objs
+}
+
+// minMentionedName keeps short names ("v1", "80") from matching any message.
+const minMentionedName = 4
+
+// mentioned reports whether message names m by its name field.
+func mentioned(m protoreflect.Message, message string) bool {
+	fd := m.Descriptor().Fields().ByName("name")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return false
+	}
+	name := m.Get(fd).String()
+	return len(name) >= minMentionedName && strings.Contains(message, name)
 }
 
 // Where istiod writes the object a resource was built from
@@ -133,6 +184,10 @@ const (
 	istioKey    = "istio"
 	configField = "config"
 )
+
+// stampMarker is in the bytes of every resource that records an object (a
+// string field is stored as is), so a resource without it is not opened.
+var stampMarker = []byte("/apis/")
 
 // Objects returns every object of the rejected resources, each once.
 func (x *Rejection) Objects() []Object {

@@ -10,6 +10,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -84,7 +85,15 @@ func TestSummary(t *testing.T) {
 	for i := range 5 {
 		many = append(many, stamped(fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i)))
 	}
-	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: []byte{0x0a, 0x01, 'u'}}
+	// A resource of a type this build does not know, named u, which may
+	// record an object (its bytes hold a path): it cannot be opened. One
+	// without a path is known to record none, opened or not.
+	body := protowire.AppendTag(nil, 1, protowire.BytesType)
+	body = protowire.AppendString(body, "u")
+	body = protowire.AppendTag(body, 2, protowire.BytesType)
+	body = protowire.AppendString(body, "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/u")
+	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: body}
+	plain := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: []byte{0x0a, 0x01, 'v'}}
 	tests := []struct {
 		name  string
 		r     *track.Rejected
@@ -102,6 +111,8 @@ func TestSummary(t *testing.T) {
 			want: "no Istio config recorded in any of the 2 pushed resources"},
 		{name: "a type adstap cannot open", r: rejected(t, response(t, nil, unknown), "u is bad"),
 			want: `Istio source unknown: resource "u": `, error: true},
+		{name: "a type adstap cannot open, without a path", r: rejected(t, response(t, nil, plain), "v is bad"),
+			want: "no Istio config recorded in v"},
 		{name: "not kept", r: &track.Rejected{NotKept: "no room"}, want: "Istio source unknown: the rejected push was not kept: no room", error: true},
 	}
 	for _, tt := range tests {

@@ -73,7 +73,7 @@ func (e NestedEdit) editAny(m protoreflect.Message) bool {
 	if !ok {
 		return false
 	}
-	inner, err := a.UnmarshalNew()
+	inner, err := anypb.UnmarshalNew(a, proto.UnmarshalOptions{Resolver: Types})
 	if err != nil {
 		return e.UnknownAny != nil && e.UnknownAny(a)
 	}

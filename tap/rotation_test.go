@@ -3,6 +3,7 @@ package tap_test
 import (
 	"context"
 	"crypto/tls"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,41 @@ func TestListenClientCARotation(t *testing.T) {
 	cp.SetSnapshot(t, "sidecar", "2", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(1, 0)})
 	if r := xdstest.RecvWithin(t, 10*time.Second, live.Recv); r.VersionInfo != "2" {
 		t.Fatalf("the stream opened before the swap got version %q, want 2", r.VersionInfo)
+	}
+}
+
+// TestUpstreamVerifiedByIPAddress: an upstream dialed by IP address is
+// checked against the certificate's IP SANs, though an IP is never sent as
+// SNI: the configured server name (adstap run passes the upstream's host)
+// is what the certificate must match.
+func TestUpstreamVerifiedByIPAddress(t *testing.T) {
+	ca := xdstest.NewCA(t)
+	byIP := ca.Issue(t, "istiod", nil, []net.IP{net.ParseIP("127.0.0.1")}, false).TLSCertificate()
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{byIP}})))
+	cp.SetSnapshot(t, "sidecar", "1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(1, 0)})
+	caFile := filepath.Join(t.TempDir(), "root-cert.pem")
+	writeSwapped(t, caFile, ca.CertPEM())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		serverName string
+		wantOK     bool
+	}{
+		{"127.0.0.1", true},
+		{"127.0.0.2", false},
+	} {
+		upstreamTLS, err := tap.UpstreamTLSConfig(caFile, tc.serverName, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, addr := startTap(t, tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}, UpstreamTLS: upstreamTLS}, nil)
+		s := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, addr.Addr))
+		err = s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "sidecar"}, TypeUrl: resource.ClusterType})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if (err == nil) != tc.wantOK {
+			t.Errorf("server name %s, certificate for 127.0.0.1: %v, want ok=%v", tc.serverName, err, tc.wantOK)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -109,6 +110,24 @@ func TestTimeToFullSync(t *testing.T) {
 				{at: 5 * time.Second, do: tick()},
 				{at: 6 * time.Second, do: frame(1, ack(lds, 2)), want: []string{"req 1 lds ack", "ended 1 lds v=2 ack 5.96s"}},
 				{at: 6100 * ms, do: closeStream(1, 0, ""), want: []string{"fullsync 1 6s at=6s [cds lds]", `close 1 code=0 "" node=""`}},
+			},
+		},
+		{
+			// Behind istio-agent, the agent asks on the Envoy's stream for
+			// health (never answered), NDS and PCDS (answered only in some
+			// meshes). None of it is the proxy's configuration.
+			name: "istio-agent's own requests neither hold back nor cancel the full sync",
+			steps: []step{
+				{at: 100 * ms, do: open(1, adsDelta), want: []string{"open 1 delta"}},
+				{at: 100 * ms, do: frame(1, dinitial(cds)), want: []string{"req 1 cds initial"}},
+				{at: 110 * ms, do: frame(1, dpush(cds, 1, nil, cluster(reviews))), want: []string{
+					"push 1 cds v=1 res=1 +1 -0 ~0 =0 " + plus("+", reviews) + " full initial",
+				}},
+				{at: 120 * ms, do: frame(1, dack(cds, 1)), want: []string{"req 1 cds ack", "ended 1 cds v=1 ack 10ms"}},
+				{at: 500 * ms, do: frame(1, dinitial(codec.TypeProxyConfig)), want: []string{"req 1 pcds initial"}},
+				{at: 600 * ms, do: frame(1, dinitial(codec.TypeHealthInfo)), want: []string{"req 1 health initial"}},
+				{at: 700 * ms, do: frame(1, dinitial(codec.TypeNameTable)), want: []string{"req 1 nds initial"}},
+				{at: 1120 * ms, do: tick(), want: []string{"fullsync 1 20ms at=120ms [cds]"}},
 			},
 		},
 		{

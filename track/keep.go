@@ -71,9 +71,9 @@ func (k *keeper) drop(slot *kept) {
 }
 
 // reject hands what slot holds to the Rejected of a NACK naming names.
-func (k *keeper) reject(slot *kept, delta bool, names []string) *Rejected {
+func (k *keeper) reject(slot *kept, delta bool, message string, names []string) *Rejected {
 	defer func() { *slot = kept{} }()
-	r := &Rejected{Delta: delta, Names: names}
+	r := &Rejected{Delta: delta, Message: message, Names: names}
 	switch {
 	case slot.data != nil:
 		size := slot.size
@@ -94,7 +94,8 @@ func (k *keeper) reject(slot *kept, delta bool, names []string) *Rejected {
 // (origin.Of), once, whichever asks first: the tracker never unmarshals a
 // resource.
 type Rejected struct {
-	Delta bool // the push is a DeltaDiscoveryResponse
+	Delta   bool   // the push is a DeltaDiscoveryResponse
+	Message string // the NACK's error_detail message
 	// Names are the pushed resource names the NACK's message mentions;
 	// none puts the whole push under suspicion.
 	Names []string
@@ -112,9 +113,9 @@ type Rejected struct {
 // what that first read returned. It returns nil when the tracker let go of
 // the bytes before anyone asked: an ACK, a NACK of other content or the end
 // of the stream came first.
-func (r *Rejected) Read(read func(data mem.BufferSlice, delta bool, names []string) any) any {
+func (r *Rejected) Read(read func(data mem.BufferSlice) any) any {
 	r.once.Do(func() {
-		r.read = read(r.data, r.Delta, r.Names)
+		r.read = read(r.data)
 		r.free()
 	})
 	return r.read

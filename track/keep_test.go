@@ -225,6 +225,18 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/reviews", "VirtualService shop/ratings"}}},
 		summary: "from one of VirtualService shop/reviews, VirtualService shop/ratings",
 	}, {
+		name:    "a message naming a route of the configuration narrows it to that route's VirtualService",
+		method:  adsSotW,
+		typeURL: rds,
+		push: push(rds, 1, &routev3.RouteConfiguration{Name: "9080", VirtualHosts: []*routev3.VirtualHost{
+			vhost("reviews.shop.svc.cluster.local:9080", vsRoute),
+			vhost("ratings.shop.svc.cluster.local:9080", &routev3.Route{Name: "ratings.shop", Metadata: istioConfig(ratingsVS),
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{}}}),
+		}}),
+		nack:    nack(rds, 1, 0, `resource "9080": route "ratings.shop" contains an invalid regex "/v1/(["`),
+		want:    []rejectedResource{{Name: "9080", Objects: []string{"VirtualService shop/ratings"}}},
+		summary: "from VirtualService shop/ratings",
+	}, {
 		name:    "a Delta listener records its Sidecar on a filter chain",
 		method:  adsDelta,
 		typeURL: lds,

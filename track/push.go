@@ -187,7 +187,7 @@ func (ts *typeState) rejected(message string, names []string) *Rejected {
 		return ts.rejection
 	}
 	ts.rejection.discard()
-	ts.rejection = ts.keep.reject(&ts.held, p.delta, names)
+	ts.rejection = ts.keep.reject(&ts.held, p.delta, message, names)
 	ts.rejContent, ts.rejMessage = p.content, message
 	return ts.rejection
 }

@@ -15,14 +15,19 @@ import (
 //
 //   - a response under another version_info than the round's starts a new
 //     round (istiod: a new push context; go-control-plane: a new snapshot);
-//   - so does a second response of a type the round already sent, unless the
+//   - so does a response more than roundGap after the round's previous one:
+//     a control plane sends the responses of one push back to back, and
+//     released istiod versions send an incremental push under the version
+//     of the last full push;
+//   - and a second response of a type the round already sent, unless the
 //     client asked for it (istiod answers a changed EDS or RDS subscription
 //     during a push with the push's version). When the client's request
 //     crossed the tap before the push's own response of the type, that
-//     response took the ask: a second one within answerWindow is then the
-//     answer;
-//   - and a response more than roundWindow after the round began, for
-//     control planes whose versions say nothing.
+//     response took the ask: a second one within roundGap is the answer.
+//
+// A big push whose generation pauses longer than roundGap between two types
+// splits into two rounds of one version; that costs nothing, since a full
+// push is counted once per version and identified by its version.
 //
 // A round is a full push when it resends configuration the client did not
 // ask for: a response of a type other than EDS and SDS (and istioctl's
@@ -37,19 +42,17 @@ import (
 type pushRound struct {
 	seq     uint64 // 1 for the stream's first round
 	version string
-	start   time.Time
+	last    time.Time // the round's latest response
 	full    bool
 }
 
-// roundWindow bounds a push round when versions do not: a control plane
-// sends every type of one push well within it.
-const roundWindow = 2 * time.Second
-
-// answerWindow is how soon after a push's response of a type istiod's
-// answer to a request of the same type follows it: both are sent by the
-// stream's one goroutine, back to back. A control plane's next push comes
-// after its debounce (istiod: 100 ms) at the earliest.
-const answerWindow = 100 * time.Millisecond
+// roundGap is the longest pause between two responses of one push round:
+// istiod sends a proxy's responses of one push, and its answers to the
+// requests that come in meanwhile, from one goroutine, back to back; its
+// next push comes after its debounce (PILOT_DEBOUNCE_AFTER, 100 ms), from
+// the change that triggers it. Half the debounce leaves a margin for the
+// time frames wait to be observed.
+const roundGap = 50 * time.Millisecond
 
 // configType reports whether a type is configuration that a full push
 // resends: everything but endpoints, secrets and istioctl's debug types.
@@ -67,23 +70,27 @@ func configType(url string) bool {
 // plane re-sending the same version after a NACK is a NACK loop (its own
 // detector), not new configuration.
 func (s *stream) joinRound(ts *typeState, at time.Time, version string) (fullNow bool) {
-	asked := ts.asked
+	// A control plane answers a request with the version it is at: a
+	// response under another version is a push that came first (istiod
+	// does not answer a Delta subscription to what its push just sent).
+	asked := ts.asked && (ts.askAny || ts.askVersion == version)
 	ts.asked = false
 	r := &s.round
-	same := r.seq != 0 && version == r.version && at.Sub(r.start) <= roundWindow
+	same := r.seq != 0 && version == r.version && at.Sub(r.last) < roundGap
 	if same && ts.roundSeq == r.seq && !asked {
 		// A second response of the type in the round: a new push, unless
 		// it is the answer to a request an earlier one took (see above).
-		if ts.askedRound == r.seq && at.Sub(ts.lastSent) < answerWindow {
+		if ts.askedRound == r.seq {
 			asked = true
 		} else {
 			same = false
 		}
 	}
 	if !same {
-		*r = pushRound{seq: r.seq + 1, version: version, start: at}
+		*r = pushRound{seq: r.seq + 1, version: version}
 	}
-	ts.roundSeq, ts.lastSent = r.seq, at
+	r.last = at
+	ts.roundSeq = r.seq
 	if asked {
 		ts.askedRound = r.seq
 	}

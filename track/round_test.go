@@ -73,6 +73,7 @@ func syncedSotW(t *testing.T, tr *track.Tracker) *wire {
 
 func TestFullPushes(t *testing.T) {
 	leakcheck.Check(t)
+	leakcheck.Check(t)
 	t.Run("istiod's full push to a SotW client is one full push", func(t *testing.T) {
 		w := syncedSotW(t, track.New(track.Config{}))
 		// A new ServiceEntry: CDS and LDS whole, the new cluster's EDS,
@@ -182,6 +183,7 @@ func TestFullPushes(t *testing.T) {
 // version of the last full push; the push id still tells every push round
 // apart.
 func TestPushIDs(t *testing.T) {
+	leakcheck.Check(t)
 	leakcheck.Check(t)
 	w := syncedSotW(t, track.New(track.Config{}))
 	w.play(1, 10*time.Second,

@@ -106,7 +106,7 @@ func (s *stream) requested(at time.Time, ts *typeState, newType bool) {
 	if c.done {
 		return
 	}
-	if newType && ts.url != codec.TypeSyncz {
+	if newType && inFullSync(ts.url) {
 		c.pending = false
 		c.types = nil
 	}
@@ -118,13 +118,27 @@ func (s *stream) requested(at time.Time, ts *typeState, newType bool) {
 	}
 }
 
+// inFullSync reports whether a type is part of a client's configuration,
+// and so of its full sync. Not istioctl's syncz, nor what istio-agent asks
+// for on its own on the stream of the Envoy behind it: health (requests
+// only, never answered), NDS (answered only when the proxy captures DNS) and
+// PCDS (answered only in meshes with several roots). Waiting for those
+// would keep the full sync of every sidecar behind an agent from completing.
+func inFullSync(url string) bool {
+	switch url {
+	case codec.TypeSyncz, codec.TypeHealthInfo, codec.TypeNameTable, codec.TypeProxyConfig:
+		return false
+	}
+	return true
+}
+
 // syncedTypes returns the types the client wants, sorted, when each has an
 // acknowledged push and no push is waiting for an answer; nil otherwise.
-// istioctl's syncz is not configuration and does not count.
+// Only types inFullSync count.
 func (s *stream) syncedTypes() []string {
 	n := 0
 	for _, ts := range s.order {
-		if ts.url == codec.TypeSyncz {
+		if !inFullSync(ts.url) {
 			continue
 		}
 		if ts.pending() {
@@ -143,7 +157,7 @@ func (s *stream) syncedTypes() []string {
 	}
 	types := make([]string, 0, n)
 	for _, ts := range s.order {
-		if ts.url != codec.TypeSyncz && ts.requested && !ts.empty() {
+		if inFullSync(ts.url) && ts.requested && !ts.empty() {
 			types = append(types, ts.url)
 		}
 	}

@@ -120,9 +120,12 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	c := ts.classify(req)
 	// A request the server answers: the first of its type on the stream
 	// whatever its nonce (istio's adsc puts a made-up one in its first
-	// requests), a request without a nonce, or a subscription change.
-	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || c.changed {
+	// requests), a request without a nonce, or a subscription change with
+	// the latest nonce. istiod and go-control-plane ignore a request with a
+	// stale nonce, its subscription change included.
+	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || (c.changed && c.kind != KindStale) {
 		ts.asked = c.kind != KindUnsubscribe
+		ts.askVersion, ts.askAny = s.round.version, s.round.seq == 0
 	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,

@@ -14,8 +14,9 @@ import (
 	"github.com/adstap/adstap/tap"
 )
 
-func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
-	leakcheck.Check(t)
+// startTestAdmin serves the admin pages of a tap that is not serving yet.
+func startTestAdmin(t *testing.T) (*tap.Server, *adminServer) {
+	t.Helper()
 	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +25,13 @@ func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
+	t.Cleanup(a.close)
+	return srv, a
+}
+
+func TestReadyzFollowsTheListenerAndTheDrain(t *testing.T) {
+	leakcheck.Check(t)
+	srv, a := startTestAdmin(t)
 	status := func(path string) int {
 		t.Helper()
 		resp, err := http.Get("http://" + a.addr() + path)

@@ -30,7 +30,7 @@ func inspectCommand(f *inspectFlags) *command {
 	c.group("What to show (default: the timeline, then the summary)")
 	c.Bool(&f.summaryOnly, "summary-only", false, "only the summary per stream and type: pushes, ACKs, NACKs, ACK latency, full syncs, storms, stale nonces")
 	c.Bool(&f.timelineOnly, "timeline-only", false, "only the timeline: the live log of the replay, at the recorded times")
-	c.String(&f.push, "push", "", "every push of this `version`, per stream and type: the names added, removed and changed")
+	c.String(&f.push, "push", "", "every push of this `version` (or push id, xds.push_id), by push round, per stream and type: the names added, removed and changed")
 	c.Bool(&f.resources, "resources", false, "with --push: each resource as JSON, and the field-level diff of each changed one against the version the client last accepted")
 	c.Bool(&f.nacks, "nacks", false, "every NACK: time, stream, node, type, rejected version, the client's message and the resources it names; repeats collapsed with a count")
 	c.group("Which streams and when (every mode)")

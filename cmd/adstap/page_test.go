@@ -178,7 +178,7 @@ func TestLivePageInARealBrowser(t *testing.T) {
 	waitJS(t, ctx, "the MAGLEV NACK with the client's message",
 		`[...document.querySelectorAll("#streams td.error")].some(td => td.textContent.includes("unexpected lbPolicy MAGLEV"))`)
 	nackedRow := evalJS[string](t, ctx, `[...document.querySelectorAll("#streams tbody tr")].find(tr => tr.querySelector('td[data-type="cds"][data-state="NACKED"]')).innerText`)
-	for _, want := range []string{"ERROR", "unexpected lbPolicy MAGLEV", "demo-control-plane-0"} {
+	for _, want := range []string{"ERROR", "unexpected lbPolicy MAGLEV", "— from DestinationRule demo/greeter-maglev", "demo-control-plane-0"} {
 		if !strings.Contains(nackedRow, want) {
 			t.Errorf("the NACKed stream's row lacks %q: %q", want, nackedRow)
 		}
@@ -246,7 +246,9 @@ func TestLivePageInARealBrowser(t *testing.T) {
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: evilMessage}}); err != nil {
 		t.Fatal(err)
 	}
-	waitJS(t, ctx, "the message with markup, as text", `[...document.querySelectorAll("#streams td.error")].some(td => td.textContent === "CDS: " + `+jsString(evilMessage)+`)`)
+	// The message, then what adstap says of its source (a go-control-plane
+	// cluster: no Istio config).
+	waitJS(t, ctx, "the message with markup, as text", `[...document.querySelectorAll("#streams td.error")].some(td => td.textContent.startsWith("CDS: " + `+jsString(evilMessage)+` + " — no Istio config recorded in "))`)
 	if got := evalJS[string](t, ctx, `[...document.querySelectorAll("#streams td")].find(td => td.textContent.includes("evil-node")).textContent`); got != `<b id="evil-node">x</b>.demo` {
 		t.Errorf("the node's name shows as %q, want its characters", got)
 	}

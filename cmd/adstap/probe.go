@@ -17,7 +17,7 @@ import (
 // rewritten by Istio's injector to go through istio-agent nor needs the admin
 // address to listen beyond loopback.
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var admin string
+	var admin, alsoReady string
 	timeout := time.Second
 	c := newCommand("probe",
 		"adstap probe asks the tap in this pod (its admin address) whether it is healthy or ready; exit status 0 if it is, 1 if not.",
@@ -25,6 +25,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c.group("Probe")
 	c.String(&admin, "admin", "127.0.0.1:15101", "the tap's admin `host:port` (the same ADSTAP_ADMIN as adstap run's, so one variable sets both)")
 	c.Var(durationValue{&timeout}, "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
+	c.String(&alsoReady, "also-ready", "", "then also require this `URL` to answer 200: as a native sidecar's startup probe, it holds the containers after it until, say, Envoy is ready (http://127.0.0.1:15021/healthz/ready)")
 	check, rest := "readyz", args
 	if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") {
 		check, rest = args[n-1], args[:n-1]
@@ -48,24 +49,33 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := "http://" + admin + "/" + check
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "adstap probe: --admin %q: %v\n", admin, err)
-		return exitUsage
+	urls := []string{"http://" + admin + "/" + check}
+	if alsoReady != "" {
+		if !strings.HasPrefix(alsoReady, "http://") {
+			fmt.Fprintf(stderr, "adstap probe: --also-ready %q: want an http:// URL\n", alsoReady)
+			return exitUsage
+		}
+		urls = append(urls, alsoReady)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "adstap probe: %v\n", err)
-		return exitFailure
+	for _, url := range urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "adstap probe: %q: %v\n", url, err)
+			return exitUsage
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			fmt.Fprintf(stderr, "adstap probe: %v\n", err)
+			return exitFailure
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		resp.Body.Close()
+		msg := strings.TrimSpace(string(body))
+		if resp.StatusCode != http.StatusOK {
+			fmt.Fprintf(stderr, "adstap probe: %s: %s: %s\n", url, resp.Status, msg)
+			return exitFailure
+		}
+		fmt.Fprintln(stdout, url+": "+msg)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	msg := strings.TrimSpace(string(body))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "adstap probe: %s: %s: %s\n", url, resp.Status, msg)
-		return exitFailure
-	}
-	fmt.Fprintln(stdout, msg)
 	return exitOK
 }

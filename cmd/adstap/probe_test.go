@@ -2,28 +2,20 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
-	"github.com/adstap/adstap/tap"
 )
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 	leakcheck.Check(t)
-	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := startAdmin("127.0.0.1:0", srv, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	srv, a := startTestAdmin(t)
 	// An address nothing listens on: a port that was just free.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,6 +24,15 @@ func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 	closed := l.Addr().String()
 	l.Close()
 
+	// What answers for Envoy's readiness in a pod: its :15021 listener.
+	envoy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz/ready" {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "LIVE")
+	}))
+	defer envoy.Close()
 	probe := func(env map[string]string, args ...string) (int, string) {
 		t.Helper()
 		withEnv(t, env)
@@ -55,6 +56,9 @@ func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 		{"nothing listening", nil, nil, []string{"--admin=" + closed, "healthz"}, exitFailure, "connection refused"},
 		{"an unknown check", nil, nil, []string{admin, "livez"}, exitUsage, `unknown check "livez"`},
 		{"admin off", nil, nil, []string{"--admin=off"}, exitUsage, "nothing to ask"},
+		{"also ready", nil, nil, []string{admin, "--also-ready=" + envoy.URL + "/healthz/ready", "readyz"}, exitOK, "LIVE"},
+		{"also ready, not yet", nil, nil, []string{admin, "--also-ready=" + envoy.URL + "/not-ready", "readyz"}, exitFailure, "503"},
+		{"also ready, not a URL", nil, nil, []string{admin, "--also-ready=" + closed, "readyz"}, exitUsage, "want an http:// URL"},
 		{"draining", func() { srv.Shutdown(context.Background()) }, nil, []string{admin, "readyz"}, exitFailure, "draining"},
 	} {
 		if tc.do != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
@@ -70,8 +71,11 @@ type statusCell struct {
 	State      string   `json:"state"` // SYNCED, STALE, ERROR, NOT SENT
 	AgeSeconds *float64 `json:"age_seconds,omitempty"`
 	Problem    bool     `json:"problem"`
-	age        string
-	ts         *track.TypeState
+	// Source is, for an ERROR, what the NACK rejected and the Istio objects
+	// it came from (/debug/streams' last_error_source).
+	Source *origin.Rejection `json:"source,omitempty"`
+	age    string
+	ts     *track.TypeState
 }
 
 // statusReport is what -o json prints.
@@ -153,6 +157,12 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 				c.Problem = now.Sub(at) >= staleAfter
 			case "NACKED":
 				c.State, at, c.Problem = "ERROR", ts.LastNACKAt, true
+				if len(ts.LastErrorSource) > 0 {
+					var src origin.Rejection
+					if json.Unmarshal(ts.LastErrorSource, &src) == nil {
+						c.Source = &src
+					}
+				}
 			case "NOT_SENT":
 				c.State = "NOT SENT"
 			}
@@ -272,6 +282,13 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 			case "ERROR":
 				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: NACKED %s ago; running %s, rejected %s: %s",
 					printable(r.Name), r.Stream, c, cell.age, orNone(printable(ts.LastAckedVersion)), printable(ts.LastSentVersion), printable(ts.LastError)))
+				// The Istio object to fix, and how to look at it.
+				if s := cell.Source.Summary(); s != "" {
+					problems = append(problems, "  "+printable(s))
+					for _, o := range cell.Source.Objects() {
+						problems = append(problems, "    "+printable(o.Kubectl()))
+					}
+				}
 			case "STALE":
 				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: push %s unanswered for %s; running %s",
 					printable(r.Name), r.Stream, c, printable(ts.LastSentVersion), cell.age, orNone(printable(ts.LastAckedVersion))))

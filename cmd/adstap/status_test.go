@@ -57,7 +57,7 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	m := statusMesh{
 		good:      "proxyless~10.0.0.3~greeter-client-7d9f.demo~demo.svc.cluster.local",
 		nacking:   "sidecar~10.0.0.4~reviews-v2-5d8b.demo~demo.svc.cluster.local",
-		rejection: "Error adding/updating cluster(s) outbound|9080||reviews.demo.svc.cluster.local: unexpected lbPolicy MAGLEV",
+		rejection: "Error adding/updating cluster(s) outbound|8080||svc-00001.ns-1.svc.cluster.local: unexpected lbPolicy MAGLEV",
 	}
 	backend := xdstest.StartBackend(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), withIstiodIdentifier())
@@ -70,7 +70,10 @@ func startStatusMesh(t *testing.T, flags ...string) statusMesh {
 	cc.Connect()
 
 	bad := map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(2, 0)}
-	bad[resource.ClusterType][1].(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_MAGLEV
+	maglev := bad[resource.ClusterType][1].(*clusterv3.Cluster)
+	maglev.LbPolicy = clusterv3.Cluster_MAGLEV
+	// Stamped as istiod stamps a cluster a DestinationRule shaped.
+	maglev.Metadata = xdsconfig.IstioConfig("destination-rule", "ns-1", "svc-00001-maglev")
 	cp.SetSnapshot(t, m.nacking, "2026-11-30T09:00:00Z/7", bad)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -141,6 +144,9 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 		!strings.Contains(out, "rejected 2026-11-30T09:00:00Z/7: "+m.rejection) {
 		t.Errorf("no problem line with the NACK's version and message:\n%s", out)
 	}
+	if !strings.Contains(out, m.rejection+"\n    from DestinationRule ns-1/svc-00001-maglev\n      kubectl get destinationrule -n ns-1 svc-00001-maglev\n") {
+		t.Errorf("the problem line is not followed by the DestinationRule to fix and its kubectl get:\n%s", out)
+	}
 
 	if !regexp.MustCompile(`(?m)^Active detectors:\n  NACK storm: stream \d+ cds, for \d+m?s \(1\)$`).MatchString(out) {
 		t.Errorf("the NACK storm is not among the active detectors:\n%s", out)
@@ -166,6 +172,9 @@ func TestStatusShowsProblemsFirstAndFailsOnANACK(t *testing.T) {
 	if code != exitOutOfSync || rep.InSync || len(rep.Proxies) != 2 || rep.Proxies[0].NodeID != m.nacking ||
 		rep.Proxies[0].Types["cds"].State != "ERROR" || rep.Proxies[1].Types["eds"].State != "SYNCED" {
 		t.Errorf("-o json: exit %d, %+v", code, rep)
+	}
+	if src := rep.Proxies[0].Types["cds"].Source; src.Summary() != "from DestinationRule ns-1/svc-00001-maglev" {
+		t.Errorf("-o json: the ERROR's source is %q", src.Summary())
 	}
 }
 

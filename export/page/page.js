@@ -103,10 +103,14 @@ function renderStreams(page) {
   const rows = streams.map((s) => {
     const byShort = {};
     for (const ts of Object.values(s.types)) byShort[ts.type] = ts;
-    let nack = null;
+    let nack = null, source = null;
     for (const c of cols) {
       const ts = byShort[c];
-      if (ts && ts.state === "NACKED" && ts.last_error) nack = c.toUpperCase() + ": " + ts.last_error;
+      if (ts && ts.state === "NACKED" && ts.last_error) {
+        nack = c.toUpperCase() + ": " + ts.last_error;
+        // The Istio object the rejected resources came from, as istiod recorded it.
+        source = (ts.last_error_source && ts.last_error_source.summary) || null;
+      }
     }
     const cells = cols.map((c) => {
       const ts = byShort[c];
@@ -126,7 +130,7 @@ function renderStreams(page) {
       ...cells,
       el("td", {}, controlPlane(s.control_plane)),
       el("td", {}, s.istio_version || s.user_agent || ""),
-      nackCell(nack));
+      nackCell(nack, source));
     if (s.id === selected) tr.classList.add("selected");
     tr.addEventListener("click", () => select(s.id));
     return tr;
@@ -136,14 +140,15 @@ function renderStreams(page) {
   document.getElementById("streams").hidden = streams.length === 0;
 }
 
-// nackCell shows a NACK's message, long ones cut short; the whole message is
-// the cell's tooltip and in the timeline.
+// nackCell shows a NACK's message, long ones cut short, then its source
+// whole; the whole message is the cell's tooltip and in the timeline.
 const NACK_CHARS = 240;
-function nackCell(message) {
+function nackCell(message, source) {
   const td = el("td", { class: "error" });
   if (!message) return td;
-  td.textContent = message.length > NACK_CHARS ? message.slice(0, NACK_CHARS) + "…" : message;
-  td.title = message;
+  const suffix = source ? " — " + source : "";
+  td.textContent = (message.length > NACK_CHARS ? message.slice(0, NACK_CHARS) + "…" : message) + suffix;
+  td.title = message + suffix;
   return td;
 }
 

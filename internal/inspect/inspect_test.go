@@ -319,7 +319,7 @@ func replayWith(t *testing.T, files []string, c consumer) {
 	}
 }
 
-var pushOpts = cmpopts.IgnoreFields(PushDiff{}, "At", "Nonce", "Bytes", "Latency", "Details")
+var pushOpts = cmpopts.IgnoreFields(PushDiff{}, "At", "Nonce", "Bytes", "Latency", "Details", "PushID", "FullPush", "Requested")
 
 func TestPushShowsEveryNameAddedRemovedAndChanged(t *testing.T) {
 	leakcheck.Check(t)

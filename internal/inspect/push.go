@@ -11,15 +11,21 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// PushDiff is one push of the version asked for, on one stream.
+// PushDiff is one push of the version (or push id) asked for, on one
+// stream.
 type PushDiff struct {
 	Stream         uint64
 	Node           string
 	TypeURL, Type  string
 	Version, Nonce string
-	At             time.Time
-	Resources      int
-	Bytes          int
+	// PushID is the push round's identity (track.Push.PushID): the version
+	// of a full push, more for an incremental one, which released istiod
+	// versions send under the version of the last full push.
+	PushID              string
+	FullPush, Requested bool
+	At                  time.Time
+	Resources           int
+	Bytes               int
 	// Added, Removed and Changed are every name, against the state the
 	// client had accepted (the tracker's diff, uncapped).
 	Added, Removed, Changed []string
@@ -152,13 +158,14 @@ func (p *pushes) sent(st *step, push track.Push) {
 		t.pending = bodies
 		t.removed = slices.Clone(st.Resp.RemovedResources)
 	}
-	if push.Version != p.version {
+	id := push.PushID()
+	if push.Version != p.version && id != p.version {
 		return
 	}
 	d := push.Diff
 	r := &PushDiff{
 		Stream: push.StreamID, Node: push.Node.ID, TypeURL: push.TypeURL, Type: typeLabel(push.TypeURL),
-		Version: push.Version, Nonce: push.Nonce, At: push.SentAt, Resources: push.Resources, Bytes: push.Bytes,
+		Version: push.Version, Nonce: push.Nonce, PushID: id, FullPush: push.FullPush, Requested: push.Requested, At: push.SentAt, Resources: push.Resources, Bytes: push.Bytes,
 		Added: slices.Clone(d.AddedNames), Removed: slices.Clone(d.RemovedNames), Changed: slices.Clone(d.ChangedNames),
 		Unchanged: d.Unchanged, FullSync: push.FullSync, Redundant: push.Redundant,
 	}
@@ -237,6 +244,39 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 		streams[r.Stream] = true
 	}
 	fmt.Fprintf(w, "version %s: %s on %s\n", p.version, plural(len(found), "push", "pushes"), plural(len(streams), "stream", "streams"))
+	// A version can carry several push rounds (released istiod sends its
+	// incremental pushes under the last full push's version): each is shown
+	// under its push id.
+	var ids []string
+	rounds := map[string][]*PushDiff{}
+	for _, r := range found {
+		if rounds[r.PushID] == nil {
+			ids = append(ids, r.PushID)
+		}
+		rounds[r.PushID] = append(rounds[r.PushID], r)
+	}
+	for _, id := range ids {
+		p.printRound(w, id, rounds[id])
+	}
+}
+
+// printRound prints the pushes of one push round.
+func (p *pushes) printRound(w io.Writer, id string, found []*PushDiff) {
+	kind := "incremental push"
+	full, requested := false, true
+	streams := map[uint64]bool{}
+	for _, r := range found {
+		full = full || r.FullPush
+		requested = requested && r.Requested
+		streams[r.Stream] = true
+	}
+	switch {
+	case full:
+		kind = "full push"
+	case requested:
+		kind = "answers to the clients' requests"
+	}
+	fmt.Fprintf(w, "\npush %s: %s, %s on %s\n", orDash(id), kind, plural(len(found), "push", "pushes"), plural(len(streams), "stream", "streams"))
 	for _, r := range found {
 		fmt.Fprintf(w, "\nstream %d  %s  node=%s  %s  %s, %s  +%d -%d ~%d =%d", r.Stream, r.Type, orDash(r.Node), stamp(r.At),
 			plural(r.Resources, "resource", "resources"), export.Size(r.Bytes), len(r.Added), len(r.Removed), len(r.Changed), r.Unchanged)

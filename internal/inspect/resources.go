@@ -85,7 +85,7 @@ func wrapped(r *discovery.Resource) body {
 // one would show the fingerprint's fingerprint.)
 func resourceJSON(b body) (jsonValue, error) {
 	typeURL, value := b.typeURL, b.value
-	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: typeURL, Value: value}, proto.UnmarshalOptions{})
+	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: typeURL, Value: value}, proto.UnmarshalOptions{Resolver: redact.Types})
 	if err != nil {
 		return unknownJSON(typeURL, value), nil
 	}
@@ -93,7 +93,7 @@ func resourceJSON(b body) (jsonValue, error) {
 		redact.Message(m)
 	}
 	redact.StandInUnknownAnys(m.ProtoReflect())
-	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	out, err := protojson.MarshalOptions{UseProtoNames: true, Resolver: redact.Types}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s as JSON: %w", typeURL, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -196,5 +198,30 @@ func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
 		if got := compactJSON(v); !strings.Contains(got, want) || strings.Contains(got, "not really") {
 			t.Errorf("%s: %s, want %s", name, got, want)
 		}
+	}
+}
+
+// TestResourceJSONDecodesIstioAmbientTypes: --resources shows ztunnel's
+// Authorization decoded with Istio's descriptors.
+func TestResourceJSONDecodesIstioAmbientTypes(t *testing.T) {
+	leakcheck.Check(t)
+	mt, err := redact.Types.FindMessageByURL(codec.TypeAuthorization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := dynamicpb.NewMessage(mt.Descriptor())
+	m.Set(m.Descriptor().Fields().ByName("name"), protoreflect.ValueOfString("allow-reviews"))
+	value, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := resourceJSON(body{name: "bookinfo/allow-reviews", typeURL: codec.TypeAuthorization, value: value, redacted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	writeJSON(&sb, v, "", false)
+	if got := sb.String(); !strings.Contains(got, `"allow-reviews"`) || strings.Contains(got, "value_base64") {
+		t.Errorf("an Authorization renders as %s, want it decoded", got)
 	}
 }

@@ -30,7 +30,7 @@ var mayImport = map[string][]string{
 	"internal/gctune":   {},
 	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export"},
 	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export"},
-	"cmd/adstap":        {"codec", "tap", "track", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
+	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
 }
 
 // demoImports are what cmd/adstap's files may add under the demo build tag

@@ -4,10 +4,13 @@ package injection
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	meshconfig "istio.io/api/mesh/v1alpha1"
 	"istio.io/istio/operator/pkg/render"
@@ -30,10 +33,11 @@ type Install struct {
 // rendered install: the istio-sidecar-injector ConfigMap (templates and
 // values) and the mesh config of the istio ConfigMap.
 type Injector struct {
-	Config   *inject.Config
-	Values   inject.ValuesConfig
-	Mesh     *meshconfig.MeshConfig
-	Revision string
+	Config    *inject.Config
+	Values    inject.ValuesConfig
+	RawValues string
+	Mesh      *meshconfig.MeshConfig
+	Revision  string
 }
 
 // Render renders the install the way pkg/kube/inject's getInjectionSettings
@@ -69,7 +73,7 @@ func Render(in Install) (*Injector, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s: config: %w", name, err)
 				}
-				inj.Config, inj.Values = &cfg, vc
+				inj.Config, inj.Values, inj.RawValues = &cfg, vc, vals
 			case name == "istio" || strings.HasPrefix(name, "istio-"):
 				m, ok := data["mesh"].(string)
 				if !ok {
@@ -89,20 +93,52 @@ func Render(in Install) (*Injector, error) {
 	return inj, nil
 }
 
-// Inject runs the injector on a Deployment, as `istioctl kube-inject` and the
-// webhook do (inject.IntoObject), and returns the injected pod template.
+// Inject injects a Deployment's pod both ways istiod's injector runs: as
+// the webhook admits a pod the Deployment's ReplicaSet creates (an
+// AdmissionReview to inject.NewWebhook's /inject, its JSON patch applied),
+// and as istioctl kube-inject does (inject.IntoObject). It returns the
+// webhook's pod, and an error if the two differ.
 func (i *Injector) Inject(d *appsv1.Deployment) (*corev1.PodTemplateSpec, error) {
-	var warnings []string
-	out, err := inject.IntoObject(nil, i.Config.Templates, i.Values, i.Revision, i.Mesh, d, func(w string) { warnings = append(warnings, w) })
+	webhook, err := i.Webhook()
 	if err != nil {
 		return nil, err
 	}
+	pod, werr := Admit(webhook, podOf(d))
+	var warnings []string
+	out, kerr := inject.IntoObject(nil, i.Config.Templates, i.Values, i.Revision, i.Mesh, d, func(w string) { warnings = append(warnings, w) })
+	if kerr == nil && len(warnings) > 0 {
+		kerr = fmt.Errorf("not injected: %s", strings.Join(warnings, "; "))
+	}
+	switch {
+	case werr != nil && kerr != nil:
+		return nil, werr
+	case werr != nil || kerr != nil:
+		return nil, fmt.Errorf("the webhook and kube-inject disagree: webhook: %v; kube-inject: %v", werr, kerr)
+	}
 	injected, ok := out.(*appsv1.Deployment)
 	if !ok {
-		return nil, fmt.Errorf("the injector returned a %T", out)
+		return nil, fmt.Errorf("kube-inject returned a %T", out)
 	}
-	if len(warnings) > 0 {
-		return nil, fmt.Errorf("not injected: %s", strings.Join(warnings, "; "))
+	if diff := cmp.Diff(injected.Spec.Template.Spec, pod.Spec); diff != "" {
+		return nil, fmt.Errorf("the webhook and kube-inject inject different pods (-kube-inject +webhook):\n%s", diff)
 	}
-	return &injected.Spec.Template, nil
+	for k, v := range injected.Spec.Template.Annotations {
+		if pod.Annotations[k] != v {
+			return nil, fmt.Errorf("annotation %s: kube-inject %q, webhook %q", k, v, pod.Annotations[k])
+		}
+	}
+	return &corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}, nil
 }
+
+// podOf is the pod a Deployment's ReplicaSet asks the API server to create.
+func podOf(d *appsv1.Deployment) *corev1.Pod {
+	rs := d.Name + "-7d4b9c5f6"
+	meta := *d.Spec.Template.ObjectMeta.DeepCopy()
+	meta.Namespace, meta.GenerateName = d.Namespace, rs+"-"
+	meta.Labels = maps.Clone(meta.Labels)
+	meta.Labels["pod-template-hash"] = "7d4b9c5f6"
+	meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, Controller: ptr(true)}}
+	return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: meta, Spec: *d.Spec.Template.Spec.DeepCopy()}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -31,16 +31,21 @@ func NodeID(workload, ip string) string {
 // Proxy of EnginePush and the keys of Engine.Connections.
 func ProxyID(workload string) string { return workload + "." + Namespace }
 
-func clientConfig(workload, ip string) adsc.Config {
-	return adsc.Config{
-		Namespace: Namespace,
-		Workload:  workload,
-		IP:        ip,
-		Meta: &structpb.Struct{Fields: map[string]*structpb.Value{
-			"NAMESPACE":  structpb.NewStringValue(Namespace),
-			"CLUSTER_ID": structpb.NewStringValue("Kubernetes"),
-		}},
+// Meta is node metadata a client sends besides NAMESPACE and CLUSTER_ID,
+// e.g. {"DNS_CAPTURE": "true"} as a sidecar whose agent proxies DNS.
+type Meta map[string]string
+
+func clientConfig(workload, ip string, extra []Meta) adsc.Config {
+	fields := map[string]*structpb.Value{
+		"NAMESPACE":  structpb.NewStringValue(Namespace),
+		"CLUSTER_ID": structpb.NewStringValue(ClusterID),
 	}
+	for _, m := range extra {
+		for k, v := range m {
+			fields[k] = structpb.NewStringValue(v)
+		}
+	}
+	return adsc.Config{Namespace: Namespace, Workload: workload, IP: ip, Meta: &structpb.Struct{Fields: fields}}
 }
 
 // SotW connects istio's SotW ADS client (pkg/adsc) to addr as the sidecar
@@ -48,10 +53,10 @@ func clientConfig(workload, ip string) adsc.Config {
 // it asks for CDS and LDS; on each CDS and LDS response it asks for the
 // EDS and RDS they name. It reconnects when its stream ends, and closes when
 // the test ends.
-func SotW(t *testing.T, addr, workload, ip string) *adsc.ADSC {
+func SotW(t *testing.T, addr, workload, ip string, meta ...Meta) *adsc.ADSC {
 	t.Helper()
 	c, err := adsc.New(addr, &adsc.ADSConfig{
-		Config: clientConfig(workload, ip),
+		Config: clientConfig(workload, ip, meta),
 		InitialDiscoveryRequests: []*discovery.DiscoveryRequest{
 			{TypeUrl: v3.ClusterType}, {TypeUrl: v3.ListenerType},
 		},
@@ -73,15 +78,29 @@ func SotW(t *testing.T, addr, workload, ip string) *adsc.ADSC {
 // the response (adsc HandlerContext.Reject), with the error as its message.
 type ClusterCheck func(*cluster.Cluster) error
 
+// Checks judge what a Delta client receives, each as ClusterCheck does; a
+// nil check accepts everything.
+type Checks struct {
+	Cluster ClusterCheck
+	Route   func(*route.RouteConfiguration) error
+}
+
 // Delta connects istio's Delta ADS client (pkg/adsc NewDelta) to addr as
 // the sidecar workload at ip, and waits for its initial watches. Like Envoy
 // it subscribes to every cluster and listener, and to the endpoints and
 // routes they name. check, if not nil, judges every cluster received: a
 // rejected one is NACKed. It reconnects when its stream ends, and stops
 // when the test ends.
-func Delta(t *testing.T, addr, workload, ip string, check ClusterCheck) *adsc.Client {
+func Delta(t *testing.T, addr, workload, ip string, check ClusterCheck, meta ...Meta) *adsc.Client {
 	t.Helper()
-	c := adsc.NewDelta(addr, &adsc.DeltaADSConfig{Config: clientConfig(workload, ip)},
+	return DeltaChecked(t, addr, workload, ip, Checks{Cluster: check}, meta...)
+}
+
+// DeltaChecked is Delta judging route configurations too.
+func DeltaChecked(t *testing.T, addr, workload, ip string, checks Checks, meta ...Meta) *adsc.Client {
+	t.Helper()
+	check := checks.Cluster
+	c := adsc.NewDelta(addr, &adsc.DeltaADSConfig{Config: clientConfig(workload, ip, meta)},
 		adsc.Register(func(ctx adsc.HandlerContext, _, _ string, c *cluster.Cluster, ev adsc.Event) {
 			if ev == adsc.EventDelete || c == nil {
 				return
@@ -104,7 +123,14 @@ func Delta(t *testing.T, addr, workload, ip string, check ClusterCheck) *adsc.Cl
 		adsc.Watch[*listener.Listener]("*"),
 		// Endpoints and routes need a handler to be taken (and ACKed) as known types.
 		adsc.Register(func(adsc.HandlerContext, string, string, *endpoint.ClusterLoadAssignment, adsc.Event) {}),
-		adsc.Register(func(adsc.HandlerContext, string, string, *route.RouteConfiguration, adsc.Event) {}),
+		adsc.Register(func(ctx adsc.HandlerContext, _, _ string, rc *route.RouteConfiguration, ev adsc.Event) {
+			if ev == adsc.EventDelete || rc == nil || checks.Route == nil {
+				return
+			}
+			if err := checks.Route(rc); err != nil {
+				ctx.Reject(err)
+			}
+		}),
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

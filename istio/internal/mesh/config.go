@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"istio.io/istio/pilot/pkg/config/kube/crd"
+	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pkg/config/schema/kind"
+	"istio.io/istio/pkg/util/sets"
 )
 
 // Apply creates or replaces Istio configuration (YAML, one or more
@@ -119,4 +123,53 @@ func (e *Engine) SetEndpoints(t *testing.T, service string, ips ...string) {
 	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("engine: updating the EndpointSlice of %s: %v", service, err)
 	}
+}
+
+// PushEndpointsAsReleased changes the endpoints of a Kubernetes Service and
+// pushes the change as released istiod versions do, with istiod's own
+// code: the endpoint cache is updated without a push (EDSCacheUpdate), the
+// change's cached EDS dropped, and an incremental push started on the
+// current push context (AdsPushAll), so it goes out under the version of
+// the last full push. (Released istiod's DiscoveryServer.Push does exactly
+// this when the request is not full: req.Push = s.globalPushContext(); the
+// pinned development engine makes a new push context, and version, for
+// every push.)
+func (e *Engine) PushEndpointsAsReleased(t *testing.T, service string, ips ...string) {
+	t.Helper()
+	host := service + "." + Namespace + ".svc.cluster.local"
+	shards, ok := e.Discovery.Env.EndpointIndex.ShardsForService(host, Namespace)
+	if !ok {
+		t.Fatalf("engine: no endpoints of %s", host)
+	}
+	shards.RLock()
+	var key model.ShardKey
+	var template *model.IstioEndpoint
+	for k, eps := range shards.Shards {
+		if len(eps) > 0 {
+			key, template = k, eps[0]
+		}
+	}
+	shards.RUnlock()
+	if template == nil {
+		t.Fatalf("engine: %s has no endpoint to copy", host)
+	}
+	var eps []*model.IstioEndpoint
+	for _, ip := range ips {
+		ep := template.DeepCopy()
+		ep.Addresses = []string{ip}
+		eps = append(eps, ep)
+	}
+	e.Discovery.EDSCacheUpdate(key, host, Namespace, eps)
+	start := time.Now()
+	// istiod pushes after its debounce, as its own timer would.
+	time.AfterFunc(e.debounce, func() {
+		updated := sets.New(model.ConfigKey{Kind: kind.ServiceEntry, Name: host, Namespace: Namespace})
+		e.Discovery.Cache.Clear(updated)
+		e.Discovery.AdsPushAll(&model.PushRequest{
+			ConfigsUpdated: sets.New(model.ConfigKey{Kind: kind.Endpoints, Name: host, Namespace: Namespace}),
+			Push:           e.Discovery.Env.PushContext(),
+			Start:          start,
+			Reason:         model.NewReasonStats(model.EndpointUpdate),
+		})
+	})
 }

@@ -44,8 +44,9 @@ type Engine struct {
 	Pushes *Ledger
 	// Headers is the metadata of every stream the engine's authenticators
 	// saw; empty unless AuthenticatePlaintext was called.
-	Headers *HeaderLog
-	lis     *engineListener
+	Headers  *HeaderLog
+	lis      *engineListener
+	debounce time.Duration
 }
 
 // StartEngine starts istiod's engine. It stops when the test ends.
@@ -71,7 +72,7 @@ func StartEngine(t *testing.T, opts EngineOptions) *Engine {
 		DebounceTime:           opts.Debounce,
 		ListenerBuilder:        func() (net.Listener, error) { return el, nil },
 	})
-	e := &Engine{FakeDiscoveryServer: f, Addr: lis.Addr().String(), Pushes: &Ledger{changed: make(chan struct{})}, Headers: &HeaderLog{}, lis: el}
+	e := &Engine{FakeDiscoveryServer: f, Addr: lis.Addr().String(), Pushes: &Ledger{changed: make(chan struct{})}, Headers: &HeaderLog{}, lis: el, debounce: opts.Debounce}
 	for url, g := range f.Discovery.Generators {
 		f.Discovery.Generators[url] = e.Pushes.wrap(url, g)
 	}

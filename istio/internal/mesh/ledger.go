@@ -39,6 +39,9 @@ type EnginePush struct {
 	Resources   int
 	Deleted     int // Delta: removals the generator computed
 	Reasons     []string
+	// Start is when the push request began (PushRequest.Start): what tells
+	// two push rounds of one version apart.
+	Start time.Time
 }
 
 func (p EnginePush) String() string {
@@ -111,7 +114,7 @@ func (l *Ledger) add(p EnginePush) {
 }
 
 // Round is one push round of the engine to one proxy: every response of one
-// push request (same version, same kind).
+// push request.
 type Round struct {
 	Proxy   string
 	Version string
@@ -126,11 +129,12 @@ func Rounds(pushes []EnginePush) []Round {
 	type key struct {
 		proxy, version string
 		full, request  bool
+		start          time.Time
 	}
 	idx := map[key]int{}
 	var out []Round
 	for _, p := range pushes {
-		k := key{p.Proxy, p.Version, p.Full, p.Request}
+		k := key{p.Proxy, p.Version, p.Full, p.Request, p.Start}
 		i, ok := idx[k]
 		if !ok {
 			i = len(out)
@@ -212,7 +216,7 @@ func (r recorder) Generate(proxy *model.Proxy, w *model.WatchedResource, req *mo
 func (r recorder) record(proxy *model.Proxy, w *model.WatchedResource, req *model.PushRequest, d model.XdsLogDetails, n, deleted int, delta bool) {
 	p := EnginePush{
 		At: time.Now(), Proxy: proxy.ID, TypeURL: r.url, Full: !model.OnlyHasConfigsOfKind(req.ConfigsUpdated, kind.Endpoints), Request: req.IsRequest(),
-		Incremental: d.Incremental, Delta: delta, Resources: n, Deleted: deleted,
+		Incremental: d.Incremental, Delta: delta, Resources: n, Deleted: deleted, Start: req.Start,
 	}
 	if w != nil && w.TypeUrl != "" {
 		p.TypeURL = w.TypeUrl

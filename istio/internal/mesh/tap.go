@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/syncbuf"
@@ -38,6 +39,8 @@ type TapOptions struct {
 	TraceGrouping string
 	// RetainResources serves /debug/config (--retain-resources).
 	RetainResources bool
+	// Capture, when set, is the capture file (--capture), for adstap inspect.
+	Capture string
 }
 
 // Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
@@ -73,6 +76,13 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20
+	}
+	if opts.Capture != "" {
+		w, err := capture.NewWriter(opts.Capture, capture.DefaultMaxBytes, capture.DefaultMaxFiles, "istio-compat", opts.Upstream)
+		if err != nil {
+			t.Fatalf("tap: capture: %v", err)
+		}
+		cfg.Capture = w
 	}
 	p, err := pipeline.New(cfg)
 	if err != nil {
