@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,6 +168,73 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 	if skipped+end.Skipped == 0 {
 		t.Error("a stuck observer with a queue of 8 skipped nothing")
 	}
+}
+
+// An idle stream holds no observation goroutine: the worker ends when the
+// stream's queue is empty, and the next frame starts another, in order.
+func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
+	leakcheck.Check(t)
+	pushes, done := make(chan []byte), make(chan struct{})
+	finish := sync.OnceFunc(func() { close(done) })
+	defer finish()
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		// The subscription first, so that it is observed before any push.
+		if _, err := xdstest.Recv(s); err != nil {
+			return err
+		}
+		for {
+			select {
+			case b := <-pushes:
+				if err := xdstest.Send(s, b); err != nil {
+					return err
+				}
+			case <-done:
+				return nil
+			}
+		}
+	})
+	seen := make(chan string, 4)
+	obs := tap.ObserverFuncs{FrameFunc: func(_ tap.StreamInfo, f tap.Frame) { seen <- string(f.Data.Materialize()) }}
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: obs}, nil)
+	cc := xdstest.MustDial(t, addr)
+	// Longer than the wait below, so that the wait, not the stream's end,
+	// says what went wrong.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.WaitTimeout)
+	defer cancel()
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	if err := xdstest.Send(s, []byte("subscribe")); err != nil {
+		t.Fatal(err)
+	}
+	for _, push := range []string{"push 1", "push 2"} {
+		pushes <- []byte(push)
+		if b, err := xdstest.Recv(s); err != nil || string(b) != push {
+			t.Fatalf("recv = %q, %v; want %q", b, err, push)
+		}
+		for _, want := range map[string][]string{"push 1": {"subscribe", "push 1"}, "push 2": {"push 2"}}[push] {
+			if got := <-seen; got != want {
+				t.Fatalf("observed %q, want %q", got, want)
+			}
+		}
+		xdstest.Eventually(t, "the observation worker to end once the stream is idle", func() bool {
+			return observationWorkers() == 0
+		})
+	}
+	finish()
+	if _, err := xdstest.Recv(s); err != io.EOF {
+		t.Fatalf("stream ended with %v, want EOF", err)
+	}
+}
+
+// observationWorkers counts the goroutines running an observation's code.
+func observationWorkers() int {
+	buf := make([]byte, 1<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "tap.(*observation)") || strings.Contains(g, "tap.startObservation") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind: with an observer

@@ -407,8 +407,8 @@ func outputLabels(e parser.Expr, families map[string]*dto.MetricFamily) []string
 // of its /metrics over HTTP.
 func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exemplarLabels []string) {
 	t.Helper()
-	good := rel.ClusterAnys(3, 200)
-	bad := rel.ClusterAnys(4, 200) // other content, rejected every time: a loop
+	good := xdstest.ClusterAnys(3, 200)
+	bad := xdstest.ClusterAnys(4, 200) // other content, rejected every time: a loop
 	up := xdstest.StartRawUpstream(t, scriptedUpstream(good, bad))
 	spans := tracetest.NewInMemoryExporter()
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Exporter: spans}, Detect: track.Config{
@@ -444,7 +444,7 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	}
 	// v1 and v2 (the same clusters) are ACKed; v3..v6 (bad) NACKed: a storm
 	// and a loop; v7 ACKed; then a stale answer, and v9 left unanswered.
-	send(main, rel.RequestFrame(node, rel.ClusterType, "", "", ""))
+	send(main, xdstest.RequestFrame(node, xdstest.ClusterType, "", "", ""))
 	accepted, firstNonce := "", ""
 	for i := 1; i <= 7; i++ {
 		v, n := recv(main)
@@ -457,16 +457,16 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 		} else {
 			accepted = v
 		}
-		send(main, rel.RequestFrame(nil, rel.ClusterType, accepted, n, msg))
+		send(main, xdstest.RequestFrame(nil, xdstest.ClusterType, accepted, n, msg))
 	}
-	recv(main)                                                                   // v8
-	send(main, rel.RequestFrame(nil, rel.ClusterType, accepted, firstNonce, "")) // stale
-	recv(main)                                                                   // v9: never answered
+	recv(main)                                                                           // v8
+	send(main, xdstest.RequestFrame(nil, xdstest.ClusterType, accepted, firstNonce, "")) // stale
+	recv(main)                                                                           // v9: never answered
 
 	// A herd: more streams at once, one sending a frame that does not decode.
 	for i := range 3 {
 		s := rel.OpenADS(t, ctx, cc)
-		send(s, rel.RequestFrame(&core.Node{Id: fmt.Sprintf("sidecar~10.0.1.%d~herd-%d.default~default.svc.cluster.local", i, i)}, rel.ClusterType, "", "", ""))
+		send(s, xdstest.RequestFrame(&core.Node{Id: fmt.Sprintf("sidecar~10.0.1.%d~herd-%d.default~default.svc.cluster.local", i, i)}, xdstest.ClusterType, "", "", ""))
 		recv(s)
 		if i == 0 {
 			send(s, []byte{0x0a, 0xff}) // a truncated field
@@ -607,7 +607,7 @@ func scriptedUpstream(good, bad []*anypb.Any) grpc.StreamHandler {
 			if v >= 3 && v <= 6 {
 				res = bad
 			}
-			if err := xdstest.Send(s, rel.PushFrame(rel.ClusterType, fmt.Sprintf("v%d", v), fmt.Sprintf("nonce-%d", v), res)); err != nil {
+			if err := xdstest.Send(s, xdstest.PushFrame(xdstest.ClusterType, fmt.Sprintf("v%d", v), fmt.Sprintf("nonce-%d", v), res)); err != nil {
 				return err
 			}
 		}

@@ -110,9 +110,15 @@ func (r *Report) Targets() []Target {
 
 	relay2, okRelay2 := r.summary("W2", Relay)
 	addedRelay := r.addedP99(Relay)
+	// A relay that added nothing (or less than nothing: the direct path's
+	// own tail in that run) leaves no ratio; the tap must then add nothing.
+	vsRelay := "no ratio: the relay added nothing"
+	if addedRelay > 0 {
+		vsRelay = fmt.Sprintf("%.2f×", float64(added)/float64(addedRelay))
+	}
 	add("W2 added p99 latency, tap-full / pass-through relay", "≤ 1.10×", okDir && okFull2 && okRelay2,
-		fmt.Sprintf("%.2f× (%s vs %s; p99 %s vs %s)", ratio(float64(added), float64(addedRelay)), fmtSignedDur(added), fmtSignedDur(addedRelay), fmtDur(full2.P99), fmtDur(relay2.P99)),
-		added <= addedRelay*11/10)
+		fmt.Sprintf("%s (%s vs %s; p99 %s vs %s)", vsRelay, fmtSignedDur(added), fmtSignedDur(addedRelay), fmtDur(full2.P99), fmtDur(relay2.P99)),
+		added <= max(addedRelay, 0)*11/10)
 
 	full3, okFull3 := r.summary("W3", TapFull)
 	add("W3 RSS per idle synced stream, tap-full", "≤ 200 KB", okFull3,

@@ -2,10 +2,11 @@ package gctune
 
 import (
 	"context"
-	"github.com/adstap/adstap/internal/leakcheck"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 func TestPercent(t *testing.T) {
