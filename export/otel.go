@@ -29,9 +29,10 @@ import (
 
 // Trace groupings.
 const (
-	// GroupByVersion puts every push of one control-plane version, from every
-	// stream of every tap with the same scope, in one trace: the fleet view.
-	// Right for istiod, whose versions are unique per push.
+	// GroupByVersion puts every push of one push round, from every stream of
+	// every tap with the same scope, in one trace: the fleet view. A round
+	// is named by its version, and an incremental one by its version, type
+	// and content too (track.Push.PushID). Right for istiod.
 	GroupByVersion = "version"
 	// GroupByStream puts a stream's pushes in the trace of its connect span.
 	// Right for control planes whose versions repeat (go-control-plane's "1").

@@ -2,6 +2,7 @@ package istio_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ func TestThroughIstioAgent(t *testing.T) {
 	agent := mesh.StartAgent(t, mesh.AgentOptions{
 		Discovery: tp.Addr, Workload: "app", IP: "10.0.0.3", DNS: true,
 		Headers: map[string]string{"x-mesh-id": "mesh-1"},
+		// The workload is healthy when the tap's admin port answers.
+		Probe: strings.TrimPrefix(tp.Admin, "http://"),
 	})
 	// Envoy's bootstrap says DNS_CAPTURE when the agent proxies DNS; istiod
 	// builds the name table only then.
@@ -44,13 +47,21 @@ func TestThroughIstioAgent(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// ... and the agent reports the workload healthy, and the proxy's full
+	// sync completes all the same (the agent's types are not waited for).
 	evs, err := tp.WaitEvents(ctx, func(evs []track.Event) bool {
+		var nds, health, synced bool
 		for _, e := range evs {
-			if e, ok := e.(track.PushEnded); ok && e.Push.TypeURL == codec.TypeNameTable && e.Result == track.ResultACK {
-				return true
+			switch e := e.(type) {
+			case track.PushEnded:
+				nds = nds || e.Push.TypeURL == codec.TypeNameTable && e.Result == track.ResultACK
+			case track.RequestSeen:
+				health = health || e.TypeURL == codec.TypeHealthInfo
+			case track.FullSyncComplete:
+				synced = true
 			}
 		}
-		return false
+		return nds && health && synced
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,8 +76,8 @@ func TestThroughIstioAgent(t *testing.T) {
 		}
 	}
 	t.Logf("through istio-agent: requests by type: %v", asked)
-	if asked["nds"] == 0 || asked["pcds"] == 0 {
-		t.Errorf("adstap saw no NDS or PCDS request from the agent: %v", asked)
+	if asked["nds"] == 0 || asked["pcds"] == 0 || asked["health"] == 0 {
+		t.Errorf("adstap saw no NDS, PCDS or health request from the agent: %v", asked)
 	}
 	page, err := tp.Streams()
 	if err != nil {
@@ -84,6 +95,13 @@ func TestThroughIstioAgent(t *testing.T) {
 	}
 	if pcds := types[codec.TypeProxyConfig]; pcds == nil || pcds.State != "NOT_SENT" {
 		t.Errorf("the agent's PCDS is %+v, want NOT_SENT", pcds)
+	}
+	// Health: requests only, which istiod takes in and never answers.
+	if health := types[codec.TypeHealthInfo]; health == nil || health.State != "NOT_SENT" {
+		t.Errorf("the agent's health reports are %+v, want NOT_SENT", health)
+	}
+	if page.Streams[0].FullSyncSeconds == nil {
+		t.Error("/debug/streams: no full sync for the proxy behind the agent")
 	}
 	if w := engine.Connections()[proxy][codec.TypeProxyConfig]; w.NonceSent != "" {
 		t.Errorf("istiod sent PCDS (%+v): the test's reading of istiod is wrong", w)

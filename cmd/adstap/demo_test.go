@@ -34,6 +34,8 @@ func TestDemoShowsPushesNACKsAStormAndRecovery(t *testing.T) {
 		"NACK loop ended",                         // and the fix ends the loop
 		"+1 -0 ~0",                                // a diff with an added resource
 		"full(repeated) redundant",                // SotW re-sending unchanged config
+		"full push v=",                            // go-control-plane resends configuration at each version
+		"repeated full syncs started",             // more than one full push a minute: the alarm rises on purpose
 		"node=proxyless~127.0.0.1~greeter-client", // both clients are seen
 		"node=sidecar~127.0.0.1~productpage",
 	}

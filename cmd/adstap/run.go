@@ -94,7 +94,7 @@ func runCommand(f *runFlags) *command {
 
 	c.group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
 	c.String(&f.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
-	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push of one control-plane version, across streams and taps, in one trace (istiod); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
+	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
 	c.group("Capture and retained configuration (secrets are always redacted)")

@@ -459,9 +459,9 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 		}
 		send(main, xdstest.RequestFrame(nil, xdstest.ClusterType, accepted, n, msg))
 	}
-	recv(main)                                                                   // v8
+	recv(main)                                                                           // v8
 	send(main, xdstest.RequestFrame(nil, xdstest.ClusterType, accepted, firstNonce, "")) // stale
-	recv(main)                                                                   // v9: never answered
+	recv(main)                                                                           // v9: never answered
 
 	// A herd: more streams at once, one sending a frame that does not decode.
 	for i := range 3 {

@@ -2,11 +2,14 @@ package mesh
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	meshconfig "istio.io/api/mesh/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pkg/bootstrap/platform"
@@ -27,6 +30,10 @@ type AgentOptions struct {
 	// Headers are extra metadata the agent sends upstream (its XDS_HEADERS),
 	// besides the ClusterID it always sends.
 	Headers map[string]string
+	// Probe, host:port, is a TCP readiness probe the agent runs: it reports
+	// the workload's health to istiod on the Envoy's stream (health
+	// requests, never answered).
+	Probe string
 	// DNS runs the agent's DNS proxy, so the agent asks istiod for the name
 	// table itself (NDS); clients must then send DNS_CAPTURE in their node
 	// metadata for istiod to answer it.
@@ -63,6 +70,20 @@ func StartAgent(t *testing.T, opts AgentOptions) *Agent {
 	pc := mesh.DefaultProxyConfig()
 	pc.DiscoveryAddress = opts.Discovery
 	pc.ControlPlaneAuthPolicy = meshconfig.AuthenticationPolicy_NONE
+	if opts.Probe != "" {
+		host, port, err := net.SplitHostPort(opts.Probe)
+		if err != nil {
+			t.Fatalf("agent: probe %q: %v", opts.Probe, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			t.Fatalf("agent: probe %q: %v", opts.Probe, err)
+		}
+		pc.ReadinessProbe = &networking.ReadinessProbe{
+			PeriodSeconds:     1,
+			HealthCheckMethod: &networking.ReadinessProbe_TcpSocket{TcpSocket: &networking.TCPHealthCheckConfig{Host: host, Port: uint32(p)}},
+		}
+	}
 	certs := filepath.Join(env.IstioSrc, "tests/testdata/certs/pilot")
 	sec := &security.Options{
 		// The workload certificate comes from files, so the agent needs no

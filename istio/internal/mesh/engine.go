@@ -72,7 +72,7 @@ func StartEngine(t *testing.T, opts EngineOptions) *Engine {
 		DebounceTime:           opts.Debounce,
 		ListenerBuilder:        func() (net.Listener, error) { return el, nil },
 	})
-	e := &Engine{FakeDiscoveryServer: f, Addr: lis.Addr().String(), Pushes: &Ledger{changed: make(chan struct{})}, Headers: &HeaderLog{}, lis: el, debounce: opts.Debounce}
+	e := &Engine{FakeDiscoveryServer: f, Addr: lis.Addr().String(), Pushes: &Ledger{}, Headers: &HeaderLog{}, lis: el, debounce: opts.Debounce}
 	for url, g := range f.Discovery.Generators {
 		f.Discovery.Generators[url] = e.Pushes.wrap(url, g)
 	}

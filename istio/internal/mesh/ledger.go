@@ -58,18 +58,10 @@ func (p EnginePush) String() string {
 func shortURL(u string) string { return u[strings.LastIndexByte(u, '/')+1:] }
 
 // Ledger is every response the engine generated, in order.
-type Ledger struct {
-	mu      sync.Mutex
-	pushes  []EnginePush
-	changed chan struct{} // closed and replaced at every append
-}
+type Ledger struct{ feed[EnginePush] }
 
 // All returns every push so far.
-func (l *Ledger) All() []EnginePush {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.pushes)
-}
+func (l *Ledger) All() []EnginePush { return l.all() }
 
 // Since returns the pushes after the first n (n = len of an earlier All).
 func (l *Ledger) Since(n int) []EnginePush {
@@ -81,36 +73,56 @@ func (l *Ledger) Since(n int) []EnginePush {
 }
 
 // Len is the number of pushes so far.
-func (l *Ledger) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.pushes)
-}
+func (l *Ledger) Len() int { return len(l.All()) }
 
 // Wait returns once cond holds for the pushes so far, or fails when ctx
 // ends first.
 func (l *Ledger) Wait(ctx context.Context, cond func([]EnginePush) bool) ([]EnginePush, error) {
+	return l.wait(ctx, "the engine's pushes", cond)
+}
+
+// feed is a list one goroutine appends to while others wait for a
+// condition on it: the engine's ledger, adstap's events.
+type feed[T any] struct {
+	mu      sync.Mutex
+	items   []T
+	changed chan struct{} // closed and replaced at every append
+}
+
+func (f *feed[T]) add(x T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.items = append(f.items, x)
+	if f.changed != nil {
+		close(f.changed)
+	}
+	f.changed = make(chan struct{})
+}
+
+func (f *feed[T]) all() []T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.items)
+}
+
+func (f *feed[T]) wait(ctx context.Context, what string, cond func([]T) bool) ([]T, error) {
 	for {
-		l.mu.Lock()
-		pushes, changed := slices.Clone(l.pushes), l.changed
-		l.mu.Unlock()
-		if cond(pushes) {
-			return pushes, nil
+		f.mu.Lock()
+		items := slices.Clone(f.items)
+		if f.changed == nil {
+			f.changed = make(chan struct{})
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		if cond(items) {
+			return items, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return pushes, fmt.Errorf("waiting for the engine's pushes: %w (%d so far)", context.Cause(ctx), len(pushes))
+			return items, fmt.Errorf("waiting for %s: %w (%d so far)", what, context.Cause(ctx), len(items))
 		}
 	}
-}
-
-func (l *Ledger) add(p EnginePush) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pushes = append(l.pushes, p)
-	close(l.changed)
-	l.changed = make(chan struct{})
 }
 
 // Round is one push round of the engine to one proxy: every response of one

@@ -66,7 +66,7 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 	t.Helper()
 	var logBuf syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	tp := &Tap{Log: &logBuf, Spans: &SpanRecorder{}, events: &eventLog{changed: make(chan struct{})}, served: make(chan error, 1)}
+	tp := &Tap{Log: &logBuf, Spans: &SpanRecorder{}, events: &eventLog{}, served: make(chan error, 1)}
 	cfg := pipeline.Config{
 		Logger:  log,
 		Version: "istio-compat",
@@ -235,48 +235,17 @@ func (tp *Tap) Events() []track.Event { return tp.events.all() }
 // WaitEvents returns once cond holds for the tracker's events so far, or
 // fails when ctx ends first.
 func (tp *Tap) WaitEvents(ctx context.Context, cond func([]track.Event) bool) ([]track.Event, error) {
-	return tp.events.wait(ctx, cond)
+	return tp.events.wait(ctx, "adstap's events", cond)
 }
 
 // Tick runs the tracker's clock once at now, as its one-second ticker does:
 // a test that must see the end of a window does not wait for it.
 func (tp *Tap) Tick(now time.Time) { tp.Pipeline.Observer.Tick(now) }
 
-type eventLog struct {
-	mu      sync.Mutex
-	evs     []track.Event
-	changed chan struct{}
-}
+// eventLog keeps the tracker's events for the test.
+type eventLog struct{ feed[track.Event] }
 
-func (l *eventLog) OnEvent(e track.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.evs = append(l.evs, e)
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *eventLog) all() []track.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.evs)
-}
-
-func (l *eventLog) wait(ctx context.Context, cond func([]track.Event) bool) ([]track.Event, error) {
-	for {
-		l.mu.Lock()
-		evs, changed := slices.Clone(l.evs), l.changed
-		l.mu.Unlock()
-		if cond(evs) {
-			return evs, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return evs, fmt.Errorf("waiting for adstap's events: %w (%d so far)", context.Cause(ctx), len(evs))
-		}
-	}
-}
+func (l *eventLog) OnEvent(e track.Event) { l.add(e) }
 
 // SpanRecorder keeps every span adstap exported (the SDK's in-memory
 // exporter forgets them on shutdown).
