@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,35 +50,54 @@ func TestCaptureDownload(t *testing.T) {
 		s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 	}
 	// The capture is written from a queue of its own: wait until the files
-	// served hold the last ACK, then check what was served.
-	var list struct{ Files []export.CaptureFile }
-	var local []string
-	var summary string
+	// served hold the last ACK. Until then the writer may be rotating, and a
+	// file listed may be gone or renamed by the time it is fetched; so what
+	// is checked is a second, fresh download, made once the ACK is written,
+	// after which nothing more is and the files stay as they are.
 	out := t.TempDir()
-	xdstest.Eventually(t, "the downloaded capture to hold v6's ACK", func() bool {
-		list.Files = nil
-		if err := json.Unmarshal(get(t, "http://"+admin+"/debug/capture"), &list); err != nil {
-			t.Fatal(err)
+	download := func() (list []export.CaptureFile, local []string, summary string, err error) {
+		var page struct{ Files []export.CaptureFile }
+		b, err := fetch("http://" + admin + "/debug/capture")
+		if err != nil {
+			return nil, nil, "", err
 		}
-		local = local[:0]
-		for _, f := range list.Files {
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, nil, "", err
+		}
+		for _, f := range page.Files {
+			body, err := fetch("http://" + admin + f.URL)
+			if err != nil {
+				return nil, nil, "", err
+			}
 			p := filepath.Join(out, f.Name)
-			os.WriteFile(p, get(t, "http://"+admin+f.URL), 0o600)
+			os.WriteFile(p, body, 0o600)
 			local = append(local, p)
 		}
 		var stdout, stderr syncbuf.Buffer
-		code := runCLI(context.Background(), append([]string{"inspect", "--summary-only"}, local...), &stdout, &stderr)
-		summary = stdout.String()
-		return code == exitOK && strings.Contains(summary, "v=v6 ack")
+		if code := runCLI(context.Background(), append([]string{"inspect", "--summary-only"}, local...), &stdout, &stderr); code != exitOK {
+			return nil, nil, "", fmt.Errorf("adstap inspect on the downloaded files: exit %d\n%s", code, stderr.String())
+		}
+		return page.Files, local, stdout.String(), nil
+	}
+	xdstest.Eventually(t, "the downloaded capture to hold v6's ACK", func() bool {
+		_, _, summary, err := download()
+		return err == nil && strings.Contains(summary, "v=v6 ack")
 	})
+	list, local, summary, err := download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(summary, "v=v6 ack") {
+		t.Errorf("adstap inspect's summary of the download lacks the last push, v6, acknowledged:\n%s", summary)
+	}
 	var names []string
-	for _, f := range list.Files {
+	for _, f := range list {
 		names = append(names, f.Name)
 	}
 	if want := "xds.jsonl.2 xds.jsonl.1 xds.jsonl"; strings.Join(names, " ") != want {
 		t.Fatalf("GET /debug/capture lists %v, want %s (oldest first)", names, want)
 	}
-	for i, f := range list.Files {
+	for i, f := range list {
 		body, err := os.ReadFile(local[i])
 		if err != nil {
 			t.Fatal(err)
@@ -99,4 +120,21 @@ func TestCaptureDownload(t *testing.T) {
 			t.Errorf("GET /debug/capture/%s = %d, want 404", bad, resp.StatusCode)
 		}
 	}
+}
+
+// fetch is GET url's body, or why there is none.
+func fetch(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return b, nil
 }
