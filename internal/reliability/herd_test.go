@@ -41,19 +41,23 @@ func TestReconnectHerd(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("sidecar~10.%d.%d.%d~herd-%d.default~default.svc.cluster.local", i>>16, (i>>8)&255, i&255, i)
 	}
-	var acks atomic.Int64
-	countACKs := server.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
-		if r.ResponseNonce != "" && r.ErrorDetail == nil {
-			acks.Add(1)
-		}
-		return nil
-	}}
+	// Each control plane counts the ACKs it received, apart: one that
+	// reaches the old one late must not stand in for one the new one lacks.
+	countACKs := func(acks *atomic.Int64) server.CallbackFuncs {
+		return server.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
+			if r.ResponseNonce != "" && r.ErrorDetail == nil {
+				acks.Add(1)
+			}
+			return nil
+		}}
+	}
+	var acksOld, acksNew atomic.Int64
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	cp := rel.StartControlPlane(t, lis, countACKs)
+	cp := rel.StartControlPlane(t, lis, countACKs(&acksOld))
 	cp.SetSnapshot(t, "v1", resources, nodes...)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: tap.Address{Network: "tcp", Addr: addr}})
 
@@ -115,6 +119,9 @@ func TestReconnectHerd(t *testing.T) {
 	if !xdstest.Until(30*time.Second, func() bool { return syncedStreams(tp, "v1") == streams }) {
 		t.Fatalf("the tracker shows %d of %d streams SYNCED on v1", syncedStreams(tp, "v1"), streams)
 	}
+	if !xdstest.Until(30*time.Second, func() bool { return acksOld.Load() >= int64(streams) }) {
+		t.Errorf("the first control plane received %d ACKs, want %d", acksOld.Load(), streams)
+	}
 	// The cold start was a herd too; let its episode end (on the tracker's
 	// next ticks) so the reconnect's is a new one.
 	if !xdstest.Until(10*time.Second, func() bool {
@@ -123,7 +130,6 @@ func TestReconnectHerd(t *testing.T) {
 	}) {
 		t.Errorf("the reconnect herd episode of the cold start never ended")
 	}
-	acksBefore := acks.Load()
 	herdsBefore := tp.Events.Counts().DetectorsStarted[track.DetectorReconnectHerd]
 
 	// The rollout: the control plane goes, every stream ends; a new one
@@ -134,7 +140,7 @@ func TestReconnectHerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp2 := rel.StartControlPlane(t, lis2, countACKs)
+	cp2 := rel.StartControlPlane(t, lis2, countACKs(&acksNew))
 	cp2.SetSnapshot(t, "v2", resources, nodes...)
 	up := time.Since(restart)
 	if !waitGroup(&synced[1], rel.Pick(time.Minute, 3*time.Minute)) {
@@ -147,11 +153,14 @@ func TestReconnectHerd(t *testing.T) {
 		t.Errorf("the tracker shows %d of %d streams SYNCED on v2", syncedStreams(tp, "v2"), streams)
 	}
 	trackerDone := time.Since(restart)
+	// The tap observes a frame before it forwards it, so the tracker can
+	// show an ACK that is still on its way to the control plane: wait for
+	// them to arrive before the clients hang up, which would cancel them.
+	if !xdstest.Until(30*time.Second, func() bool { return acksNew.Load() >= int64(streams) }) {
+		t.Errorf("the new control plane received %d ACKs, want %d", acksNew.Load(), streams)
+	}
 	cancel()
 	wg.Wait()
-	if got := acks.Load() - acksBefore; got < int64(streams) {
-		t.Errorf("the new control plane received %d ACKs, want %d", got, streams)
-	}
 	ev := tp.Events.Counts()
 	if ev.Gaps != 0 {
 		t.Errorf("the observer skipped %d frames in the herd", ev.Gaps)
