@@ -96,7 +96,7 @@ soak: jaeger-bin
 	@mkdir -p $(dir $(SOAK_FIGURES))
 	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./internal/reliability/
 
-# Performance (issue 8, docs/performance.md): each workload over four paths —
+# Performance (docs/performance.md): each workload over four paths —
 # direct, adstap with observation off, adstap with everything on, and a typed
 # relay that re-marshals every message as istio-agent does — alternated in one
 # run; medians, the targets, and the machine go to stdout and into

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3" // so every core type can be shown
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -272,6 +273,12 @@ func (c *ConfigStore) Handler() http.Handler {
 			return
 		}
 		want := r.URL.Query().Get("type")
+		// What the tracker has judged by now is applied before the page is
+		// read, so it agrees with /debug/streams; a store far behind gets
+		// a second, then the page shows what it has.
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		c.q.flush(ctx)
+		cancel()
 		c.mu.Lock()
 		st := c.streams[id]
 		var page *ConfigPage

@@ -40,6 +40,9 @@ type queue[T any] struct {
 type queued[T any] struct {
 	v    T
 	size int64
+	// reached, when set, marks a flush: closed once everything queued
+	// before it is done.
+	reached chan struct{}
 }
 
 func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64)) *queue[T] {
@@ -64,7 +67,7 @@ func (q *queue[T]) put(v T, size int, must bool) bool {
 		q.dropped.Add(1)
 		return false
 	}
-	q.items = append(q.items, queued[T]{v, int64(size)})
+	q.items = append(q.items, queued[T]{v: v, size: int64(size)})
 	q.used += int64(size)
 	q.mu.Unlock()
 	select {
@@ -72,6 +75,26 @@ func (q *queue[T]) put(v T, size int, must bool) bool {
 	default:
 	}
 	return true
+}
+
+// flush waits, until ctx is done, for the work queued so far to be done.
+func (q *queue[T]) flush(ctx context.Context) {
+	reached := make(chan struct{})
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.items = append(q.items, queued[T]{reached: reached})
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-reached:
+	case <-ctx.Done():
+	}
 }
 
 // Dropped counts the work the queue dropped, since it was made.
@@ -112,6 +135,11 @@ func (q *queue[T]) run() {
 			case <-q.stop:
 				return
 			default:
+			}
+			if batch[i].reached != nil {
+				close(batch[i].reached)
+				batch[i] = queued[T]{}
+				continue
 			}
 			q.do(batch[i].v)
 			q.mu.Lock()

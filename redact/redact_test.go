@@ -30,7 +30,7 @@ func TestRedactRemovesEveryKeyByte(t *testing.T) {
 	generic := &tlsv3.Secret{Name: "hmac", Type: &tlsv3.Secret_GenericSecret{GenericSecret: &tlsv3.GenericSecret{
 		Secret: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: []byte("hmac-key-material-0123456789")}}}}}
 	inlineListener := &listenerv3.Listener{Name: "virtualInbound", FilterChains: []*listenerv3.FilterChain{{
-		TransportSocket: &core.TransportSocket{Name: "tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlsv3.DownstreamTlsContext{
+		TransportSocket: &core.TransportSocket{Name: "tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: xdstest.MustAny(&tlsv3.DownstreamTlsContext{
 			CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{{
 				CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: kp.CertPEM}},
 				PrivateKey:       &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: string(kp.KeyPEM)}},
@@ -46,19 +46,19 @@ func TestRedactRemovesEveryKeyByte(t *testing.T) {
 		keep    [][]byte // must remain
 	}{
 		{"SDS secret, SotW", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret, VersionInfo: "v1",
-			Resources: []*anypb.Any{mustAny(secret)}}, [][]byte{keyBody, keyBody[40:80]}, [][]byte{kp.CertPEM}},
+			Resources: []*anypb.Any{xdstest.MustAny(secret)}}, [][]byte{keyBody, keyBody[40:80]}, [][]byte{kp.CertPEM}},
 		{"SDS secret, Delta", true, &discovery.DeltaDiscoveryResponse{TypeUrl: codec.TypeSecret, Nonce: "n",
-			Resources: []*discovery.Resource{{Name: "default", Version: "1", Resource: mustAny(secret)}}}, [][]byte{keyBody}, [][]byte{kp.CertPEM}},
+			Resources: []*discovery.Resource{{Name: "default", Version: "1", Resource: xdstest.MustAny(secret)}}}, [][]byte{keyBody}, [][]byte{kp.CertPEM}},
 		{"generic secret", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret,
-			Resources: []*anypb.Any{mustAny(generic)}}, [][]byte{[]byte("hmac-key-material")}, nil},
+			Resources: []*anypb.Any{xdstest.MustAny(generic)}}, [][]byte{[]byte("hmac-key-material")}, nil},
 		{"key inline in a listener's TLS context", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeListener,
-			Resources: []*anypb.Any{mustAny(inlineListener)}}, [][]byte{keyBody}, [][]byte{kp.CertPEM, []byte("virtualInbound")}},
+			Resources: []*anypb.Any{xdstest.MustAny(inlineListener)}}, [][]byte{keyBody}, [][]byte{kp.CertPEM, []byte("virtualInbound")}},
 		{"SotW TTL wrapper", false, &discovery.DiscoveryResponse{TypeUrl: codec.TypeSecret,
-			Resources: []*anypb.Any{mustAny(&discovery.Resource{Name: "default", Resource: mustAny(secret)})}}, [][]byte{keyBody}, nil},
+			Resources: []*anypb.Any{xdstest.MustAny(&discovery.Resource{Name: "default", Resource: xdstest.MustAny(secret)})}}, [][]byte{keyBody}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in := marshal(t, tc.resp)
+			in := xdstest.MustMarshal(tc.resp)
 			out, redacted, err := redact.Response(in, tc.delta)
 			if err != nil || !redacted {
 				t.Fatalf("RedactResponse = redacted %v, err %v; want redacted", redacted, err)
@@ -90,7 +90,7 @@ func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "x", nil, nil, false)
 	sdsCluster := xdsconfig.Cluster("outbound|9080||reviews", true)
-	in := marshal(t, &discovery.DiscoveryResponse{TypeUrl: codec.TypeCluster, Resources: []*anypb.Any{mustAny(sdsCluster)}})
+	in := xdstest.MustMarshal(&discovery.DiscoveryResponse{TypeUrl: codec.TypeCluster, Resources: []*anypb.Any{xdstest.MustAny(sdsCluster)}})
 	out, redacted, err := redact.Response(in, false)
 	if err != nil || redacted || &out[0] != &in[0] {
 		t.Errorf("a cluster without secrets: redacted %v, err %v, same bytes %v; want it untouched", redacted, err, &out[0] == &in[0])
@@ -139,7 +139,7 @@ func TestRedactKeysQuotedInNACKs(t *testing.T) {
 		if delta {
 			req = &discovery.DeltaDiscoveryRequest{TypeUrl: codec.TypeCluster, ResponseNonce: "1", ErrorDetail: &rpcstatus.Status{Code: 3, Message: msg}}
 		}
-		in := marshal(t, req)
+		in := xdstest.MustMarshal(req)
 		out, redacted, err := redact.Request(in, delta)
 		if err != nil || !redacted || bytes.Contains(out, keyBody) {
 			t.Errorf("delta=%v: RedactRequest = redacted %v, err %v, key still there %v", delta, redacted, err, bytes.Contains(out, keyBody))

@@ -2,7 +2,10 @@ package tap_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 	upstreamWrote := make(chan struct{})
 	startReading := make(chan struct{})
 	var upstreamGot int
+	var upstreamDone, clientDone atomic.Bool
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -43,6 +47,7 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 				close(upstreamWrote)
 			}
 		}
+		upstreamDone.Store(true)
 		wg.Wait()
 		return nil
 	})
@@ -59,11 +64,22 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 				return
 			}
 		}
+		clientDone.Store(true)
 		clientWrote <- nil
 	}()
-	// Let both sides fill every buffer on the way, then read.
+	// Both sides fill every buffer on the way: each writer has either
+	// written everything or waits for flow control to let it write more.
+	// Only then does anyone read.
 	<-upstreamWrote
-	time.Sleep(300 * time.Millisecond)
+	xdstest.Eventually(t, "both writers stopped by flow control (or done)", func() bool {
+		done := 0
+		for _, d := range []*atomic.Bool{&clientDone, &upstreamDone} {
+			if d.Load() {
+				done++
+			}
+		}
+		return done+writersWaitingOnFlowControl() >= 2
+	})
 	close(startReading)
 	got := 0
 	for got < frames {
@@ -82,4 +98,25 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 	if upstreamGot != frames {
 		t.Errorf("upstream read %d frames, want %d", upstreamGot, frames)
 	}
+}
+
+// writersWaitingOnFlowControl counts this test's goroutines that wait in
+// gRPC's flow control (a stream's write quota) to send more.
+func writersWaitingOnFlowControl() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "TestBothLegsBackpressuredAtOnceDoNotDeadlock") && strings.Contains(g, "(*writeQuota).get") {
+			waiting++
+		}
+	}
+	return waiting
 }

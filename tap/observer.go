@@ -19,8 +19,10 @@ import (
 // The relay never waits for an observer: frames are queued for it, and when
 // the queue is over its bound they are skipped and counted (Frame.Skipped).
 //
-// OnUpstreamConnect is called from gRPC's dialing goroutine each time an
-// upstream connection comes up or fails to; it must return quickly.
+// OnUpstreamConnect is called each time an upstream connection comes up or
+// fails to, from a goroutine of the tap's, never from the dial or the
+// handshake, which only queue the report; reports wait while it runs, so it
+// should return quickly.
 type Observer interface {
 	OnStreamOpen(StreamInfo)
 	OnFrame(StreamInfo, Frame)

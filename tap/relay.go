@@ -154,7 +154,11 @@ func (r *relay) pumpRequests() {
 func (r *relay) pumpResponses(ctx context.Context) error {
 	// Headers come first and on their own: a control plane may send them and
 	// then fail before any message, and the client must still see them.
-	if md, err := r.up.Header(); err == nil && r.call.gotHeader.Load() {
+	// Header's own answer says whether headers came: nil for a stream that
+	// ended without any (trailers-only), which must stay trailers-only. The
+	// stats hook's InHeader is no signal here: gRPC runs it after it has
+	// released Header, so it may not have fired yet.
+	if md, err := r.up.Header(); err == nil && md != nil {
 		if err := r.down.SendHeader(md); err != nil {
 			return r.finish(ctx, err, "client")
 		}

@@ -182,6 +182,7 @@ func TestListenClientCARotation(t *testing.T) {
 // SNI: the configured server name (adstap run passes the upstream's host)
 // is what the certificate must match.
 func TestUpstreamVerifiedByIPAddress(t *testing.T) {
+	leakcheck.Check(t)
 	ca := xdstest.NewCA(t)
 	byIP := ca.Issue(t, "istiod", nil, []net.IP{net.ParseIP("127.0.0.1")}, false).TLSCertificate()
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{byIP}})))

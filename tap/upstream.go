@@ -137,7 +137,6 @@ func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.Cli
 // stats hooks: a status that came in trailers is the control plane's own and
 // goes back untouched; a failure without one is the tap's to explain.
 type callState struct {
-	gotHeader  atomic.Bool
 	gotTrailer atomic.Bool
 }
 
@@ -160,10 +159,7 @@ func (upstreamStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	if c == nil {
 		return
 	}
-	switch st.(type) {
-	case *stats.InHeader:
-		c.gotHeader.Store(true)
-	case *stats.InTrailer:
+	if _, ok := st.(*stats.InTrailer); ok {
 		c.gotTrailer.Store(true)
 	}
 }

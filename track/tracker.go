@@ -56,6 +56,20 @@ func (t *Tracker) lock(id uint64) *stream {
 	return s
 }
 
+// lockTracked is lock for a frame to track: nil for a frame that says
+// nothing (has is false) or a stream whose frames are not tracked (opaque).
+func (t *Tracker) lockTracked(id uint64, has bool) *stream {
+	if !has {
+		return nil
+	}
+	s := t.lock(id)
+	if s != nil && s.meta.Protocol == codec.Opaque {
+		s.unlock()
+		return nil
+	}
+	return s
+}
+
 func (s *stream) unlock() {
 	s.sc.giveBack()
 	s.mu.Unlock()
@@ -92,17 +106,11 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 
 // Request tracks a request of a stream. size is the frame's size on the wire.
 func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, size int) []Event {
-	if req == nil {
-		return nil
-	}
-	s := t.lock(streamID)
+	s := t.lockTracked(streamID, req != nil)
 	if s == nil {
 		return nil
 	}
 	defer s.unlock()
-	if s.meta.Protocol == codec.Opaque {
-		return nil
-	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
 	s.setNode(req.Node)
 	ts := s.typeFor(req.TypeURL)
@@ -144,17 +152,11 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 // push is answered, superseded or its stream ends, within Config.KeepBytes,
 // so that a NACK can name what it rejected (PushEnded.Rejected).
 func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
-	if resp == nil {
-		return nil
-	}
-	s := t.lock(streamID)
+	s := t.lockTracked(streamID, resp != nil)
 	if s == nil {
 		return nil
 	}
 	defer s.unlock()
-	if s.meta.Protocol == codec.Opaque {
-		return nil
-	}
 	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
 	if resp.ControlPlane != "" {
 		s.controlPlane = resp.ControlPlane

@@ -47,15 +47,28 @@ func TestCaptureDownload(t *testing.T) {
 		r := xdstest.RecvWithin(t, 10*time.Second, s.Recv)
 		s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 	}
-	// The last ACK is written once observed.
-	xdstest.Eventually(t, "the stream SYNCED", func() bool {
-		return bytes.Contains(get(t, "http://"+admin+"/debug/streams"), []byte(`"state": "SYNCED"`))
-	})
-
+	// The capture is written from a queue of its own: wait until the files
+	// served hold the last ACK, then check what was served.
 	var list struct{ Files []export.CaptureFile }
-	if err := json.Unmarshal(get(t, "http://"+admin+"/debug/capture"), &list); err != nil {
-		t.Fatal(err)
-	}
+	var local []string
+	var summary string
+	out := t.TempDir()
+	xdstest.Eventually(t, "the downloaded capture to hold v6's ACK", func() bool {
+		list.Files = nil
+		if err := json.Unmarshal(get(t, "http://"+admin+"/debug/capture"), &list); err != nil {
+			t.Fatal(err)
+		}
+		local = local[:0]
+		for _, f := range list.Files {
+			p := filepath.Join(out, f.Name)
+			os.WriteFile(p, get(t, "http://"+admin+f.URL), 0o600)
+			local = append(local, p)
+		}
+		var stdout, stderr syncbuf.Buffer
+		code := runCLI(context.Background(), append([]string{"inspect", "--summary-only"}, local...), &stdout, &stderr)
+		summary = stdout.String()
+		return code == exitOK && strings.Contains(summary, "v=v6 ack")
+	})
 	var names []string
 	for _, f := range list.Files {
 		names = append(names, f.Name)
@@ -63,10 +76,11 @@ func TestCaptureDownload(t *testing.T) {
 	if want := "xds.jsonl.2 xds.jsonl.1 xds.jsonl"; strings.Join(names, " ") != want {
 		t.Fatalf("GET /debug/capture lists %v, want %s (oldest first)", names, want)
 	}
-	out := t.TempDir()
-	var local []string
-	for _, f := range list.Files {
-		body := get(t, "http://"+admin+f.URL)
+	for i, f := range list.Files {
+		body, err := os.ReadFile(local[i])
+		if err != nil {
+			t.Fatal(err)
+		}
 		onDisk, err := os.ReadFile(filepath.Join(dir, f.Name))
 		if err != nil {
 			t.Fatal(err)
@@ -74,16 +88,6 @@ func TestCaptureDownload(t *testing.T) {
 		if !bytes.HasPrefix(onDisk, body) || len(body) == 0 {
 			t.Errorf("%s: the download is not the file as written (%d bytes, %d on disk)", f.URL, len(body), len(onDisk))
 		}
-		p := filepath.Join(out, f.Name)
-		os.WriteFile(p, body, 0o600)
-		local = append(local, p)
-	}
-	var stdout, stderr syncbuf.Buffer
-	if code := runCLI(context.Background(), append([]string{"inspect", "--summary-only"}, local...), &stdout, &stderr); code != exitOK {
-		t.Fatalf("adstap inspect on the downloaded files: exit %d\n%s", code, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "v=v6 ack") {
-		t.Errorf("adstap inspect's summary of the download lacks the last push, v6, acknowledged:\n%s", stdout.String())
 	}
 	for _, bad := range []string{"other.txt", "..%2Fother.txt", "xds.jsonl.9", "%2Fetc%2Fpasswd"} {
 		resp, err := http.Get("http://" + admin + "/debug/capture/" + bad)

@@ -55,7 +55,7 @@ type Sizes struct {
 	W6Settle                      time.Duration
 }
 
-// FullSizes are the sizes of issue 8: a 10 MB CDS push of 10,000 clusters,
+// FullSizes are the sizes docs/performance.md states: a 10 MB CDS push of 10,000 clusters,
 // 200 EDS streams, 1,000 idle streams, Delta with 5,000 resources and 1 %
 // churn.
 func FullSizes() Sizes {

@@ -134,6 +134,12 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	xdstest.Eventually(t, "the tracker to judge the push", func() bool { return seen.count(track.ResultACK) == 1 })
 
 	pages := p.Pages()
+	// /debug/config applies the verdict from a queue of its own.
+	xdstest.Eventually(t, "the accepted push in /debug/config", func() bool {
+		rec := httptest.NewRecorder()
+		pages["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
+		return strings.Contains(rec.Body.String(), "outbound|80||svc.default.svc.cluster.local")
+	})
 	for _, c := range []struct{ pattern, path, want string }{
 		{"GET /debug/streams", "/debug/streams", nodeID},
 		{"GET /debug/config", "/debug/config?stream=1&type=cds", "outbound|80||svc.default.svc.cluster.local"},

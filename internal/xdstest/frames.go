@@ -31,7 +31,7 @@ func ClusterAnys(n, padTo int) []*anypb.Any {
 
 // PushFrame is the wire form of a SotW DiscoveryResponse.
 func PushFrame(typeURL, version, nonce string, resources []*anypb.Any) []byte {
-	return mustMarshal(&discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce, Resources: resources})
+	return MustMarshal(&discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce, Resources: resources})
 }
 
 // RequestFrame is the wire form of a SotW DiscoveryRequest: the first of a
@@ -42,13 +42,24 @@ func RequestFrame(node *core.Node, typeURL, version, nonce, nack string) []byte 
 	if nack != "" {
 		r.ErrorDetail = &rpcstatus.Status{Code: 3, Message: nack}
 	}
-	return mustMarshal(r)
+	return MustMarshal(r)
 }
 
-func mustMarshal(m proto.Message) []byte {
+// MustMarshal is m's wire form; a message that cannot be encoded is a bug
+// in the test.
+func MustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		panic(fmt.Sprintf("xdstest: marshal %T: %v", m, err))
 	}
 	return b
+}
+
+// MustAny is m packed in an Any.
+func MustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(fmt.Sprintf("xdstest: pack %T: %v", m, err))
+	}
+	return a
 }
