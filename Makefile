@@ -51,7 +51,7 @@ dashboard:
 # The Istio compatibility suite (istio/, its own Go module pinned to one
 # istio.io/istio): Istio's real injector, istiod's xDS engine, istio-agent and
 # istio's ADS clients around adstap (docs/istio.md). Istio's tree is large: the
-# first build takes about 20 minutes on 2 cores with the race detector, then
+# first race build takes about 4 minutes on 2 idle cores (16 on busy ones), then
 # it is cached.
 ISTIO_TEST_FLAGS ?=
 test-istio:
