@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -72,5 +73,23 @@ func (f *fleet) closeConns() {
 		if cc != nil {
 			cc.Close()
 		}
+	}
+}
+
+// waitFor waits until ch is closed, or says why it never will be: a client
+// or the upstream (whose errors are in upstream) failed, every client ended
+// first, or ctx ended. what names what ch stands for.
+func (f *fleet) waitFor(ctx context.Context, upstream *firstError, ch <-chan struct{}, what string) error {
+	select {
+	case <-ch:
+		return nil
+	case <-f.done:
+		return firstOf(upstream.get(), f.errs.get(), fmt.Errorf("clients ended before %s", what))
+	case <-f.errs.failed:
+		return firstOf(f.errs.get(), upstream.get())
+	case <-upstream.failed:
+		return firstOf(upstream.get(), f.errs.get())
+	case <-ctx.Done():
+		return firstOf(upstream.get(), f.errs.get(), fmt.Errorf("%s: %w", what, ctx.Err()))
 	}
 }

@@ -168,6 +168,24 @@ func expectPush(s msgStream, want Msg, what string) error {
 	return nil
 }
 
+// pushAndExpectACK is the upstream's half of one push: it sends m and
+// waits for the request that accepts nonce.
+func pushAndExpectACK(s msgStream, m Msg, nonce string) error {
+	if err := sendMsg(s, m); err != nil {
+		return err
+	}
+	return expectACK(s, nonce)
+}
+
+// acceptPush is a client's half of one push: it checks the push arrived as
+// want and sends ack.
+func acceptPush(s msgStream, want Msg, ack []byte, what string) error {
+	if err := expectPush(s, want, what); err != nil {
+		return err
+	}
+	return sendBytes(s, ack)
+}
+
 // errStreamNotEnded is a client's stream that went on after its last push.
 var errStreamNotEnded = errors.New("the upstream sent more than the workload's pushes")
 

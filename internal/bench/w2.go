@@ -109,10 +109,7 @@ func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 				time.Sleep(time.Until(at))
 			}
 			sent := time.Now()
-			if err := sendMsg(s, w.pushes[i][r]); err != nil {
-				return upstreamFailed(errs, err)
-			}
-			if err := expectACK(s, w.nonces[r]); err != nil {
+			if err := pushAndExpectACK(s, w.pushes[i][r], w.nonces[r]); err != nil {
 				return upstreamFailed(errs, err)
 			}
 			if r >= 1 {
@@ -212,10 +209,7 @@ func (w *W2) client(ctx context.Context, cc *grpc.ClientConn, i int) error {
 		return err
 	}
 	for r, p := range w.pushes[i] {
-		if err := expectPush(s, p, fmt.Sprintf("stream %d push %d", i, r)); err != nil {
-			return err
-		}
-		if err := sendBytes(s, w.acks[i][r]); err != nil {
+		if err := acceptPush(s, p, w.acks[i][r], fmt.Sprintf("stream %d push %d", i, r)); err != nil {
 			return err
 		}
 	}

@@ -92,10 +92,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		if req.TypeUrl != codec.TypeCluster {
 			return upstreamFailed(errs, fmt.Errorf("first request for %q", req.TypeUrl))
 		}
-		if err := sendMsg(s, w.cds); err != nil {
-			return upstreamFailed(errs, err)
-		}
-		if err := expectACK(s, w.cdsNonce); err != nil {
+		if err := pushAndExpectACK(s, w.cds, w.cdsNonce); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		acks.Add(1)
@@ -106,10 +103,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		if req.TypeUrl != codec.TypeEndpoint || req.ResponseNonce != "" {
 			return upstreamFailed(errs, fmt.Errorf("want an EDS subscription, got a request for %q answering %q", req.TypeUrl, req.ResponseNonce))
 		}
-		if err := sendMsg(s, w.eds); err != nil {
-			return upstreamFailed(errs, err)
-		}
-		if err := expectACK(s, w.edsNonce); err != nil {
+		if err := pushAndExpectACK(s, w.eds, w.edsNonce); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		acks.Add(1)
@@ -141,16 +135,8 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		<-clients.done
 		clients.closeConns()
 	}()
-	select {
-	case <-allSync:
-	case <-clients.done:
-		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("clients ended before every stream synced"))
-	case <-clients.errs.failed:
-		return res, firstOf(clients.errs.get(), errs.get())
-	case <-errs.failed:
-		return res, firstOf(errs.get(), clients.errs.get())
-	case <-ctx.Done():
-		return res, firstOf(errs.get(), clients.errs.get(), fmt.Errorf("streams not synced: %w", ctx.Err()))
+	if err := clients.waitFor(ctx, errs, allSync, "every stream synced"); err != nil {
+		return res, err
 	}
 	res.Wall = time.Since(t0)
 	if res.Middle, err = m.End(); err != nil {
@@ -190,19 +176,13 @@ func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func(
 	if err := sendBytes(s, w.initial[i]); err != nil {
 		return err
 	}
-	if err := expectPush(s, w.cds, fmt.Sprintf("stream %d CDS", i)); err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.ackCDS); err != nil {
+	if err := acceptPush(s, w.cds, w.ackCDS, fmt.Sprintf("stream %d CDS", i)); err != nil {
 		return err
 	}
 	if err := sendBytes(s, w.edsRequest); err != nil {
 		return err
 	}
-	if err := expectPush(s, w.eds, fmt.Sprintf("stream %d EDS", i)); err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.ackEDS); err != nil {
+	if err := acceptPush(s, w.eds, w.ackEDS, fmt.Sprintf("stream %d EDS", i)); err != nil {
 		return err
 	}
 	ready()

@@ -83,10 +83,7 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		if !ok || req.TypeUrl != codec.TypeCluster || opened[i].Swap(true) {
 			return upstreamFailed(errs, fmt.Errorf("unexpected first request for %q from %q", req.TypeUrl, req.Node.GetId()))
 		}
-		if err := sendMsg(s, w.sync); err != nil {
-			return upstreamFailed(errs, err)
-		}
-		if err := expectACK(s, w.syncNonce); err != nil {
+		if err := pushAndExpectACK(s, w.sync, w.syncNonce); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		acks.Add(1)
@@ -97,10 +94,7 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 			return err
 		}
 		sent := time.Now()
-		if err := sendMsg(s, w.push); err != nil {
-			return upstreamFailed(errs, err)
-		}
-		if err := expectACK(s, w.next); err != nil {
+		if err := pushAndExpectACK(s, w.push, w.next); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		times[i] = pushTimes{sent, time.Now()}
@@ -123,21 +117,7 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		<-clients.done
 		clients.closeConns()
 	}()
-	wait := func(ch <-chan struct{}, what string) error {
-		select {
-		case <-ch:
-			return nil
-		case <-clients.done:
-			return firstOf(errs.get(), clients.errs.get(), fmt.Errorf("clients ended before %s", what))
-		case <-clients.errs.failed:
-			return firstOf(clients.errs.get(), errs.get())
-		case <-errs.failed:
-			return firstOf(errs.get(), clients.errs.get())
-		case <-ctx.Done():
-			return firstOf(errs.get(), clients.errs.get(), fmt.Errorf("%s: %w", what, ctx.Err()))
-		}
-	}
-	if err := wait(allSync, "every stream synced"); err != nil {
+	if err := clients.waitFor(ctx, errs, allSync, "every stream synced"); err != nil {
 		return res, err
 	}
 	// Let the middle's queues and its observation of the sync settle, so
@@ -147,7 +127,7 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	close(gate)
-	if err := wait(allACKed, "every push ACKed"); err != nil {
+	if err := clients.waitFor(ctx, errs, allACKed, "every push ACKed"); err != nil {
 		return res, err
 	}
 	// The middle's window goes on a moment after the last ACK, so that its
@@ -194,17 +174,11 @@ func (w *W6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func(
 	if err := sendBytes(s, w.initial[i]); err != nil {
 		return err
 	}
-	if err := expectPush(s, w.sync, fmt.Sprintf("stream %d sync", i)); err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.ackSync); err != nil {
+	if err := acceptPush(s, w.sync, w.ackSync, fmt.Sprintf("stream %d sync", i)); err != nil {
 		return err
 	}
 	ready()
-	if err := expectPush(s, w.push, fmt.Sprintf("stream %d push", i)); err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.ackPush); err != nil {
+	if err := acceptPush(s, w.push, w.ackPush, fmt.Sprintf("stream %d push", i)); err != nil {
 		return err
 	}
 	return expectEnd(s)
