@@ -93,3 +93,14 @@ func (f *fleet) waitFor(ctx context.Context, upstream *firstError, ch <-chan str
 		return firstOf(upstream.get(), f.errs.get(), fmt.Errorf("%s: %w", what, ctx.Err()))
 	}
 }
+
+// end waits for every client to return, then gives the first failure of a
+// client or of the upstream, if any.
+func (f *fleet) end(ctx context.Context, upstream *firstError) error {
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return fmt.Errorf("streams did not end: %w", ctx.Err())
+	}
+	return firstOf(upstream.get(), f.errs.get())
+}

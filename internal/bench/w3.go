@@ -150,12 +150,7 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	released()
-	select {
-	case <-clients.done:
-	case <-ctx.Done():
-		return res, fmt.Errorf("streams did not end: %w", ctx.Err())
-	}
-	if err := firstOf(errs.get(), clients.errs.get()); err != nil {
+	if err := clients.end(ctx, errs); err != nil {
 		return res, err
 	}
 	res.ACKs, res.Streams, res.Pushes = int(acks.Load()), w.streams, 2*w.streams
