@@ -22,6 +22,7 @@ import (
 	"istio.io/istio/pilot/cmd/pilot-agent/status"
 	"istio.io/istio/pkg/model"
 
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdstest"
 )
@@ -215,7 +216,7 @@ func hostAddresses(t *testing.T) []net.IP {
 // pods of the mesh cannot reach /debug/streams, which Envoy's policies
 // would not cover (nothing of adstap goes through Envoy inbound).
 func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	for _, native := range sidecarModes {
 		t.Run(modeName(native), func(t *testing.T) {
 			pod := injectAdstap(t, installs[0], native, nil)
@@ -306,7 +307,7 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 	// The status server scrapes with its own http.Client, whose idle
 	// connections outlive the test by design; this test's own are closed.
-	noLeaks(t, goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+	leakcheck.Check(t, goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	for _, tc := range []struct {
 		name string

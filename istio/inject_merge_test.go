@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // TestAdstapTemplateKeepsThePodsOwnSettings: what the workload already says
@@ -15,7 +17,7 @@ import (
 // proxy.istio.io/config (with adstap's discoveryAddress merged in), and its
 // own metrics, merged by istio-agent with adstap's.
 func TestAdstapTemplateKeepsThePodsOwnSettings(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	own := map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundPorts": "5432,6379",
 		"traffic.sidecar.istio.io/excludeInboundPorts":  "8081",
@@ -66,7 +68,7 @@ func TestAdstapTemplateKeepsThePodsOwnSettings(t *testing.T) {
 // istio-proxy is the same but for PROXY_CONFIG and, as a native sidecar, its
 // startup probe; the app's containers are untouched.
 func TestAdstapTemplateChangesOnlyWhatItMust(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	own := map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundPorts": "5432",
 		"traffic.sidecar.istio.io/includeInboundPorts":  "9080",
@@ -127,7 +129,7 @@ func TestAdstapTemplateChangesOnlyWhatItMust(t *testing.T) {
 // already points the agent at the tap (what the retired patch left) would
 // have adstap dial itself; the injector refuses it, saying why.
 func TestAdstapTemplateRefusesToDialItself(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	patched := workload(map[string]string{
 		optIn:                   "sidecar,adstap",
 		"proxy.istio.io/config": "discoveryAddress: 127.0.0.1:15100\ncontrolPlaneAuthPolicy: NONE\n",
@@ -143,7 +145,7 @@ func TestAdstapTemplateRefusesToDialItself(t *testing.T) {
 // "sidecar" template injected, so alone or before it, it is refused with
 // the annotation to write instead.
 func TestAdstapTemplateComesAfterSidecar(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	for _, templates := range []string{"adstap", "adstap,sidecar"} {
 		_, err := injector(t, installs[0], true).Inject(workload(map[string]string{optIn: templates}))
 		if err == nil || !strings.Contains(err.Error(), "inject.istio.io/templates: sidecar,adstap") {
@@ -157,7 +159,7 @@ func TestAdstapTemplateComesAfterSidecar(t *testing.T) {
 // volume is not there, and the pod is refused with the reason instead of
 // failing Kubernetes' validation later.
 func TestAdstapTemplateNeedsIstiodsRoot(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	other := install{name: "pilotCertProvider custom", set: []string{"values.global.pilotCertProvider=custom"}}
 	_, err := injector(t, other, true).Inject(workload(map[string]string{optIn: "sidecar,adstap"}))
 	if err == nil || !strings.Contains(err.Error(), `pilotCertProvider is "custom"`) {

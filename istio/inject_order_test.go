@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/adstap/adstap/internal/leakcheck"
 )
 
 // The start order Kubernetes gives the injected pod: init containers one
@@ -267,7 +269,7 @@ func appWaitsForEnvoy(t *testing.T, pod *corev1.PodTemplateSpec) bool {
 // startup probe; holdApplicationUntilProxyStarts), it still does with
 // adstap; and where it does not, adstap does not add a wait.
 func TestAdstapTemplateKeepsTheAppWaitingForEnvoy(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	for _, hold := range []bool{false, true} {
 		own := map[string]string{}
 		if hold {
@@ -295,7 +297,7 @@ func TestAdstapTemplateKeepsTheAppWaitingForEnvoy(t *testing.T) {
 // waits on nothing that starts after it. The log shows the order and where
 // each probe goes.
 func TestAdstapTemplateStartOrder(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	for _, in := range installs {
 		for _, native := range sidecarModes {
 			for _, hold := range []bool{false, true} {
@@ -324,7 +326,7 @@ func TestAdstapTemplateStartOrder(t *testing.T) {
 // which Istio's injector rewrites to go through istio-agent (istio-proxy,
 // started after adstap).
 func TestStartOrderCheckFindsTheDeadlocks(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	in := installs[0]
 	plain, err := injector(t, in, false).Inject(workload(map[string]string{"sidecar.istio.io/nativeSidecar": "true"}))
 	if err != nil {

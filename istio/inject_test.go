@@ -17,8 +17,7 @@ import (
 	meshconfig "istio.io/api/mesh/v1alpha1"
 	"istio.io/istio/pkg/config/mesh"
 
-	"go.uber.org/goleak"
-
+	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/istio/internal/injection"
 )
 
@@ -186,14 +185,6 @@ func ports(list string) []string {
 	return out
 }
 
-// noLeaks fails the test if it leaves goroutines behind. Istio's packages
-// start their own at init, which IgnoreCurrent leaves out.
-func noLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	opts = append(opts, goleak.IgnoreCurrent())
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
-
 // agentProxyConfig is the ProxyConfig istio-agent runs with: PROXY_CONFIG,
 // then the pod's proxy.istio.io/config annotation, which it reads from the
 // downward API (getMeshConfig in pilot/cmd/pilot-agent/config/config.go).
@@ -220,7 +211,7 @@ func agentProxyConfig(t *testing.T, pod *corev1.PodTemplateSpec) *meshconfig.Pro
 // install's istiod, certificates still come from istiod, and adstap's dial
 // is not redirected to Envoy.
 func TestAdstapTemplateXDSPath(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	eachInstallAndMode(t, func(t *testing.T, in install, native bool) {
 		pod := injectAdstap(t, in, native, nil)
 		tap, proxy := container(t, pod, "adstap"), container(t, pod, "istio-proxy")
