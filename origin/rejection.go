@@ -30,14 +30,27 @@ import (
 type Resource struct {
 	Name    string
 	Objects []Object
+	// Unchanged is set for a resource the message names that the push
+	// carried unchanged since the version the client last accepted: the
+	// client accepted these very bytes before, so it is not what was
+	// rejected (the message names it for another reason: its name is part
+	// of the rejected one's, or the rejected one refers to it). Its objects
+	// are not read.
+	Unchanged bool
 }
 
+// UnchangedNote is what the outputs say of a Resource that is Unchanged.
+const UnchangedNote = "unchanged since the last accepted version: not what was rejected"
+
 // Rejection is what a NACK rejected, read: the resources of the push it
-// answers that its message names (all of them when it names none) and the
-// Istio objects each records.
+// answers that its message names (all of them when it names none, but for
+// those the push carried unchanged) and the Istio objects each records.
 type Rejection struct {
 	named     bool
 	resources []Resource
+	// unchanged counts the pushed resources out of suspicion because the
+	// push carried them unchanged, when the message names none.
+	unchanged int
 	err       error
 	// summary is set on a Rejection read back from JSON, which has no
 	// bytes to read.
@@ -64,10 +77,14 @@ func Of(r *track.Rejected) *Rejection {
 	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
 }
 
-// read decodes the rejected push.
+// read decodes the rejected push: the whole push, or only the resources it
+// changed (track.Rejected.OnlyChanged), which decode alike.
 func read(r *track.Rejected, data mem.BufferSlice) any {
 	names := r.Names
 	x := &Rejection{named: len(names) > 0}
+	if !x.named {
+		x.unchanged = r.Unchanged
+	}
 	if data == nil {
 		return x
 	}
@@ -76,10 +93,30 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 		x.err = err
 		return x
 	}
-	for _, res := range resp.Resources {
-		// Compared as bytes: a push of 10,000 resources makes no garbage
-		// for the 9,999 the NACK does not name.
-		if res.Heartbeat || (len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return n == string(res.Name) })) {
+	var found []bool // names found among the resources kept
+	if r.OnlyChanged {
+		found = make([]bool, len(names))
+	}
+	for i, res := range resp.Resources {
+		if res.Heartbeat {
+			continue
+		}
+		named := true
+		if len(names) > 0 {
+			// Compared as bytes: a push of 10,000 resources makes no
+			// garbage for the 9,999 the NACK does not name.
+			k := slices.IndexFunc(names, func(n string) bool { return n == string(res.Name) })
+			if named = k >= 0; named && found != nil {
+				found[k] = true
+			}
+		}
+		switch {
+		case !named:
+			continue
+		case r.UnchangedAt(i):
+			if x.named {
+				x.resources = append(x.resources, Resource{Name: string(res.Name), Unchanged: true})
+			}
 			continue
 		}
 		name := string(res.Name)
@@ -89,6 +126,13 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 			continue
 		}
 		x.resources = append(x.resources, Resource{Name: name, Objects: objs})
+	}
+	// The names the message mentions are pushed ones: those not kept
+	// were carried unchanged.
+	for k, ok := range found {
+		if !ok && !slices.Contains(names[:k], names[k]) {
+			x.resources = append(x.resources, Resource{Name: names[k], Unchanged: true})
+		}
 	}
 	return x
 }
@@ -105,6 +149,31 @@ func (x *Rejection) Resources() ([]Resource, error) {
 // Named reports whether the NACK's message named the rejected resources,
 // rather than the whole push being under suspicion.
 func (x *Rejection) Named() bool { return x != nil && x.named }
+
+// Unchanged is how many pushed resources are out of suspicion, when the
+// message names none, because the push carried them unchanged since the
+// version the client last accepted: Resources are then only those it
+// added or changed.
+func (x *Rejection) Unchanged() int {
+	if x == nil {
+		return 0
+	}
+	return x.unchanged
+}
+
+// suspects returns the resources under suspicion, and those the message
+// names that are out of it (Resource.Unchanged).
+func (x *Rejection) suspects() (suspects, cleared []Resource, err error) {
+	res, err := x.Resources()
+	for _, r := range res {
+		if r.Unchanged {
+			cleared = append(cleared, r)
+		} else {
+			suspects = append(suspects, r)
+		}
+	}
+	return suspects, cleared, err
+}
 
 // objectsOf opens one resource and collects the objects recorded in every
 // Metadata inside it, at any depth: istiod stamps clusters, filter chains
@@ -207,8 +276,11 @@ func (x *Rejection) Objects() []Object {
 const maxShown = 3
 
 // Summary is the rejection in words for one line, e.g. "from
-// DestinationRule shop/reviews", or why no object can be named. It is empty
-// for a nil Rejection.
+// DestinationRule shop/reviews", or why no object can be named. It says
+// when a resource the message names was not what was rejected (unchanged
+// since the last accepted version), and, when the message names none,
+// that only what the push changed is suspected. It is empty for a nil
+// Rejection.
 func (x *Rejection) Summary() string {
 	if x == nil {
 		return ""
@@ -216,7 +288,30 @@ func (x *Rejection) Summary() string {
 	if x.summary != "" {
 		return x.summary
 	}
-	res, err := x.Resources()
+	res, cleared, err := x.suspects()
+	if x.Named() && len(res) == 0 && len(cleared) > 0 && err == nil {
+		return "Istio source unknown: the message names only " + namesOf(cleared) + ", " + UnchangedNote
+	}
+	s := x.source(res, err)
+	switch {
+	case len(cleared) == 1:
+		s += "; " + cleared[0].Name + ", also named, is " + UnchangedNote
+	case len(cleared) > 1:
+		s += fmt.Sprintf("; %d other resources named are %s", len(cleared), UnchangedNote)
+	case x.unchanged > 0 && !x.Named():
+		s += fmt.Sprintf(" (the %d resources the push carried unchanged since the last accepted version are not suspected)", x.unchanged)
+	}
+	return s
+}
+
+// source says where the suspected resources res came from.
+func (x *Rejection) source(res []Resource, err error) string {
+	// Only what the push changed is suspected: say so where the whole push
+	// would be.
+	pushed, those := "the push comes from ", "pushed resources"
+	if x.unchanged > 0 {
+		pushed, those = "what the push changed comes from ", "resources the push changed"
+	}
 	objs := x.Objects()
 	if len(objs) > 0 {
 		names := make([]string, 0, min(len(objs), maxShown))
@@ -228,10 +323,10 @@ func (x *Rejection) Summary() string {
 			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
 		}
 		switch {
-		case !x.Named() && len(res) > 1:
+		case !x.Named() && (len(res) > 1 || x.unchanged > 0):
 			// Which resource is at fault is unknown: these are every
-			// object the push came from.
-			return "the message names no resource; the push comes from " + s
+			// object the push (or what it changed) came from.
+			return "the message names no resource; " + pushed + s
 		case len(objs) > 1:
 			// A route configuration gathers the routes of every
 			// VirtualService on its port: one of them is at fault.
@@ -242,6 +337,8 @@ func (x *Rejection) Summary() string {
 	switch {
 	case err != nil && len(res) == 0:
 		return "Istio source unknown: " + err.Error()
+	case len(res) == 0 && !x.Named() && x.unchanged > 0:
+		return "Istio source unknown: the message names no resource, and the push changed none"
 	case len(res) == 0:
 		return "Istio source unknown: the push holds no resource the message names"
 	case len(res) == 1:
@@ -249,8 +346,17 @@ func (x *Rejection) Summary() string {
 	case x.Named():
 		return fmt.Sprintf("no Istio config recorded in the %d resources the message names", len(res))
 	default:
-		return fmt.Sprintf("no Istio config recorded in any of the %d pushed resources", len(res))
+		return fmt.Sprintf("no Istio config recorded in any of the %d %s", len(res), those)
 	}
+}
+
+// namesOf names resources for a sentence: the name of one, the count of
+// several.
+func namesOf(res []Resource) string {
+	if len(res) == 1 {
+		return res[0].Name
+	}
+	return fmt.Sprintf("%d resources", len(res))
 }
 
 // MarshalJSON writes the rejected resources and their objects, decoding the
@@ -261,10 +367,13 @@ func (x *Rejection) Summary() string {
 //	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
 //	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
 func (x *Rejection) MarshalJSON() ([]byte, error) {
-	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary()}
+	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary(), Unchanged: x.Unchanged()}
 	res, err := x.Resources()
 	for _, x := range res {
 		j := resourceJSON{Name: x.Name, IstioConfig: []objectJSON{}}
+		if x.Unchanged {
+			j.Unchanged, j.Note = true, UnchangedNote
+		}
 		for _, o := range x.Objects {
 			j.IstioConfig = append(j.IstioConfig, objectJSON{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})
 		}
@@ -284,9 +393,9 @@ func (x *Rejection) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*x = Rejection{summary: in.Summary}
+	*x = Rejection{summary: in.Summary, unchanged: in.Unchanged}
 	for _, j := range in.Resources {
-		res := Resource{Name: j.Name}
+		res := Resource{Name: j.Name, Unchanged: j.Unchanged}
 		for _, o := range j.IstioConfig {
 			obj, ok := ParsePath(o.Path)
 			if !ok {
@@ -307,11 +416,18 @@ type (
 	rejectionJSON struct {
 		Resources []resourceJSON `json:"resources"`
 		Summary   string         `json:"summary"`
-		Error     string         `json:"error,omitempty"`
+		// Unchanged counts the pushed resources out of suspicion, when
+		// the message names none, because the push carried them unchanged.
+		Unchanged int    `json:"unchanged_not_suspected,omitempty"`
+		Error     string `json:"error,omitempty"`
 	}
 	resourceJSON struct {
 		Name        string       `json:"name"`
 		IstioConfig []objectJSON `json:"istio_config"`
+		// Unchanged and Note: a resource the message names that the push
+		// carried unchanged since the last accepted version.
+		Unchanged bool   `json:"unchanged,omitempty"`
+		Note      string `json:"note,omitempty"`
 	}
 	objectJSON struct {
 		Kind      string `json:"kind"`

@@ -2,6 +2,8 @@ package track_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,8 +138,9 @@ func rejectedBy(t *testing.T, evs []track.Event) *track.Rejected {
 }
 
 type rejectedResource struct {
-	Name    string
-	Objects []string
+	Name      string
+	Objects   []string
+	Unchanged bool
 }
 
 func resourcesOf(t *testing.T, r *track.Rejected) []rejectedResource {
@@ -148,7 +151,7 @@ func resourcesOf(t *testing.T, r *track.Rejected) []rejectedResource {
 	}
 	var out []rejectedResource
 	for _, x := range res {
-		rr := rejectedResource{Name: x.Name}
+		rr := rejectedResource{Name: x.Name, Unchanged: x.Unchanged}
 		for _, o := range x.Objects {
 			rr.Objects = append(rr.Objects, o.String())
 		}
@@ -417,6 +420,243 @@ func TestUnreadRejectionIsReleased(t *testing.T) {
 			}
 			if got, want := origin.Of(unread).Summary(), "Istio source unknown: the rejected push was not kept: adstap let go of it before any output asked"; got != want {
 				t.Errorf("read late, Summary() = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// shopCluster is the name of the i-th cluster of the pushes below.
+func shopCluster(i int) string { return fmt.Sprintf("outbound|9080||svc%d.shop.svc.cluster.local", i) }
+
+// shopClusters are eight clusters as istiod pushes them: the first built
+// from a DestinationRule asking for Maglev where changed (a change the
+// client rejects), the second always stamped with a VirtualService;
+// changed lists the others that changed since version 1.
+func shopClusters(maglev bool, changed ...int) []proto.Message {
+	var out []proto.Message
+	for i := range 8 {
+		name := shopCluster(i)
+		switch {
+		case i == 0 && maglev:
+			out = append(out, stampedCluster(name, drPath))
+		case i == 1:
+			c := cluster(name).(*clusterv3.Cluster)
+			c.Metadata = istioConfig(vsPath)
+			out = append(out, c)
+		case slices.Contains(changed, i):
+			out = append(out, clusterV2(name))
+		default:
+			out = append(out, cluster(name))
+		}
+	}
+	return out
+}
+
+// dshop is shopClusters as a Delta push of the resources at indexes.
+func dshop(n int, all []proto.Message, indexes ...int) *discoveryv3.DeltaDiscoveryResponse {
+	var res []proto.Message
+	for _, i := range indexes {
+		res = append(res, all[i])
+	}
+	return dpush(cds, n, nil, res...)
+}
+
+// What a push leaves for its NACK: a first push or a large change is held
+// as it came, by reference; a small change is copied, and the buffers it
+// came in are given back right away.
+func TestKeptForm(t *testing.T) {
+	leakcheck.Check(t)
+	v1 := push(cds, 1, shopClusters(false)...)
+	oneChanged := func(n int) *discoveryv3.DiscoveryResponse { return push(cds, n, shopClusters(true)...) }
+	tests := []struct {
+		name   string
+		method string
+		frames []proto.Message // the last one is the push looked at
+		// compact: the push is copied, in at most a quarter of its bytes;
+		// otherwise it is held as it came.
+		compact bool
+		// returned: buffers given back to the pool once the last push is in.
+		returned int
+	}{{
+		name:   "a first push",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1},
+		returned: 0,
+	}, {
+		name:   "one resource of eight changed",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1, ack(cds, 1), oneChanged(2)},
+		compact: true, returned: 2,
+	}, {
+		name:   "five of eight changed",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1, ack(cds, 1), push(cds, 2, shopClusters(true, 2, 3, 4, 5)...)},
+		returned: 1,
+	}, {
+		name:   "a small change after an unanswered push, which may have been rejected",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1, ack(cds, 1), oneChanged(2), push(cds, 3, shopClusters(true, 2)...)},
+		returned: 2,
+	}, {
+		name:   "a small change once a full push after it is acknowledged",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1, ack(cds, 1), oneChanged(2), push(cds, 3, shopClusters(true, 2)...),
+			ack(cds, 3), push(cds, 4, shopClusters(true, 2, 3)...)},
+		compact: true, returned: 4,
+	}, {
+		name:   "a small change re-sent after its NACK",
+		method: adsSotW, frames: []proto.Message{initial(cds), v1, ack(cds, 1), oneChanged(2), nack(cds, 2, 1, "bad"), oneChanged(3)},
+		compact: true, returned: 3,
+	}, {
+		name:   "a Delta push of the changes alone",
+		method: adsDelta, frames: []proto.Message{dinitial(cds), dshop(1, shopClusters(false), 0, 1, 2, 3, 4, 5, 6, 7), dack(cds, 1),
+			dshop(2, shopClusters(true), 0)},
+		returned: 1,
+	}, {
+		name:   "a Delta push re-sending what did not change",
+		method: adsDelta, frames: []proto.Message{dinitial(cds), dshop(1, shopClusters(false), 0, 1, 2, 3, 4, 5, 6, 7), dack(cds, 1),
+			dshop(2, shopClusters(true), 0, 1, 2, 3, 4, 5, 6, 7)},
+		compact: true, returned: 2,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newKeepHarness(t, track.Config{}, tt.method)
+			for _, f := range tt.frames {
+				for _, e := range h.send(f) {
+					if e, ok := e.(track.PushEnded); ok {
+						origin.Of(e.Rejected) // as an output would, letting go of it
+					}
+				}
+			}
+			size := int64(proto.Size(tt.frames[len(tt.frames)-1]))
+			got := h.tr.Kept().Bytes
+			if compact := got < size; compact != tt.compact || got <= 0 || compact && got*4 > size {
+				t.Errorf("kept %d bytes of a push of %d, want compact %v (at most a quarter) ", got, size, tt.compact)
+			}
+			if got := h.pool.returned(); got != tt.returned {
+				t.Errorf("%d buffers returned to the pool, want %d", got, tt.returned)
+			}
+			h.tr.CloseStream(1, h.now(), 0, "")
+			if got := h.tr.Kept().Bytes; got != 0 {
+				t.Errorf("after the stream's end, %d bytes kept", got)
+			}
+		})
+	}
+}
+
+// A NACK can only reject what the push changed: a resource it names that
+// the push carried unchanged is said to be no culprit, and a NACK naming
+// none suspects only what changed. So whichever form the push was kept in.
+func TestNACKOfAChange(t *testing.T) {
+	leakcheck.Check(t)
+	c0, c1 := shopCluster(0), shopCluster(1)
+	const unchanged = ", unchanged since the last accepted version: not what was rejected"
+	maglevObjects := []string{"DestinationRule shop/reviews-maglev"}
+	for _, form := range []struct {
+		name    string
+		push    *discoveryv3.DiscoveryResponse
+		changed []rejectedResource // what a NACK naming none suspects
+		notes   string             // what its Summary adds
+	}{{
+		name:    "one of eight changed, kept compact",
+		push:    push(cds, 2, shopClusters(true)...),
+		changed: []rejectedResource{{Name: c0, Objects: maglevObjects}},
+		notes:   " (the 7 resources the push carried unchanged since the last accepted version are not suspected)",
+	}, {
+		name: "five of eight changed, kept whole",
+		push: push(cds, 2, shopClusters(true, 2, 3, 4, 5)...),
+		changed: []rejectedResource{{Name: c0, Objects: maglevObjects},
+			{Name: shopCluster(2)}, {Name: shopCluster(3)}, {Name: shopCluster(4)}, {Name: shopCluster(5)}},
+		notes: " (the 3 resources the push carried unchanged since the last accepted version are not suspected)",
+	}} {
+		tests := []struct {
+			name    string
+			message string
+			want    []rejectedResource
+			summary string
+		}{{
+			name:    "naming the changed resource",
+			message: "resource " + c0 + ": unexpected lbPolicy MAGLEV",
+			want:    []rejectedResource{{Name: c0, Objects: maglevObjects}},
+			summary: "from DestinationRule shop/reviews-maglev",
+		}, {
+			name:    "naming an unchanged resource",
+			message: "resource " + c1 + ": bad",
+			want:    []rejectedResource{{Name: c1, Unchanged: true}},
+			summary: "Istio source unknown: the message names only " + c1 + unchanged,
+		}, {
+			name:    "naming both",
+			message: c0 + " refers to " + c1,
+			want:    []rejectedResource{{Name: c0, Objects: maglevObjects}, {Name: c1, Unchanged: true}},
+			summary: "from DestinationRule shop/reviews-maglev; " + c1 + ", also named, is" + unchanged[1:],
+		}, {
+			name:    "naming none",
+			message: "something went wrong",
+			want:    form.changed,
+			summary: "the message names no resource; what the push changed comes from DestinationRule shop/reviews-maglev" + form.notes,
+		}}
+		for _, tt := range tests {
+			t.Run(form.name+"/"+tt.name, func(t *testing.T) {
+				h := newKeepHarness(t, track.Config{}, adsSotW)
+				h.send(initial(cds))
+				h.send(push(cds, 1, shopClusters(false)...))
+				h.send(ack(cds, 1))
+				h.send(form.push)
+				r := rejectedBy(t, h.send(nack(cds, 2, 1, tt.message)))
+				if diff := cmp.Diff(tt.want, resourcesOf(t, r)); diff != "" {
+					t.Errorf("rejected resources (-want +got):\n%s", diff)
+				}
+				if got := origin.Of(r).Summary(); got != tt.summary {
+					t.Errorf("Summary() =\n%q, want\n%q", got, tt.summary)
+				}
+				if got := h.tr.Kept().Bytes; got != 0 {
+					t.Errorf("after decoding, %d bytes still kept", got)
+				}
+				if got := h.pool.returned(); got != 2 {
+					t.Errorf("%d buffers returned to the pool, want 2", got)
+				}
+			})
+		}
+	}
+}
+
+// Config.KeepBytes bounds what is kept, in whichever form.
+func TestKeepBoundOnACompactPush(t *testing.T) {
+	leakcheck.Check(t)
+	v2 := push(cds, 2, shopClusters(true)...)
+	for _, tt := range []struct {
+		name      string
+		bound     func(compact int64) int64
+		kept      bool
+		returned  int
+		wantError bool
+	}{
+		{name: "within the bound", bound: func(c int64) int64 { return c }, kept: true, returned: 2},
+		{name: "past it", bound: func(c int64) int64 { return c - 1 }, returned: 2, wantError: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// How much the compact form takes, measured with no bound.
+			probe := newKeepHarness(t, track.Config{}, adsSotW)
+			for _, f := range []proto.Message{initial(cds), push(cds, 1, shopClusters(false)...), ack(cds, 1), v2} {
+				probe.send(f)
+			}
+			compact := probe.tr.Kept().Bytes
+			probe.tr.CloseStream(1, probe.now(), 0, "")
+			if compact*4 > int64(proto.Size(v2)) {
+				t.Fatalf("the push is kept in %d bytes of its %d, not compact", compact, proto.Size(v2))
+			}
+
+			// The first push, whole, is over the bound: it is not kept.
+			h := newKeepHarness(t, track.Config{KeepBytes: tt.bound(compact)}, adsSotW)
+			for _, f := range []proto.Message{initial(cds), push(cds, 1, shopClusters(false)...), ack(cds, 1), v2} {
+				h.send(f)
+			}
+			if got, want := h.tr.Kept(), (track.KeptStats{Bytes: compact, Skipped: 1}); tt.kept && got != want {
+				t.Errorf("Kept() = %+v, want %+v", got, want)
+			} else if !tt.kept && got != (track.KeptStats{Skipped: 2}) {
+				t.Errorf("Kept() = %+v, want nothing held and 2 pushes skipped", got)
+			}
+			if got := h.pool.returned(); got != tt.returned {
+				t.Errorf("%d buffers returned to the pool, want %d", got, tt.returned)
+			}
+			_, err := origin.Of(rejectedBy(t, h.send(nack(cds, 2, 1, "resource "+shopCluster(0)+": unexpected lbPolicy MAGLEV")))).Resources()
+			if gotError := errors.Is(err, origin.ErrNotKept); gotError != tt.wantError {
+				t.Errorf("Resources() error = %v, want ErrNotKept %v", err, tt.wantError)
 			}
 		})
 	}

@@ -148,9 +148,11 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 }
 
 // ResponseFrame is Response with the response's bytes (those resp was
-// decoded from). The tracker keeps a reference to them (data.Ref) until the
-// push is answered, superseded or its stream ends, within Config.KeepBytes,
-// so that a NACK can name what it rejected (PushEnded.Rejected).
+// decoded from). Until the push is answered, superseded or its stream ends,
+// within Config.KeepBytes, the tracker keeps what a NACK needs to name what
+// it rejected (PushEnded.Rejected): a copy of the resources the push added
+// or changed when they are a small part of it, and data may be reused once
+// ResponseFrame returns; otherwise a reference to data (data.Ref).
 func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	s := t.lockTracked(streamID, resp != nil)
 	if s == nil {
@@ -166,7 +168,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 		return evs
 	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
-	ts.keep.hold(&ts.held, data)
+	ts.hold(resp, data)
 	return t.det.pushed(s, ts, at, full, evs)
 }
 
