@@ -298,7 +298,9 @@ func (x *Rejection) Summary() string {
 		s += "; " + cleared[0].Name + ", also named, is " + UnchangedNote
 	case len(cleared) > 1:
 		s += fmt.Sprintf("; %d other resources named are %s", len(cleared), UnchangedNote)
-	case x.unchanged > 0 && !x.Named():
+	case x.unchanged == 1 && !x.Named():
+		s += " (the one resource the push carried unchanged since the last accepted version is not suspected)"
+	case x.unchanged > 1 && !x.Named():
 		s += fmt.Sprintf(" (the %d resources the push carried unchanged since the last accepted version are not suspected)", x.unchanged)
 	}
 	return s

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/leakcheck"
@@ -25,7 +26,13 @@ import (
 // the tap would hand it over.
 func response(t *testing.T, clusters []*clusterv3.Cluster, extra ...*anypb.Any) mem.BufferSlice {
 	t.Helper()
-	r := &discoveryv3.DiscoveryResponse{TypeUrl: clusterType, VersionInfo: "1", Nonce: "n1"}
+	return responseN(t, 1, clusters, extra...)
+}
+
+// responseN is response as version n, nonce "n<n>".
+func responseN(t *testing.T, n int, clusters []*clusterv3.Cluster, extra ...*anypb.Any) mem.BufferSlice {
+	t.Helper()
+	r := &discoveryv3.DiscoveryResponse{TypeUrl: clusterType, VersionInfo: fmt.Sprint(n), Nonce: fmt.Sprint("n", n)}
 	for _, c := range clusters {
 		a, err := anypb.New(c)
 		if err != nil {
@@ -173,3 +180,129 @@ func TestDecodedOnceAndReleased(t *testing.T) {
 		t.Errorf("read back and written again:\n got %s\nwant %s", again, want)
 	}
 }
+
+// rejectedChange pushes first, ACKs it, then pushes second and NACKs it
+// with message: the tracker's Rejected of second, for origin.Of to read.
+func rejectedChange(t *testing.T, first, second []*clusterv3.Cluster, message string) *track.Rejected {
+	t.Helper()
+	tr := track.New(track.Config{})
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	tr.OpenStream(track.StreamMeta{ID: 1, Method: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", OpenedAt: at})
+	tr.Request(1, at, &codec.Request{TypeURL: clusterType}, 10)
+	for n, clusters := range [][]*clusterv3.Cluster{first, second} {
+		data := responseN(t, n+1, clusters)
+		var resp codec.Response
+		if err := resp.DecodeBuffers(data, false); err != nil {
+			t.Fatal(err)
+		}
+		tr.ResponseFrame(1, at, &resp, data.Len(), data)
+		if n == 0 {
+			tr.Request(1, at, &codec.Request{TypeURL: clusterType, VersionInfo: "1", ResponseNonce: "n1"}, 10)
+		}
+	}
+	for _, e := range tr.Request(1, at, &codec.Request{TypeURL: clusterType, ResponseNonce: "n2", ErrorDetail: &codec.ErrorDetail{Code: 3, Message: message}}, 10) {
+		if e, ok := e.(track.PushEnded); ok && e.Rejected != nil {
+			return e.Rejected
+		}
+	}
+	t.Fatal("the tracker saw no NACK")
+	return nil
+}
+
+// A NACK rejects what the push changed: the outputs say which resources
+// the message names are no culprit, and that a message naming none
+// suspects only what changed.
+func TestOnlyChangedSuspected(t *testing.T) {
+	leakcheck.Check(t)
+	var v1, v2 []*clusterv3.Cluster
+	for i := range 8 {
+		name, rule := fmt.Sprintf("cluster-%d", i), fmt.Sprintf("rule-%d", i)
+		v1 = append(v1, stamped(name, rule))
+		if i == 2 {
+			rule += "b" // the change, whose rule the client rejects
+		}
+		v2 = append(v2, stamped(name, rule))
+	}
+	plain := func(timeout int64) []*clusterv3.Cluster {
+		var out []*clusterv3.Cluster
+		for _, name := range []string{"alpha", "beta", "gamma", "delta", "epsilon"} {
+			c := xdsconfig.Cluster(name, true)
+			if name == "beta" {
+				c.ConnectTimeout = durationpb.New(time.Duration(timeout) * time.Second)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	const note = "unchanged since the last accepted version: not what was rejected"
+	tests := []struct {
+		name          string
+		first, second []*clusterv3.Cluster
+		message       string
+		summary       string
+		objects       []string
+		json          string // the resources of MarshalJSON and what follows them
+	}{{
+		name: "naming the changed resource", first: v1, second: v2, message: "cluster-2: bad",
+		summary: "from DestinationRule shop/rule-2b",
+		objects: []string{"DestinationRule shop/rule-2b"},
+		json:    `[{"name":"cluster-2","istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"rule-2b",` + rule2bJSON + `}]}],"summary":"from DestinationRule shop/rule-2b"}`,
+	}, {
+		name: "naming an unchanged resource", first: v1, second: v2, message: "cluster-1: bad",
+		summary: "Istio source unknown: the message names only cluster-1, " + note,
+		json:    `[{"name":"cluster-1","istio_config":[],"unchanged":true,"note":"` + note + `"}],"summary":"Istio source unknown: the message names only cluster-1, ` + note + `"}`,
+	}, {
+		name: "naming both", first: v1, second: v2, message: "cluster-2 refers to cluster-1",
+		summary: "from DestinationRule shop/rule-2b; cluster-1, also named, is " + note,
+		objects: []string{"DestinationRule shop/rule-2b"},
+	}, {
+		name: "naming the change and three others", first: v1, second: v2, message: "cluster-0, cluster-1, cluster-2, cluster-3",
+		summary: "from DestinationRule shop/rule-2b; 3 other resources named are " + note,
+		objects: []string{"DestinationRule shop/rule-2b"},
+	}, {
+		name: "naming none", first: v1, second: v2, message: "bad",
+		summary: "the message names no resource; what the push changed comes from DestinationRule shop/rule-2b (the 7 resources the push carried unchanged since the last accepted version are not suspected)",
+		objects: []string{"DestinationRule shop/rule-2b"},
+		json: `[{"name":"cluster-2","istio_config":[{"kind":"DestinationRule","namespace":"shop","name":"rule-2b",` + rule2bJSON + `}]}],` +
+			`"summary":"the message names no resource; what the push changed comes from DestinationRule shop/rule-2b (the 7 resources the push carried unchanged since the last accepted version are not suspected)",` +
+			`"unchanged_not_suspected":7}`,
+	}, {
+		name: "naming none, no object recorded", first: plain(5), second: plain(7), message: "bad",
+		summary: "no Istio config recorded in beta (the 4 resources the push carried unchanged since the last accepted version are not suspected)",
+	}, {
+		name: "naming none, nothing changed", first: v1, second: v1, message: "bad",
+		summary: "Istio source unknown: the message names no resource, and the push changed none (the 8 resources the push carried unchanged since the last accepted version are not suspected)",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := origin.Of(rejectedChange(t, tt.first, tt.second, tt.message))
+			if got := x.Summary(); got != tt.summary {
+				t.Errorf("Summary() =\n%q, want\n%q", got, tt.summary)
+			}
+			var objs []string
+			for _, o := range x.Objects() {
+				objs = append(objs, o.String())
+			}
+			if strings.Join(objs, ", ") != strings.Join(tt.objects, ", ") {
+				t.Errorf("Objects() = %v, want %v", objs, tt.objects)
+			}
+			b, err := json.Marshal(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `{"resources":` + tt.json; tt.json != "" && string(b) != want {
+				t.Errorf("JSON:\n got %s\nwant %s", b, want)
+			}
+			// A client of /debug/streams reads back what the tap said.
+			var back origin.Rejection
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := json.Marshal(&back); string(again) != string(b) {
+				t.Errorf("read back and written again:\n got %s\nwant %s", again, b)
+			}
+		})
+	}
+}
+
+const rule2bJSON = `"path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/rule-2b","kubectl":"kubectl get destinationrule -n shop rule-2b"`
