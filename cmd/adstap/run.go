@@ -75,7 +75,7 @@ func runCommand(f *runFlags) *command {
 	f.observeQueueBytes = tap.DefaultObserveQueueBytes
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
 	f.nackKeepBytes = track.DefaultKeepBytes
-	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept, by reference, so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
 	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
 	c.Var(intValue{&f.maxConcurrentStreams}, "max-concurrent-streams", "streams (`count`) open at once over every connection; more end with ResourceExhausted, counted in adstap_refused_total")
 	f.maxStreamsPerConnection = tap.DefaultMaxStreamsPerConnection
