@@ -120,20 +120,33 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	}
 	trust := !slot.unsure && ts.p.gen == ts.gen
 	whole := int64(data.Len())
-	size, unchanged := int64(compactEnvelopeSize(resp)), 0
+	// The changed resources' indexes, in scratch space the diff is done
+	// with, and a floor on the size of their compact form, which reads no
+	// resource's body: a first push of 10 MB is not walked through again.
+	changed := ts.sc.fresh[:0]
+	least, unchanged := int64(compactEnvelopeSize(resp)), 0
 	for i := range resp.Resources {
+		r := &resp.Resources[i]
 		switch {
-		case resp.Resources[i].Heartbeat:
+		case r.Heartbeat:
 			// Nothing to reject: it carries no resource.
 		case trust && ts.unchangedAt(resp, i):
 			unchanged++
 		default:
-			size += int64(compactResourceSize(&resp.Resources[i], resp.Delta))
+			changed = append(changed, int32(i))
+			least += int64(fieldSize(2, anySize(r)))
 		}
 	}
-	compact := size*compactShare <= whole
-	if !compact {
-		size = whole
+	ts.sc.fresh = changed[:0]
+	size := whole
+	if least*compactShare <= whole {
+		exact := int64(compactEnvelopeSize(resp))
+		for _, i := range changed {
+			exact += int64(compactResourceSize(&resp.Resources[i], resp.Delta))
+		}
+		if exact*compactShare <= whole {
+			size = exact
+		}
 	}
 	if k.held.Add(size) > k.limit {
 		k.held.Add(-size)
@@ -141,20 +154,23 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		slot.skipped = true
 		return
 	}
-	slot.size, slot.unchanged, slot.compact = size, unchanged, compact
-	if compact {
-		slot.data = mem.BufferSlice{mem.SliceBuffer(ts.compactCopy(resp, int(size), trust))}
+	slot.size, slot.unchanged, slot.compact = size, unchanged, size < whole
+	if slot.compact {
+		slot.data = mem.BufferSlice{mem.SliceBuffer(compactCopy(resp, changed, int(size)))}
 		return
 	}
 	data.Ref()
 	slot.data = data
 	if unchanged > 0 {
-		slot.unchangedBits = make([]uint64, (len(resp.Resources)+63)/64)
-		for i := range resp.Resources {
-			if !resp.Resources[i].Heartbeat && ts.unchangedAt(resp, i) {
-				slot.unchangedBits[i/64] |= 1 << (i % 64)
-			}
+		// Every bit but the changed resources' (a heartbeat's is never read).
+		bits := make([]uint64, (len(resp.Resources)+63)/64)
+		for i := range bits {
+			bits[i] = ^uint64(0)
 		}
+		for _, i := range changed {
+			bits[i/64] &^= 1 << (i % 64)
+		}
+		slot.unchangedBits = bits
 	}
 }
 
@@ -202,21 +218,17 @@ func (k *keeper) reject(slot *kept, delta bool, message string, names []string) 
 // (ttl, cache_control, metadata, aliases) and the Delta removals are left
 // out: a NACK rejects none of them.
 
-// compactCopy writes the compact form of resp, size bytes, in one
-// allocation.
-func (ts *typeState) compactCopy(resp *codec.Response, size int, trust bool) []byte {
+// compactCopy writes the compact form of resp with its resources at
+// indexes changed, size bytes, in one allocation.
+func compactCopy(resp *codec.Response, changed []int32, size int) []byte {
 	b := make([]byte, 0, size)
 	if resp.VersionInfo != "" {
 		b = appendString(b, 1, resp.VersionInfo) // version_info, system_version_info
 	}
 	b = appendString(b, 4, resp.TypeURL) // type_url
 	b = appendString(b, 5, resp.Nonce)   // nonce
-	for i := range resp.Resources {
-		r := &resp.Resources[i]
-		if r.Heartbeat || trust && ts.unchangedAt(resp, i) {
-			continue
-		}
-		b = appendCompactResource(b, r, resp.Delta)
+	for _, i := range changed {
+		b = appendCompactResource(b, &resp.Resources[i], resp.Delta)
 	}
 	return b
 }

@@ -80,13 +80,15 @@ func TestCompactFormDecodesAsThePush(t *testing.T) {
 			}
 			size := compactEnvelopeSize(&push)
 			var want []codec.Resource
+			var all []int32
 			for i, r := range push.Resources {
 				if !r.Heartbeat {
 					size += compactResourceSize(&push.Resources[i], push.Delta)
 					want = append(want, r)
+					all = append(all, int32(i))
 				}
 			}
-			compact := (&typeState{}).compactCopy(&push, size, false)
+			compact := compactCopy(&push, all, size)
 			if len(compact) != size || cap(compact) != size {
 				t.Errorf("compact form: %d bytes in %d, want %d in one allocation of that size", len(compact), cap(compact), size)
 			}
