@@ -115,11 +115,13 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 			continue
 		case r.UnchangedAt(i):
 			if x.named {
-				x.resources = append(x.resources, Resource{Name: string(res.Name), Unchanged: true})
+				x.resources = append(x.resources, Resource{Name: codec.Text(res.Name), Unchanged: true})
 			}
 			continue
 		}
-		name := string(res.Name)
+		// Shown as valid UTF-8, as every name leaving the tap: the
+		// summary goes into spans and metrics.
+		name := codec.Text(res.Name)
 		objs, err := objectsOf(string(res.TypeURL), res.Body, r.Message)
 		if err != nil {
 			x.err = fmt.Errorf("resource %q: %w", name, err)
@@ -131,7 +133,7 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 	// were carried unchanged.
 	for k, ok := range found {
 		if !ok && !slices.Contains(names[:k], names[k]) {
-			x.resources = append(x.resources, Resource{Name: names[k], Unchanged: true})
+			x.resources = append(x.resources, Resource{Name: codec.Text([]byte(names[k])), Unchanged: true})
 		}
 	}
 	return x

@@ -101,6 +101,9 @@ func TestSummary(t *testing.T) {
 	body = protowire.AppendString(body, "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/u")
 	unknown := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: body}
 	plain := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: []byte{0x0a, 0x01, 'v'}}
+	// A name that is not UTF-8, as the wire allows: what the outputs show
+	// must be (a span with such a string is dropped by the exporter).
+	notUTF8 := &anypb.Any{TypeUrl: "type.googleapis.com/example.Unknown", Value: protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "bad-\xc3\x28")}
 	tests := []struct {
 		name  string
 		r     *track.Rejected
@@ -120,6 +123,8 @@ func TestSummary(t *testing.T) {
 			want: `Istio source unknown: resource "u": `, error: true},
 		{name: "a type adstap cannot open, without a path", r: rejected(t, response(t, nil, plain), "v is bad"),
 			want: "no Istio config recorded in v"},
+		{name: "a name that is not UTF-8", r: rejected(t, response(t, nil, notUTF8), "bad"),
+			want: "no Istio config recorded in bad-\uFFFD("},
 		{name: "not kept", r: &track.Rejected{NotKept: "no room"}, want: "Istio source unknown: the rejected push was not kept: no room", error: true},
 	}
 	for _, tt := range tests {
