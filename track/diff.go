@@ -60,8 +60,10 @@ func (ts *typeState) load(resp *codec.Response) {
 	p := &ts.p
 	old := p.res
 	res := old[:0]
+	var oldBuf *resBuf // given back once the loop no longer reads old
 	if cap(res) < len(resp.Resources) {
-		res = make([]pushedRes, 0, len(resp.Resources)) // once, rather than by doubling
+		oldBuf = p.buf
+		res, p.buf = newPushedRes(len(resp.Resources))
 	}
 	a, sub := &ts.acked, &ts.sub
 	var ac, sc cursor
@@ -98,6 +100,12 @@ func (ts *typeState) load(resp *codec.Response) {
 		}
 		res = append(res, pushedRes{name: n, hash: r.Hash, pos: int32(pos), heartbeat: r.Heartbeat})
 	}
+	switch {
+	case oldBuf != nil:
+		oldBuf.giveBack(old)
+	case len(res) < len(old):
+		clear(old[len(res):]) // res is old's slice: what is past it must not pin names
+	}
 	p.res = res
 	p.removed = append(p.removed[:0], resp.RemovedResources...)
 }
@@ -108,13 +116,17 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 	p, a := &ts.p, &ts.acked
 	seen := ts.sc.marksFor(len(a.names))
 	matched := 0
+	// The names are gathered on the stack, then copied once into lists of
+	// their exact size: grown by append, they would be garbage at every push.
+	var addedBuf, changedBuf [stackNames]string
+	added, changed := addedBuf[:0], changedBuf[:0]
 	for i := range p.res {
 		r := &p.res[i]
 		if r.pos < 0 {
 			// A heartbeat for something the client does not have adds nothing.
 			if !r.heartbeat {
 				d.Added++
-				d.AddedNames = appendCapped(d.AddedNames, r.name.Value(), maxNames)
+				added = appendCapped(added, r.name.Value(), maxNames)
 			}
 			continue
 		}
@@ -127,9 +139,10 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 			d.Unchanged++
 		} else {
 			d.Changed++
-			d.ChangedNames = appendCapped(d.ChangedNames, r.name.Value(), maxNames)
+			changed = appendCapped(changed, r.name.Value(), maxNames)
 		}
 	}
+	d.AddedNames, d.ChangedNames = cloneNames(added), cloneNames(changed)
 	switch {
 	case p.delta:
 		for _, name := range p.removed {
@@ -372,6 +385,20 @@ func (ts *typeState) applyMerge() {
 		placed[r.name] = int32(len(a.names))
 		a.add(r.name, r.hash)
 	}
+}
+
+// stackNames is how many names of a diff are gathered on the stack: the
+// default Config.MaxNames. A larger MaxNames works the same, with append
+// moving the lists to the heap past it.
+const stackNames = 20
+
+// cloneNames copies a list of names, nil when it is empty as a list grown
+// by append from nil would be.
+func cloneNames(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	return slices.Clone(names)
 }
 
 func appendCapped(names []string, name string, maxNames int) []string {
