@@ -155,7 +155,6 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	full := s.joinRound(ts, at, resp.VersionInfo)
 
 	ts.pushes++
-	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
 	if p.ev.FullSync {
 		ts.fullSynced = true
 		ts.fullSyncs++
@@ -224,14 +223,14 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 // naming names. The same content rejected with the same message again (a
 // NACK loop) shares the previous one, which is decoded at most once.
 func (ts *typeState) rejected(message string, names []string) *Rejected {
-	p := &ts.p
-	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
+	p, c := &ts.p, ts.nackCache()
+	if ts.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
 		ts.keep.drop(&ts.held)
 		return ts.rejection
 	}
 	ts.rejection.discard()
 	ts.rejection = ts.keep.reject(&ts.held, p.delta, message, names)
-	ts.rejContent, ts.rejMessage = p.content, message
+	c.rejContent, c.rejMessage = p.content, message
 	return ts.rejection
 }
 
@@ -263,7 +262,7 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 // it is linear in the push, so the result is kept for the loop case, where
 // the same content is rejected with the same message again and again.
 func (ts *typeState) errorNames(message string, maxNames int) []string {
-	c := &ts.errNames
+	c := ts.nackCache()
 	if c.ok && c.content == ts.p.content && c.n == len(ts.p.res) && c.message == message {
 		return c.names
 	}
@@ -276,6 +275,6 @@ func (ts *typeState) errorNames(message string, maxNames int) []string {
 			names = append(names, name)
 		}
 	}
-	*c = errNamesCache{ok: true, content: ts.p.content, n: len(ts.p.res), message: message, names: names}
+	c.ok, c.content, c.n, c.message, c.names = true, ts.p.content, len(ts.p.res), message, names
 	return names
 }
