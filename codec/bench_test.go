@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/adstap/adstap/codec"
@@ -158,6 +159,27 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		TypeUrl:       codec.TypeEndpoint,
 		ResponseNonce: "2021-08-09T16:20:50Z/2576d7b4b1c-5e43-4f4b-9b0b-0c4f3e1a2f10",
 	})
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := codec.DecodeRequest(in, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeRequestEDS is a sidecar's EDS request, which names every
+// cluster it has (here 100), as its first request and every ACK repeat.
+func BenchmarkDecodeRequestEDS(b *testing.B) {
+	req := &discoveryv3.DiscoveryRequest{
+		VersionInfo:   "2021-08-09T16:20:50Z/257",
+		TypeUrl:       codec.TypeEndpoint,
+		ResponseNonce: "2021-08-09T16:20:50Z/2576d7b4b1c-5e43-4f4b-9b0b-0c4f3e1a2f10",
+	}
+	for i := range 100 {
+		req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%05d.ns-%d.svc.cluster.local", i, i%17))
+	}
+	in := marshal(b, req)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
