@@ -67,6 +67,7 @@ func (ts *typeState) load(resp *codec.Response) {
 	}
 	a, sub := &ts.acked, &ts.sub
 	var ac, sc cursor
+	fresh := 0
 	for i := range resp.Resources {
 		r := &resp.Resources[i]
 		var n name
@@ -83,6 +84,9 @@ func (ts *typeState) load(resp *codec.Response) {
 			pos = a.findBytes(r.Name, g)
 		}
 		ac.found(pos)
+		if pos < 0 {
+			fresh++
+		}
 		switch {
 		case pos >= 0:
 			n = a.names[pos]
@@ -106,7 +110,7 @@ func (ts *typeState) load(resp *codec.Response) {
 	case len(res) < len(old):
 		clear(old[len(res):]) // res is old's slice: what is past it must not pin names
 	}
-	p.res = res
+	p.res, p.fresh = res, int32(fresh)
 	p.removed = append(p.removed[:0], resp.RemovedResources...)
 }
 
@@ -254,11 +258,15 @@ func (ts *typeState) apply() {
 // locate finds the latest push's resources in the acknowledged state again.
 func (ts *typeState) locate() {
 	var c cursor
+	ts.p.fresh = 0
 	for i := range ts.p.res {
 		r := &ts.p.res[i]
 		k := ts.acked.findName(r.name, c.guess())
 		c.found(k)
 		r.pos = int32(k)
+		if k < 0 {
+			ts.p.fresh++
+		}
 	}
 }
 
@@ -290,7 +298,7 @@ func (ts *typeState) applyWhole() {
 	}
 	where := ts.sc.marksFor(len(a.names)) // position in the new state + 1
 	names, hashes, fresh := ts.sc.state(len(p.res))
-	var placed map[name]int32 // new names, for the rare one listed twice
+	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
@@ -298,14 +306,11 @@ func (ts *typeState) applyWhole() {
 			if r.heartbeat || !ts.wants(r.name, &c) {
 				continue
 			}
-			if k, ok := placed[r.name]; ok {
+			if k, ok := placed.find(r.name); ok {
 				hashes[k] = r.hash
 				continue
 			}
-			if placed == nil {
-				placed = make(map[name]int32)
-			}
-			placed[r.name] = int32(len(names))
+			placed.add(r.name, int32(len(names)))
 			fresh = append(fresh, int32(len(names)))
 			names = append(names, r.name)
 			hashes = append(hashes, r.hash)
@@ -326,6 +331,7 @@ func (ts *typeState) applyWhole() {
 		hashes = append(hashes, h)
 		where[r.pos] = int32(len(names))
 	}
+	placed.done()
 	a.rewrite(names, hashes, where, fresh)
 	ts.sc.done(names, hashes, fresh)
 }
@@ -350,18 +356,13 @@ func (ts *typeState) sameOrder() bool {
 // appended, and what the push lacks is kept.
 func (ts *typeState) applyMerge() {
 	p, a := &ts.p, &ts.acked
-	fresh := 0
-	for i := range p.res {
-		if p.res[i].pos < 0 {
-			fresh++
-		}
-	}
-	if fresh > 1 {
+	if fresh := int(p.fresh); fresh > 1 {
 		// Grown once, to what the push may add, rather than by doubling.
 		a.names = slices.Grow(a.names, fresh)
 		a.hashes = slices.Grow(a.hashes, fresh)
 	}
-	var placed map[name]int32 // new names, for the rare one listed twice
+	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
+	defer placed.done()
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
@@ -375,14 +376,11 @@ func (ts *typeState) applyMerge() {
 		if !ts.wants(r.name, &c) {
 			continue
 		}
-		if k, ok := placed[r.name]; ok {
+		if k, ok := placed.find(r.name); ok {
 			a.hashes[k] = r.hash
 			continue
 		}
-		if placed == nil {
-			placed = make(map[name]int32)
-		}
-		placed[r.name] = int32(len(a.names))
+		placed.add(r.name, int32(len(a.names)))
 		a.add(r.name, r.hash)
 	}
 }

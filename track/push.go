@@ -24,6 +24,9 @@ const (
 type push struct {
 	ev    Push
 	state pushState
+	// fresh is the number of res not in the acknowledged state (pos < 0):
+	// at most what applying the push adds to it.
+	fresh int32
 	res   []pushedRes
 	// buf is where res lives when it is borrowed from resPools; nil when
 	// res is a large push's own (see keptPushRes) or empty.
