@@ -120,17 +120,12 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 	p, a := &ts.p, &ts.acked
 	seen := ts.sc.marksFor(len(a.names))
 	matched := 0
-	// The names are gathered on the stack, then copied once into lists of
-	// their exact size: grown by append, they would be garbage at every push.
-	var addedBuf, changedBuf [stackNames]string
-	added, changed := addedBuf[:0], changedBuf[:0]
 	for i := range p.res {
 		r := &p.res[i]
 		if r.pos < 0 {
 			// A heartbeat for something the client does not have adds nothing.
 			if !r.heartbeat {
 				d.Added++
-				added = appendCapped(added, r.name.Value(), maxNames)
 			}
 			continue
 		}
@@ -143,10 +138,11 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 			d.Unchanged++
 		} else {
 			d.Changed++
-			changed = appendCapped(changed, r.name.Value(), maxNames)
 		}
 	}
-	d.AddedNames, d.ChangedNames = cloneNames(added), cloneNames(changed)
+	if d.Added > 0 || d.Changed > 0 {
+		d.AddedNames, d.ChangedNames = ts.diffNames(seen, min(d.Added, maxNames), min(d.Changed, maxNames))
+	}
 	switch {
 	case p.delta:
 		for _, name := range p.removed {
@@ -383,6 +379,41 @@ func (ts *typeState) applyMerge() {
 		placed.add(r.name, int32(len(a.names)))
 		a.add(r.name, r.hash)
 	}
+}
+
+// diffNames returns the first names of what diff counted as added and
+// changed, nAdded and nChanged of them, in the push's order. It walks the
+// push again, as far as it takes to find them (a push changing 2 % of its
+// resources, its first maxNames changes), rather than collecting them in
+// diff's loop, which that made slower; and gathers them on the stack, to
+// copy them once into lists of their exact size: grown by append, they
+// would be garbage at every push. A resource listed twice counts once, as
+// in diff: diff marked each one seen (1), this walk marks the first it
+// meets (2).
+func (ts *typeState) diffNames(seen []int32, nAdded, nChanged int) (addedNames, changedNames []string) {
+	p, a := &ts.p, &ts.acked
+	var addedBuf, changedBuf [stackNames]string
+	added, changed := addedBuf[:0], changedBuf[:0]
+	for i := range p.res {
+		if len(added) == nAdded && len(changed) == nChanged {
+			break
+		}
+		r := &p.res[i]
+		if r.pos < 0 {
+			if !r.heartbeat && len(added) < nAdded {
+				added = append(added, shown(r.name.Value()))
+			}
+			continue
+		}
+		if seen[r.pos] == 2 {
+			continue
+		}
+		seen[r.pos] = 2
+		if !r.heartbeat && a.hashes[r.pos] != r.hash && len(changed) < nChanged {
+			changed = append(changed, shown(r.name.Value()))
+		}
+	}
+	return cloneNames(added), cloneNames(changed)
 }
 
 // stackNames is how many names of a diff are gathered on the stack: the
