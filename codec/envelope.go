@@ -2,7 +2,10 @@ package codec
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -126,6 +129,8 @@ func DecodeRequest(b []byte, delta bool) (*Request, error) {
 }
 
 func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
+	var names nameArena
+	r.ResourceNames = names.size(b, reqResourceNames, reqResourceLocators)
 	rd := fieldReader{buf: b}
 	for rd.next() {
 		switch {
@@ -136,7 +141,7 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 				return fmt.Errorf("node: %w", err)
 			}
 		case rd.bytesField(reqResourceNames):
-			r.ResourceNames = append(r.ResourceNames, Text(rd.b))
+			r.ResourceNames = append(r.ResourceNames, names.text(rd.b))
 		case rd.bytesField(reqTypeURL):
 			r.TypeURL = internTypeURL(rd.b)
 		case rd.bytesField(reqResponseNonce):
@@ -150,13 +155,16 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 			if err != nil {
 				return fmt.Errorf("resource_locators: ResourceLocator %w", err)
 			}
-			r.ResourceNames = append(r.ResourceNames, Text(name))
+			r.ResourceNames = append(r.ResourceNames, names.text(name))
 		}
 	}
 	return rd.err
 }
 
 func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
+	var subscribe, unsubscribe nameArena
+	r.Subscribe = subscribe.size(b, dreqSubscribe, dreqLocatorsSubscribe)
+	r.Unsubscribe = unsubscribe.size(b, dreqUnsubscribe, dreqLocatorsUnsubscribe)
 	rd := fieldReader{buf: b}
 	for rd.next() {
 		switch {
@@ -167,9 +175,9 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 		case rd.bytesField(dreqTypeURL):
 			r.TypeURL = internTypeURL(rd.b)
 		case rd.bytesField(dreqSubscribe):
-			r.Subscribe = append(r.Subscribe, Text(rd.b))
+			r.Subscribe = append(r.Subscribe, subscribe.text(rd.b))
 		case rd.bytesField(dreqUnsubscribe):
-			r.Unsubscribe = append(r.Unsubscribe, Text(rd.b))
+			r.Unsubscribe = append(r.Unsubscribe, unsubscribe.text(rd.b))
 		case rd.bytesField(dreqInitialVersions):
 			k, v, err := decodeMapEntry(rd.b)
 			if err != nil {
@@ -190,16 +198,58 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 			if err != nil {
 				return fmt.Errorf("resource_locators_subscribe: ResourceLocator %w", err)
 			}
-			r.Subscribe = append(r.Subscribe, Text(name))
+			r.Subscribe = append(r.Subscribe, subscribe.text(name))
 		case rd.bytesField(dreqLocatorsUnsubscribe):
 			name, err := decodeName(rd.b, locatorName)
 			if err != nil {
 				return fmt.Errorf("resource_locators_unsubscribe: ResourceLocator %w", err)
 			}
-			r.Unsubscribe = append(r.Unsubscribe, Text(name))
+			r.Unsubscribe = append(r.Unsubscribe, unsubscribe.text(name))
 		}
 	}
 	return rd.err
+}
+
+// nameArena holds the names of one list of a request (resource_names, and
+// the names of the matching resource_locators) in one string, rather than a
+// string each: an EDS request names every cluster of a sidecar, and a
+// sidecar's first requests would otherwise allocate hundreds of names at
+// once. Keeping one of the names keeps the others' bytes too; the tracker
+// interns what it keeps, which copies it (unique.Make).
+type nameArena struct{ sb strings.Builder }
+
+// size counts the names that fields names and locators of message b hold,
+// and readies room for them, by an upper bound of their bytes: the fields'
+// lengths. It returns an empty list with room for them all, nil when there
+// are none, as a list grown by append from nil would be.
+func (a *nameArena) size(b []byte, names, locators protowire.Number) []string {
+	n, size := 0, 0
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		if rd.bytesField(names) || rd.bytesField(locators) {
+			n++
+			size += len(rd.b)
+		}
+	}
+	// A malformed message fails in the decode that follows, which reads
+	// the same fields; what was counted up to the fault is still right.
+	if n == 0 {
+		return nil
+	}
+	a.sb.Grow(size)
+	return make([]string, 0, n)
+}
+
+// text is Text, into the arena: the builder only ever appends, so the
+// strings it handed out earlier keep their bytes, and within the room size
+// made it never moves them.
+func (a *nameArena) text(b []byte) string {
+	if len(b) == 0 || !utf8.Valid(b) {
+		return Text(b)
+	}
+	start := a.sb.Len()
+	a.sb.Write(b)
+	return a.sb.String()[start:]
 }
 
 // decodeErrorDetail merges into an existing ErrorDetail because protobuf
@@ -394,6 +444,9 @@ func (r *Response) Decode(b []byte, delta bool) error {
 	controlPlane := r.ControlPlane
 	r.Reset()
 	r.Delta = delta
+	r.scratch.one[0] = b
+	r.scratch.msg = r.scratch.one[:]
+	defer func() { r.scratch.one[0], r.scratch.msg = nil, nil }()
 	rd := fieldReader{buf: b}
 	for rd.next() {
 		if rd.typ != protowire.BytesType {
@@ -437,6 +490,20 @@ func (r *Response) field(num protowire.Number, b []byte, prevControlPlane string
 	return r.sotwField(num, b, prevControlPlane)
 }
 
+// growResources makes room in r.Resources for every resource of the
+// message being decoded, when it is full: a Response fresh from its pool,
+// or a push larger than any r decoded before, grows once to the push's size
+// instead of doubling its way there (a 200-resource push allocated twice
+// its resources' size that way, and copied them eight times).
+func (r *Response) growResources(num protowire.Number) {
+	if len(r.Resources) < cap(r.Resources) {
+		return
+	}
+	if n := countFields(r.scratch.msg, num); n > len(r.Resources) {
+		r.Resources = slices.Grow(r.Resources, n-len(r.Resources))
+	}
+}
+
 func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane string) error {
 	switch num {
 	case respVersionInfo:
@@ -446,6 +513,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 		if err := decodeSotWResource(b, &res); err != nil {
 			return fmt.Errorf("resources[%d]: %w", len(r.Resources), err)
 		}
+		r.growResources(respResources)
 		r.Resources = append(r.Resources, res)
 	case respTypeURL:
 		r.TypeURL = internTypeURL(b)
@@ -466,6 +534,7 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 		if err := decodeResource(b, &res); err != nil {
 			return fmt.Errorf("resources[%d]: Resource %w", len(r.Resources), err)
 		}
+		r.growResources(drespResources)
 		r.Resources = append(r.Resources, res)
 	case drespTypeURL:
 		r.TypeURL = internTypeURL(b)

@@ -156,6 +156,17 @@ func TestDecodeRequest(t *testing.T) {
 			want: &codec.Request{TypeURL: codec.TypeEndpoint, ResourceNames: []string{"a", "b"}},
 		},
 		{
+			name: "SotW resource names not in UTF-8 are made valid, the others kept as sent",
+			in: func() []byte {
+				b := protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), codec.TypeEndpoint)
+				for _, n := range []string{"a", "\xffb", "", "outbound|8080||c.default.svc.cluster.local"} {
+					b = protowire.AppendString(protowire.AppendTag(b, 3, protowire.BytesType), n)
+				}
+				return b
+			}(),
+			want: &codec.Request{TypeURL: codec.TypeEndpoint, ResourceNames: []string{"a", "\uFFFDb", "", "outbound|8080||c.default.svc.cluster.local"}},
+		},
+		{
 			name: "syncz request from istioctl and unknown fields",
 			in: withUnknownFields(marshal(t, &discoveryv3.DiscoveryRequest{
 				TypeUrl: codec.TypeSyncz,

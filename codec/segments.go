@@ -28,6 +28,8 @@ func (r *Response) DecodeSegments(segs [][]byte, delta bool) error {
 	controlPlane := r.ControlPlane
 	r.Reset()
 	r.Delta = delta
+	r.scratch.msg = segs
+	defer func() { r.scratch.msg = nil }()
 	rd := segReader{segs: segs, arena: &r.scratch.arena}
 	for _, s := range segs {
 		rd.after += len(s)
@@ -67,6 +69,56 @@ func (r *Response) DecodeBuffers(data mem.BufferSlice, delta bool) error {
 type segScratch struct {
 	arena arena
 	segs  [][]byte // DecodeBuffers' list of segments, cleared between uses
+	// msg is the message being decoded, for growResources; nil between
+	// decodes. one holds Decode's message as a list of one segment.
+	msg [][]byte
+	one [1][]byte
+}
+
+// countFields counts the length-delimited top-level fields num of the
+// message in segs, reading only the fields' headers, so that a list of them
+// is grown once to its size rather than doubled by append from a few. It
+// stops at a malformed field or a group, where the decode that follows
+// finds the fault (or reads the group); the count is then what came before.
+func countFields(segs [][]byte, num protowire.Number) int {
+	r := segReader{segs: segs}
+	for _, s := range segs {
+		r.after += len(s)
+	}
+	n := 0
+	for {
+		r.seek()
+		h := r.fr.buf[r.fr.off:]
+		if len(h) == 0 {
+			return n
+		}
+		if len(h) < len(r.hdr) && r.after > 0 {
+			h = r.peek() // the header may straddle segments
+		}
+		fnum, typ, k := protowire.ConsumeTag(h)
+		if k < 0 {
+			return n
+		}
+		var m int
+		switch typ {
+		case protowire.BytesType:
+			l, lm := protowire.ConsumeVarint(h[k:])
+			if lm < 0 || l > uint64(r.left()-k-lm) {
+				return n
+			}
+			m = lm + int(l)
+			if fnum == num {
+				n++
+			}
+		case protowire.StartGroupType:
+			return n
+		default:
+			if m = protowire.ConsumeFieldValue(fnum, typ, h[k:]); m < 0 {
+				return n
+			}
+		}
+		r.skip(k + m)
+	}
 }
 
 func (s *segScratch) reset() { s.arena.reset() }

@@ -63,7 +63,8 @@ const (
 // connection up, one reusing it and closing before its full sync, a Delta
 // one), an opaque stream, pushes ending every way, a node that changes on a
 // stream, pushes without a version or a node, an unknown stream, detectors,
-// upstream connects, a decode error and an observation gap.
+// upstream connects, a decode error and an observation gap, full pushes
+// with and without a node and a version, and a push after a full sync.
 func story() []track.Event {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	a := track.Node{ID: nodeA, Cluster: "reviews", UserAgent: "envoy/1.36.2"}
@@ -105,6 +106,7 @@ func story() []track.Event {
 	d1 := push(3, a, codec.TypeEndpoint, "", 25)
 	d2 := push(3, a, codec.TypeEndpoint, "7", 35)
 	lost := push(99, a, codec.TypeCluster, "2026-11-30T09:00:00Z/41", 45) // a stream the sinks never saw open
+	late := push(1, b, codec.TypeSecret, "", 1300)                        // after the full sync, in the connect span's trace
 
 	ended := func(p track.Push, r track.PushResult, ms int) track.PushEnded {
 		return track.PushEnded{Push: p, Result: r, At: at(ms), Latency: at(ms).Sub(p.SentAt)}
@@ -147,13 +149,17 @@ func story() []track.Event {
 		track.PushSent{Push: lost},
 		ended(lost, track.ResultACK, 46),
 		track.PushSent{Push: lds},
+		track.FullPush{StreamID: 1, Node: b, Version: lds.Version, Round: 3, TypeURL: lds.TypeURL, At: at(70), Count: 1},
 		ended(lds, track.ResultACK, 70),
 		track.PushSent{Push: rds},
+		track.FullPush{StreamID: 1, TypeURL: rds.TypeURL, Round: 4, At: at(80), Count: 2},
 		ended(rds, track.ResultACK, 81),
 		track.PushSent{Push: other},
 		ended(other, track.ResultACK, 2090),
 		track.FullSyncComplete{StreamID: 1, Node: b, At: at(1100), Elapsed: 1100 * time.Millisecond, Types: []string{codec.TypeCluster, codec.TypeEndpoint, codec.TypeListener}},
 		track.FullSyncComplete{StreamID: 1, Node: b, At: at(1200), Elapsed: 1200 * time.Millisecond, Types: []string{codec.TypeCluster}},
+		track.PushSent{Push: late},
+		ended(late, track.ResultACK, 1302),
 		track.DetectorStarted{Detector: track.DetectorNACKStorm, Key: "stream 1 eds", StreamID: 1, Node: nodeA, TypeURL: codec.TypeEndpoint, At: at(3000), Count: 5, Detail: "5 NACKs of eds on stream 1 within 30s"},
 		track.DetectorStarted{Detector: track.DetectorReconnectHerd, Key: "tap", At: at(3100), Count: 50, Detail: "50 streams opened within 1s"},
 		track.DetectorEnded{Detector: track.DetectorNACKStorm, Key: "stream 1 eds", StreamID: 1, Node: nodeA, TypeURL: codec.TypeEndpoint, At: at(9000), Duration: 6 * time.Second, Count: 9},

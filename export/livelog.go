@@ -29,7 +29,11 @@ import (
 // else: a NACK identical to the previous one of its stream and type is
 // written at most once per repeatEvery, with the count of those left out.
 type LiveLog struct {
-	log         *slog.Logger
+	log *slog.Logger
+	// detail says whether the handler writes the facts (DetailGroup). The
+	// human format (Pretty) leaves them out, so they are not made for it:
+	// a push's facts were most of the live log's garbage.
+	detail      bool
 	repeatEvery time.Duration
 
 	mu      sync.Mutex
@@ -55,7 +59,8 @@ var _ track.Sink = (*LiveLog)(nil)
 
 // NewLiveLog logs to l.
 func NewLiveLog(l *slog.Logger) *LiveLog {
-	return &LiveLog{log: l, repeatEvery: DefaultRepeatEvery, repeats: map[repeatKey]*repeat{}}
+	_, human := l.Handler().(*Pretty)
+	return &LiveLog{log: l, detail: !human, repeatEvery: DefaultRepeatEvery, repeats: map[repeatKey]*repeat{}}
 }
 
 // OnEvent logs e if it is worth a line.
@@ -90,8 +95,7 @@ func (l *LiveLog) OnEvent(e track.Event) {
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		}
 	case track.FullPush:
-		l.line(slog.LevelInfo, fmt.Sprintf("full push v=%s on stream %d: %s resent unasked (%d on this stream)%s", e.Version, e.StreamID, typeLabel(e.TypeURL), e.Count, nodeSuffix(e.Node.ID)),
-			"stream", e.StreamID, "node", e.Node.ID, "version", e.Version, "round", e.Round, "type_url", e.TypeURL, "full_pushes", e.Count)
+		l.fullPush(e)
 	case track.FullSyncComplete:
 		var types []string
 		for _, t := range e.Types {
@@ -143,6 +147,10 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	// push's line is the live log's only per-push garbage besides its facts.
 	var buf [256]byte
 	msg := string(appendPushLine(buf[:0], e, suppressed))
+	if !l.detail {
+		l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID))
+		return
+	}
 	d := p.Diff
 	// The facts are typed attributes, as slog would make of key-value
 	// pairs, but without boxing each value in an interface first.
@@ -169,6 +177,38 @@ func (l *LiveLog) pushEnded(e track.PushEnded) {
 	// The stream id stays in plain sight, to look the stream up in
 	// /debug/streams; the facts are for machines only.
 	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: DetailGroup, Value: slog.GroupValue(facts...)})
+}
+
+// fullPush writes the line of a full push, which every stream of a mesh
+// gets at once: built like a push's line, without garbage but its string.
+func (l *LiveLog) fullPush(e track.FullPush) {
+	ctx := context.Background()
+	if !l.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	var buf [256]byte
+	b := append(buf[:0], "full push v="...)
+	b = append(b, e.Version...)
+	b = append(b, " on stream "...)
+	b = strconv.AppendUint(b, e.StreamID, 10)
+	b = append(b, ": "...)
+	b = append(b, typeLabel(e.TypeURL)...)
+	b = append(b, " resent unasked ("...)
+	b = strconv.AppendInt(b, int64(e.Count), 10)
+	b = append(b, " on this stream)"...)
+	if e.Node.ID != "" {
+		b = append(b, " node="...)
+		b = append(b, e.Node.ID...)
+	}
+	msg := string(b)
+	if !l.detail {
+		l.log.LogAttrs(ctx, slog.LevelInfo, msg)
+		return
+	}
+	l.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Attr{Key: DetailGroup, Value: slog.GroupValue(
+		slog.Uint64("stream", e.StreamID), slog.String("node", e.Node.ID), slog.String("version", e.Version),
+		slog.Uint64("round", e.Round), slog.String("type_url", e.TypeURL), slog.Int("full_pushes", e.Count),
+	)})
 }
 
 // appendPushLine appends the line of a push outcome to b, e.g.
@@ -270,6 +310,10 @@ func (l *LiveLog) forget(stream uint64) {
 
 // line logs msg with its facts, which are for machines only.
 func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
+	if !l.detail {
+		l.log.Log(context.Background(), level, msg)
+		return
+	}
 	l.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
 }
 

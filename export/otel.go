@@ -88,22 +88,35 @@ var _ track.Sink = (*Tracing)(nil)
 
 // streamSpans is what a stream's spans need from its earlier events.
 type streamSpans struct {
-	meta      track.StreamMeta
-	node      track.Node
-	connect   trace.Span // open from the stream's start until its full sync
+	meta track.StreamMeta
+	node track.Node
+	// connect is open from the stream's start until its full sync; then
+	// only its SpanContext is kept (see connectEnded). t.mu guards it.
+	connect   trace.Span
 	firstPush time.Time
 	fullSync  bool
 
 	// What every push span of the stream repeats, made once rather than for
 	// each of its pushes: each allocation per push is garbage the relay
 	// pays for in collector pauses (docs/performance.md, W2).
-	inConnect context.Context       // a context whose span is connect: a push's parent
+	inConnect context.Context       // a context whose span is connect: a push's parent; t.mu guards it
 	link      trace.SpanStartOption // the link from a push to connect
 	traceHex  string                // connect's trace id, for exemplars; made when first asked for
 	// attrsNode is the node pushAttrs were made for: a push carries the node
 	// of its stream at the time, which may change.
 	attrsNode track.Node
 	pushAttrs []attribute.KeyValue // never changed once made: spans being built read it unlocked
+}
+
+// connectEnded lets go of the ended connect span, which holds its
+// attributes and the SDK's record of it, a kilobyte or two that an idle
+// stream would keep for nothing: what the stream's later spans need of it
+// is its SpanContext, as a parent or a link, and a context carrying only
+// that parents a span as the span itself did (the SDK reads the parent's
+// SpanContext; an ended span counts no children). t.mu must be held.
+func (s *streamSpans) connectEnded() {
+	s.inConnect = trace.ContextWithSpanContext(context.Background(), s.connect.SpanContext())
+	s.connect = trace.SpanFromContext(s.inConnect)
 }
 
 // pushAttrsFor returns the attributes that open every push span of the
@@ -394,20 +407,23 @@ func (t *Tracing) fullSync(e track.FullSyncComplete) {
 		return
 	}
 	s.fullSync = true
+	ctx, connect, firstPush := s.inConnect, s.connect, s.firstPush
 	t.mu.Unlock()
-	ctx := s.inConnect
 	opened := s.meta.OpenedAt
-	if !s.firstPush.IsZero() {
+	if !firstPush.IsZero() {
 		_, fr := t.tracer.Start(ctx, "first response", trace.WithTimestamp(opened))
-		fr.End(trace.WithTimestamp(s.firstPush))
+		fr.End(trace.WithTimestamp(firstPush))
 	}
 	_, fs := t.tracer.Start(ctx, "full sync", trace.WithTimestamp(opened),
 		trace.WithAttributes(attribute.StringSlice("xds.types", shortTypes(e.Types))))
 	end := opened.Add(e.Elapsed)
 	fs.End(trace.WithTimestamp(end))
-	s.connect.SetAttributes(nodeAttrs(e.Node)...)
-	s.connect.SetAttributes(attribute.Float64("xds.full_sync.seconds", e.Elapsed.Seconds()))
-	s.connect.End(trace.WithTimestamp(end))
+	connect.SetAttributes(nodeAttrs(e.Node)...)
+	connect.SetAttributes(attribute.Float64("xds.full_sync.seconds", e.Elapsed.Seconds()))
+	connect.End(trace.WithTimestamp(end))
+	t.mu.Lock()
+	s.connectEnded()
+	t.mu.Unlock()
 }
 
 func (t *Tracing) streamClosed(e track.StreamClosed) {
@@ -429,9 +445,12 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	p := e.Push
 	t.mu.Lock()
 	s := t.streams[p.StreamID]
-	var streamAttrs []attribute.KeyValue
+	var (
+		streamAttrs []attribute.KeyValue
+		inConnect   context.Context
+	)
 	if s != nil {
-		streamAttrs = s.pushAttrsFor(p.Node)
+		streamAttrs, inConnect = s.pushAttrsFor(p.Node), s.inConnect
 	}
 	t.mu.Unlock()
 	// Everything built only for the span's making comes from a pool: the
@@ -442,7 +461,7 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	opts := append(sc.start[:0], trace.WithTimestamp(p.SentAt), serverKind)
 	if s != nil {
 		if t.cfg.Grouping == GroupByStream || p.Version == "" {
-			ctx = s.inConnect
+			ctx = inConnect
 		} else {
 			opts = append(opts, s.link)
 		}

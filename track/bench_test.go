@@ -294,3 +294,51 @@ func BenchmarkTrackIdleStreams(b *testing.B) {
 	}
 	b.ReportMetric(perStream/float64(b.N), "B/stream")
 }
+
+// BenchmarkTrackFanOut is W6's tracker share: 1,000 streams synced on a CDS
+// of 200 clusters, pushed the other of two bodies in turn (2 % of the
+// clusters changed), each push answered once the 999 other streams have
+// been pushed, as a control plane's full push reaches a mesh. One op is one
+// push and one ACK. Unlike BenchmarkTrackCDSPush10k's single stream, a
+// stream here is pushed once in a thousand ops, like the sidecars of a mesh.
+func BenchmarkTrackFanOut(b *testing.B) {
+	const streams, resources = 1_000, 200
+	a, v2 := w1Bodies(meshClusters(resources))
+	tr := track.New(track.Config{})
+	pushes := []*codec.Response{decodedPush(b, push(cds, 1, a...)), decodedPush(b, push(cds, 2, v2...))}
+	answers := []*codec.Request{decodedRequest(b, ack(cds, 1)), decodedRequest(b, ack(cds, 2))}
+	first := decodedRequest(b, withNode(initial(cds), sidecar))
+	for id := range uint64(streams) {
+		tr.OpenStream(track.StreamMeta{ID: id + 1, Method: adsSotW, OpenedAt: t0})
+		tr.Request(id+1, t0, first, 100)
+	}
+	at, n := t0, 0
+	// step pushes stream n the next body and ACKs the push of the stream
+	// after it, which went out streams-1 steps ago.
+	step := func() (acked bool) {
+		id, k := uint64(n%streams), n/streams%2
+		n++
+		at = at.Add(ms)
+		tr.Response(id+1, at, pushes[k], 212_000)
+		if n < streams {
+			return true
+		}
+		next := uint64(n % streams)
+		for _, e := range tr.Request(next+1, at, answers[(n-streams)/streams%2], 100) {
+			if e, ok := e.(track.PushEnded); ok && e.Result == track.ResultACK {
+				return true
+			}
+		}
+		return false
+	}
+	for range 3 * streams {
+		if !step() {
+			b.Fatal("a push went unacknowledged")
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		step()
+	}
+}

@@ -60,11 +60,14 @@ func (ts *typeState) load(resp *codec.Response) {
 	p := &ts.p
 	old := p.res
 	res := old[:0]
+	var oldBuf *resBuf // given back once the loop no longer reads old
 	if cap(res) < len(resp.Resources) {
-		res = make([]pushedRes, 0, len(resp.Resources)) // once, rather than by doubling
+		oldBuf = p.buf
+		res, p.buf = newPushedRes(len(resp.Resources))
 	}
 	a, sub := &ts.acked, &ts.sub
 	var ac, sc cursor
+	fresh := 0
 	for i := range resp.Resources {
 		r := &resp.Resources[i]
 		var n name
@@ -81,6 +84,9 @@ func (ts *typeState) load(resp *codec.Response) {
 			pos = a.findBytes(r.Name, g)
 		}
 		ac.found(pos)
+		if pos < 0 {
+			fresh++
+		}
 		switch {
 		case pos >= 0:
 			n = a.names[pos]
@@ -98,7 +104,13 @@ func (ts *typeState) load(resp *codec.Response) {
 		}
 		res = append(res, pushedRes{name: n, hash: r.Hash, pos: int32(pos), heartbeat: r.Heartbeat})
 	}
-	p.res = res
+	switch {
+	case oldBuf != nil:
+		oldBuf.giveBack(old)
+	case len(res) < len(old):
+		clear(old[len(res):]) // res is old's slice: what is past it must not pin names
+	}
+	p.res, p.fresh = res, int32(fresh)
 	p.removed = append(p.removed[:0], resp.RemovedResources...)
 }
 
@@ -114,7 +126,6 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 			// A heartbeat for something the client does not have adds nothing.
 			if !r.heartbeat {
 				d.Added++
-				d.AddedNames = appendCapped(d.AddedNames, r.name.Value(), maxNames)
 			}
 			continue
 		}
@@ -127,8 +138,10 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 			d.Unchanged++
 		} else {
 			d.Changed++
-			d.ChangedNames = appendCapped(d.ChangedNames, r.name.Value(), maxNames)
 		}
+	}
+	if d.Added > 0 || d.Changed > 0 {
+		d.AddedNames, d.ChangedNames = ts.diffNames(seen, min(d.Added, maxNames), min(d.Changed, maxNames))
 	}
 	switch {
 	case p.delta:
@@ -241,11 +254,15 @@ func (ts *typeState) apply() {
 // locate finds the latest push's resources in the acknowledged state again.
 func (ts *typeState) locate() {
 	var c cursor
+	ts.p.fresh = 0
 	for i := range ts.p.res {
 		r := &ts.p.res[i]
 		k := ts.acked.findName(r.name, c.guess())
 		c.found(k)
 		r.pos = int32(k)
+		if k < 0 {
+			ts.p.fresh++
+		}
 	}
 }
 
@@ -277,7 +294,7 @@ func (ts *typeState) applyWhole() {
 	}
 	where := ts.sc.marksFor(len(a.names)) // position in the new state + 1
 	names, hashes, fresh := ts.sc.state(len(p.res))
-	var placed map[name]int32 // new names, for the rare one listed twice
+	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
@@ -285,14 +302,11 @@ func (ts *typeState) applyWhole() {
 			if r.heartbeat || !ts.wants(r.name, &c) {
 				continue
 			}
-			if k, ok := placed[r.name]; ok {
+			if k, ok := placed.find(r.name); ok {
 				hashes[k] = r.hash
 				continue
 			}
-			if placed == nil {
-				placed = make(map[name]int32)
-			}
-			placed[r.name] = int32(len(names))
+			placed.add(r.name, int32(len(names)))
 			fresh = append(fresh, int32(len(names)))
 			names = append(names, r.name)
 			hashes = append(hashes, r.hash)
@@ -313,6 +327,7 @@ func (ts *typeState) applyWhole() {
 		hashes = append(hashes, h)
 		where[r.pos] = int32(len(names))
 	}
+	placed.done()
 	a.rewrite(names, hashes, where, fresh)
 	ts.sc.done(names, hashes, fresh)
 }
@@ -337,18 +352,13 @@ func (ts *typeState) sameOrder() bool {
 // appended, and what the push lacks is kept.
 func (ts *typeState) applyMerge() {
 	p, a := &ts.p, &ts.acked
-	fresh := 0
-	for i := range p.res {
-		if p.res[i].pos < 0 {
-			fresh++
-		}
-	}
-	if fresh > 1 {
+	if fresh := int(p.fresh); fresh > 1 {
 		// Grown once, to what the push may add, rather than by doubling.
 		a.names = slices.Grow(a.names, fresh)
 		a.hashes = slices.Grow(a.hashes, fresh)
 	}
-	var placed map[name]int32 // new names, for the rare one listed twice
+	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
+	defer placed.done()
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
@@ -362,16 +372,62 @@ func (ts *typeState) applyMerge() {
 		if !ts.wants(r.name, &c) {
 			continue
 		}
-		if k, ok := placed[r.name]; ok {
+		if k, ok := placed.find(r.name); ok {
 			a.hashes[k] = r.hash
 			continue
 		}
-		if placed == nil {
-			placed = make(map[name]int32)
-		}
-		placed[r.name] = int32(len(a.names))
+		placed.add(r.name, int32(len(a.names)))
 		a.add(r.name, r.hash)
 	}
+}
+
+// diffNames returns the first names of what diff counted as added and
+// changed, nAdded and nChanged of them, in the push's order. It walks the
+// push again, as far as it takes to find them (a push changing 2 % of its
+// resources, its first maxNames changes), rather than collecting them in
+// diff's loop, which that made slower; and gathers them on the stack, to
+// copy them once into lists of their exact size: grown by append, they
+// would be garbage at every push. A resource listed twice counts once, as
+// in diff: diff marked each one seen (1), this walk marks the first it
+// meets (2).
+func (ts *typeState) diffNames(seen []int32, nAdded, nChanged int) (addedNames, changedNames []string) {
+	p, a := &ts.p, &ts.acked
+	var addedBuf, changedBuf [stackNames]string
+	added, changed := addedBuf[:0], changedBuf[:0]
+	for i := range p.res {
+		if len(added) == nAdded && len(changed) == nChanged {
+			break
+		}
+		r := &p.res[i]
+		if r.pos < 0 {
+			if !r.heartbeat && len(added) < nAdded {
+				added = append(added, shown(r.name.Value()))
+			}
+			continue
+		}
+		if seen[r.pos] == 2 {
+			continue
+		}
+		seen[r.pos] = 2
+		if !r.heartbeat && a.hashes[r.pos] != r.hash && len(changed) < nChanged {
+			changed = append(changed, shown(r.name.Value()))
+		}
+	}
+	return cloneNames(added), cloneNames(changed)
+}
+
+// stackNames is how many names of a diff are gathered on the stack: the
+// default Config.MaxNames. A larger MaxNames works the same, with append
+// moving the lists to the heap past it.
+const stackNames = 20
+
+// cloneNames copies a list of names, nil when it is empty as a list grown
+// by append from nil would be.
+func cloneNames(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	return slices.Clone(names)
 }
 
 func appendCapped(names []string, name string, maxNames int) []string {

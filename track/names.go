@@ -1,6 +1,7 @@
 package track
 
 import (
+	"hash/maphash"
 	"slices"
 	"sync"
 	"unique"
@@ -307,6 +308,7 @@ type scratchBufs struct {
 	fresh  []int32
 	names  []name
 	hashes []uint64
+	placed placedNames
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}
@@ -342,3 +344,61 @@ func (sc *scratch) marksFor(n int) []int32 {
 	clear(m)
 	return m
 }
+
+// placedNames indexes the names a pass adds to a set that did not hold
+// them, to find the rare one a push lists twice. It is an open-addressing
+// table with linear probing, at most half full, keyed by the names'
+// handles: a stream's first push adds every name, and a map made for it
+// was most of the garbage of a stream's sync.
+type placedNames struct {
+	slots []placedSlot // all free between passes
+}
+
+type placedSlot struct {
+	n   name // the zero name for a free slot
+	pos int32
+}
+
+var placedSeed = maphash.MakeSeed()
+
+// added returns an empty index with room for n names; done must be called
+// once the pass is over.
+func (sc *scratch) added(n int) *placedNames {
+	t := &sc.placed
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(t.slots) < size {
+		t.slots = make([]placedSlot, size)
+	}
+	t.slots = t.slots[:size] // free: done cleared what the last pass used
+	return t
+}
+
+// find returns the position n was added at.
+func (t *placedNames) find(n name) (int32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := maphash.Comparable(placedSeed, n) & mask; ; i = (i + 1) & mask {
+		switch s := &t.slots[i]; s.n {
+		case n:
+			return s.pos, true
+		case name{}:
+			return 0, false
+		}
+	}
+}
+
+// add records that n, which find did not find, was added at pos; at most
+// the n names added asked for.
+func (t *placedNames) add(n name, pos int32) {
+	mask := uint64(len(t.slots) - 1)
+	i := maphash.Comparable(placedSeed, n) & mask
+	for t.slots[i].n != (name{}) {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = placedSlot{n: n, pos: pos}
+}
+
+// done frees the slots, letting go of the names.
+func (t *placedNames) done() { clear(t.slots) }

@@ -1,7 +1,9 @@
 package track
 
 import (
+	"math/bits"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -20,9 +22,15 @@ const (
 // next response, reusing its slices, so a stream pushing all day holds no
 // more than its largest push.
 type push struct {
-	ev      Push
-	state   pushState
-	res     []pushedRes
+	ev    Push
+	state pushState
+	// fresh is the number of res not in the acknowledged state (pos < 0):
+	// at most what applying the push adds to it.
+	fresh int32
+	res   []pushedRes
+	// buf is where res lives when it is borrowed from resPools; nil when
+	// res is a large push's own (see keptPushRes) or empty.
+	buf     *resBuf
 	removed []string // Delta removed_resources
 	// content identifies what was pushed regardless of version, nonce and
 	// order: a NACK loop re-sends the same content under new versions.
@@ -43,19 +51,57 @@ type pushedRes struct {
 	heartbeat bool // a TTL refresh without a body: it keeps what the client has
 }
 
-// keptPushRes is the number of resources above which an acknowledged push's
-// slice is kept for the next push to reuse (see dropApplied).
-const keptPushRes = 1024
+// keptPushRes is the number of resources above which a push's slice is its
+// stream's own, kept from push to push; smaller ones are borrowed from
+// resPools (see dropApplied).
+const keptPushRes = 1 << maxResClass
+
+// maxResClass is the largest size class of resPools: 1<<maxResClass
+// resources.
+const maxResClass = 10
+
+// resBuf is a slice for a push's resources, of a size class of resPools.
+type resBuf struct{ res []pushedRes }
+
+// resPools hold, by size class c, slices of room for 1<<c resources. A
+// stream borrows one for each push and gives it back at the ACK, so that a
+// mesh's streams, pushed at once, share the slices of their pushes in
+// flight rather than each holding one between pushes (an idle stream holds
+// none) or making one of garbage at every push.
+var resPools [maxResClass + 1]sync.Pool
+
+// newPushedRes returns an empty slice with room for n resources, and the
+// resBuf it was borrowed in, nil for a slice of the caller's own.
+func newPushedRes(n int) ([]pushedRes, *resBuf) {
+	if n > keptPushRes {
+		return make([]pushedRes, 0, n), nil // once, rather than by doubling
+	}
+	c := bits.Len(uint(n - 1)) // the smallest class with room for n
+	if b, ok := resPools[c].Get().(*resBuf); ok {
+		return b.res[:0], b
+	}
+	b := &resBuf{res: make([]pushedRes, 0, 1<<c)}
+	return b.res, b
+}
+
+// giveBack returns b to its pool; res is what was last used of it, which
+// is cleared so that the pool holds on to no name.
+func (b *resBuf) giveBack(res []pushedRes) {
+	clear(res)
+	b.res = res[:0]
+	resPools[bits.Len(uint(cap(b.res)-1))].Put(b)
+}
 
 // dropApplied lets go of what an acknowledged push no longer needs, so that
 // an idle stream holds its resources once: they are in the acknowledged state
-// now, and the diff's names were reported. A large slice is kept all the
-// same, since allocating it again would make garbage the size of the push at
-// every push.
+// now, and the diff's names were reported. A large push's slice is kept all
+// the same, since allocating it again would make garbage the size of the
+// push at every push.
 func (ts *typeState) dropApplied() {
 	p := &ts.p
-	if cap(p.res) <= keptPushRes {
-		p.res = nil
+	if p.buf != nil {
+		p.buf.giveBack(p.res)
+		p.res, p.buf = nil, nil
 	}
 	d := &p.ev.Diff
 	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
@@ -112,7 +158,6 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	full := s.joinRound(ts, at, resp.VersionInfo)
 
 	ts.pushes++
-	ts.sentVersion, ts.sentNonce = resp.VersionInfo, resp.Nonce
 	if p.ev.FullSync {
 		ts.fullSynced = true
 		ts.fullSyncs++
@@ -181,14 +226,14 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 // naming names. The same content rejected with the same message again (a
 // NACK loop) shares the previous one, which is decoded at most once.
 func (ts *typeState) rejected(message string, names []string) *Rejected {
-	p := &ts.p
-	if ts.rejection != nil && ts.rejContent == p.content && ts.rejMessage == message {
+	p, c := &ts.p, ts.nackCache()
+	if ts.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
 		ts.keep.drop(&ts.held)
 		return ts.rejection
 	}
 	ts.rejection.discard()
 	ts.rejection = ts.keep.reject(&ts.held, p.delta, message, names)
-	ts.rejContent, ts.rejMessage = p.content, message
+	c.rejContent, c.rejMessage = p.content, message
 	return ts.rejection
 }
 
@@ -220,7 +265,7 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 // it is linear in the push, so the result is kept for the loop case, where
 // the same content is rejected with the same message again and again.
 func (ts *typeState) errorNames(message string, maxNames int) []string {
-	c := &ts.errNames
+	c := ts.nackCache()
 	if c.ok && c.content == ts.p.content && c.n == len(ts.p.res) && c.message == message {
 		return c.names
 	}
@@ -233,6 +278,6 @@ func (ts *typeState) errorNames(message string, maxNames int) []string {
 			names = append(names, name)
 		}
 	}
-	*c = errNamesCache{ok: true, content: ts.p.content, n: len(ts.p.res), message: message, names: names}
+	c.ok, c.content, c.n, c.message, c.names = true, ts.p.content, len(ts.p.res), message, names
 	return names
 }

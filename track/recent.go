@@ -31,10 +31,15 @@ type PushRecord struct {
 // pushRing holds a stream's latest pushes, oldest overwritten first. Each
 // push is numbered; a type remembers the number of its latest push so that
 // its outcome lands on the right record, unless that has been overwritten.
+// Push number seq is at recs[(seq-1)%RecentPushes]. recs grows with the
+// pushes up to RecentPushes records, so that a stream idle after its
+// initial sync, a mesh's usual stream, holds the few records it has.
 type pushRing struct {
-	recs [RecentPushes]pushRecord
+	recs []pushRecord
 	n    uint64 // pushes recorded since the stream opened
 }
+
+func (r *pushRing) at(seq uint64) *pushRecord { return &r.recs[(seq-1)%RecentPushes] }
 
 // pushRecord is a PushRecord in the tracker's form, kept small since every
 // stream holds RecentPushes of them: the strings are those of the push event,
@@ -65,7 +70,16 @@ func clamp32(n int) int32 { return int32(min(n, 1<<31-1)) }
 // add records a push and returns its number.
 func (r *pushRing) add(p *Push) uint64 {
 	r.n++
-	r.recs[r.n%RecentPushes] = pushRecord{
+	if len(r.recs) < RecentPushes {
+		if len(r.recs) == cap(r.recs) {
+			// Doubled, up to RecentPushes exactly: append would round up.
+			recs := make([]pushRecord, len(r.recs), min(max(2*cap(r.recs), 2), RecentPushes))
+			copy(recs, r.recs)
+			r.recs = recs
+		}
+		r.recs = r.recs[:len(r.recs)+1]
+	}
+	*r.at(r.n) = pushRecord{
 		short: p.Type, version: p.Version, nonce: p.Nonce, sentAt: p.SentAt.UnixNano(),
 		res: clamp32(p.Resources), bytes: clamp32(p.Bytes),
 		diff: [3]int32{clamp32(p.Diff.Added), clamp32(p.Diff.Removed), clamp32(p.Diff.Changed)},
@@ -79,7 +93,7 @@ func (r *pushRing) end(seq uint64, result PushResult, latency time.Duration, err
 	if r == nil || seq == 0 || seq > r.n || r.n-seq >= RecentPushes {
 		return
 	}
-	rec := &r.recs[seq%RecentPushes]
+	rec := r.at(seq)
 	rec.result, rec.latency, rec.err = resultIndex(result), int64(latency), err
 }
 
@@ -94,7 +108,7 @@ func (r *pushRing) records() []PushRecord {
 	}
 	out := make([]PushRecord, 0, r.n-first+1)
 	for seq := first; seq <= r.n; seq++ {
-		rec := &r.recs[seq%RecentPushes]
+		rec := r.at(seq)
 		pr := PushRecord{
 			Type: rec.short, Version: rec.version, Nonce: rec.nonce, SentAt: time.Unix(0, rec.sentAt).UTC(),
 			Resources: int(rec.res), Bytes: int(rec.bytes),

@@ -115,8 +115,8 @@ func (ts *typeState) state(maxNames int) *TypeState {
 	return &TypeState{
 		State:            ts.stateName(),
 		Type:             ts.short,
-		LastSentVersion:  ts.sentVersion,
-		LastSentNonce:    ts.sentNonce,
+		LastSentVersion:  ts.p.ev.Version,
+		LastSentNonce:    ts.p.ev.Nonce,
 		LastAckedVersion: ts.ackedVersion,
 		LastAckedNonce:   ts.ackedNonce,
 		LastError:        ts.lastError,

@@ -36,7 +36,7 @@ type typeState struct {
 	gen uint64
 	sc  *scratch // its stream's
 
-	sentVersion, sentNonce   string
+	// The latest push's version and nonce are p.ev's.
 	ackedVersion, ackedNonce string
 	nacked                   bool // the latest answered push was rejected
 	// unsure is set when frames of the stream went unobserved, until the
@@ -77,19 +77,17 @@ type typeState struct {
 	loopContent uint64
 	loopRun     int
 	loop        *episode
-	// errNames caches the names a NACK mentions, since a loop NACKs the same
-	// content with the same message again and again.
-	errNames errNamesCache
+	// nackMemo is what the latest NACKs were found to name and reject; nil
+	// until the type's first NACK, since most types never see one.
+	nackMemo *nackMemo
 
 	// held is the latest push's bytes while it awaits its answer (keeper).
 	held kept
 	keep *keeper // the tracker's
 	// rejection is what the latest NACK rejected, until an ACK; a NACK of
 	// the same content with the same message shares it, so a NACK loop
-	// decodes its push once.
-	rejection  *Rejected
-	rejContent uint64
-	rejMessage string
+	// decodes its push once (nackNames says which content and message).
+	rejection *Rejected
 }
 
 func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
@@ -117,7 +115,7 @@ func (ts *typeState) stateName() string {
 		return "NOT_SENT"
 	case ts.nacked:
 		return "NACKED"
-	case ts.ackedNonce == ts.sentNonce:
+	case ts.ackedNonce == ts.p.ev.Nonce:
 		return "SYNCED"
 	}
 	return "STALE"
@@ -152,10 +150,26 @@ func (ts *typeState) pruneUnsubscribed() {
 	}
 }
 
-type errNamesCache struct {
+// nackMemo caches what NACKs name and reject, since a loop NACKs the same
+// content with the same message again and again.
+type nackMemo struct {
+	// errNames are the pushed names a NACK of content (n resources) with
+	// message mentions, once ok.
 	ok      bool
 	content uint64
 	n       int
 	message string
 	names   []string
+	// rejContent and rejMessage are the content and message of
+	// typeState.rejection.
+	rejContent uint64
+	rejMessage string
+}
+
+// nackCache returns the type's nackMemo, made on first need.
+func (ts *typeState) nackCache() *nackMemo {
+	if ts.nackMemo == nil {
+		ts.nackMemo = new(nackMemo)
+	}
+	return ts.nackMemo
 }

@@ -1,0 +1,279 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/tap"
+)
+
+// The benchmarks drive a pipeline as the bench harness's tap-full path
+// wires it (internal/bench: the live log in the text format, metrics,
+// tracing with spans discarded) with the frames of W5 and W6, so that what
+// observation costs per push and holds per stream is measured without the
+// relay, the clients and the noise of the whole workload. A frame reaches
+// the observer as gRPC hands it over: a response in 16 KB pieces.
+
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+func benchPipeline(b *testing.B) *pipeline.Pipeline {
+	b.Helper()
+	p := newBenchPipeline(b)
+	b.Cleanup(func() { closePipeline(b, p) })
+	return p
+}
+
+func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
+	b.Helper()
+	p, err := pipeline.New(pipeline.Config{
+		Logger:  slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
+		Version: "bench",
+		Tracing: &export.TracingConfig{Exporter: discardSpans{}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+func closePipeline(b *testing.B, p *pipeline.Pipeline) {
+	if err := p.Close(context.Background()); err != nil {
+		b.Error(err)
+	}
+}
+
+const benchMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
+var benchT0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func benchStream(id uint64) tap.StreamInfo {
+	return tap.StreamInfo{ID: id, ConnID: id, Method: benchMethod, Protocol: codec.SotW, OpenedAt: benchT0}
+}
+
+// benchNode is what sidecar i says in its first request, metadata included.
+func benchNode(b *testing.B, i int) *core.Node {
+	md, err := structpb.NewStruct(map[string]any{
+		"NAMESPACE": fmt.Sprintf("ns-%d", i%17), "ISTIO_VERSION": "1.28.0", "CLUSTER_ID": "Kubernetes",
+		"NAME": fmt.Sprintf("bench-%05d-7d9f8c6b5-x2x9z", i),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &core.Node{
+		Id:            fmt.Sprintf("sidecar~10.0.%d.%d~bench-%05d-7d9f8c6b5-x2x9z.ns-%d~ns-%d.svc.cluster.local", i>>8&255, i&255, i, i%17, i%17),
+		Cluster:       fmt.Sprintf("bench-%05d.ns-%d", i, i%17),
+		Metadata:      md,
+		UserAgentName: "envoy", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "1.36.0"},
+	}
+}
+
+func marshal(b *testing.B, m proto.Message) []byte {
+	b.Helper()
+	bs, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bs
+}
+
+// benchPush is a SotW response of resources under version n.
+func benchPush(b *testing.B, typeURL string, n int, resources []proto.Message) []byte {
+	r := &discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n), Nonce: fmt.Sprintf("nonce-%d-%s", n, typeURL)}
+	for _, m := range resources {
+		// Deterministic, as the bench's: a resource unchanged between
+		// two versions must be the same bytes, map fields included.
+		a := new(anypb.Any)
+		if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+			b.Fatal(err)
+		}
+		r.Resources = append(r.Resources, a)
+	}
+	return marshal(b, r)
+}
+
+func benchACK(b *testing.B, typeURL string, n int, names []string) []byte {
+	return marshal(b, &discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n),
+		ResponseNonce: fmt.Sprintf("nonce-%d-%s", n, typeURL), ResourceNames: names})
+}
+
+// pieces is bs as gRPC receives a message: in 16 KB buffers.
+func pieces(bs []byte) mem.BufferSlice {
+	var data mem.BufferSlice
+	for len(bs) > 0 {
+		n := min(len(bs), 16<<10)
+		data = append(data, mem.SliceBuffer(bs[:n]))
+		bs = bs[n:]
+	}
+	return data
+}
+
+func request(at time.Time, bs []byte) tap.Frame {
+	return tap.Frame{Direction: tap.Request, Time: at, Size: len(bs), Data: mem.BufferSlice{mem.SliceBuffer(bs)}}
+}
+
+func response(at time.Time, bs []byte) tap.Frame {
+	return tap.Frame{Direction: tap.Response, Time: at, Size: len(bs), Data: pieces(bs)}
+}
+
+// BenchmarkObserverFanOut is W6's observation: 1,000 streams synced on a
+// CDS of 200 clusters (212 KB), pushed the other of two versions in turn
+// (2 % of the clusters changed), each push ACKed once the 999 other streams
+// have been pushed, as a control plane's full push reaches a mesh. One op
+// is one push and one ACK: decoding, tracking, live log, metrics, spans.
+func BenchmarkObserverFanOut(b *testing.B) {
+	const streams = 1_000
+	var a, v2 []proto.Message
+	for i, r := range xdsconfig.Clusters(200, 1000) {
+		a = append(a, r)
+		if i%50 == 0 {
+			c := proto.Clone(r).(*clusterv3.Cluster)
+			c.ConnectTimeout = durationpb.New(7 * time.Second)
+			r = c
+		}
+		v2 = append(v2, r)
+	}
+	p := benchPipeline(b)
+	o := p.Observer
+	at := benchT0
+	// The frames are made once: the tracker keeps a push's bytes until its
+	// ACK (mem.Buffer.Ref), which costs a SliceBuffer nothing.
+	pushes := []tap.Frame{response(at, benchPush(b, codec.TypeCluster, 1, a)), response(at, benchPush(b, codec.TypeCluster, 2, v2))}
+	acks := []tap.Frame{request(at, benchACK(b, codec.TypeCluster, 1, nil)), request(at, benchACK(b, codec.TypeCluster, 2, nil))}
+	for id := range uint64(streams) {
+		o.OnStreamOpen(benchStream(id + 1))
+		o.OnFrame(benchStream(id+1), request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, int(id)), TypeUrl: codec.TypeCluster})))
+	}
+	n := 0
+	// step pushes stream n the next version and ACKs the push of the
+	// stream after it, which went out streams-1 steps ago.
+	step := func() {
+		id, k := uint64(n%streams), n/streams%2
+		n++
+		at = at.Add(time.Millisecond)
+		f := pushes[k]
+		f.Time = at
+		o.OnFrame(benchStream(id+1), f)
+		if n >= streams {
+			f := acks[(n-streams)/streams%2]
+			f.Time = at
+			o.OnFrame(benchStream(uint64(n%streams)+1), f)
+		}
+	}
+	for range 3 * streams {
+		step()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		step()
+	}
+}
+
+// BenchmarkObserverIdleStreams is W5's observation: 1,000 streams, each
+// synced with CDS of 100 clusters and EDS of the same 100 names, both
+// ACKed, then idle. B/stream is the live heap observation holds per stream:
+// the tracker's state and every output's.
+func BenchmarkObserverIdleStreams(b *testing.B) {
+	const streams = 1_000
+	clusters := xdsconfig.Clusters(100, 1000)
+	var cds, eds []proto.Message
+	var names []string
+	for _, c := range clusters {
+		name := c.(*clusterv3.Cluster).Name
+		names = append(names, name)
+		cds = append(cds, c)
+		eds = append(eds, &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080},
+				}}},
+			}}}},
+		}}})
+	}
+	type message struct {
+		bytes    []byte
+		response bool
+	}
+	script := []message{
+		{},
+		{bytes: benchPush(b, codec.TypeCluster, 1, cds), response: true},
+		{bytes: benchACK(b, codec.TypeCluster, 1, nil)},
+		{bytes: marshal(b, &discovery.DiscoveryRequest{TypeUrl: codec.TypeEndpoint, ResourceNames: names})},
+		{bytes: benchPush(b, codec.TypeEndpoint, 1, eds), response: true},
+		{bytes: benchACK(b, codec.TypeEndpoint, 1, names)},
+	}
+	initial := make([][]byte, streams)
+	for i := range initial {
+		initial[i] = marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, i), TypeUrl: codec.TypeCluster})
+	}
+	buf := make([]byte, 0, 64<<10)
+	var perStream float64
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		p := newBenchPipeline(b)
+		o := p.Observer
+		for id := range uint64(streams) {
+			s := benchStream(id + 1)
+			at := benchT0
+			o.OnStreamOpen(s)
+			for k, f := range script {
+				at = at.Add(time.Millisecond)
+				bs := f.bytes
+				if k == 0 {
+					bs = initial[id]
+				}
+				// A fresh copy for every stream, scribbled over after
+				// use as the tap's buffers are reused.
+				bs = append(buf[:0], bs...)
+				if f.response {
+					o.OnFrame(s, response(at, bs))
+				} else {
+					o.OnFrame(s, request(at, bs))
+				}
+				for i := range bs {
+					bs[i] = 0xff
+				}
+			}
+		}
+		o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := len(p.Tracker.Streams("")); got != streams {
+			b.Fatalf("%d streams tracked, want %d", got, streams)
+		}
+		runtime.KeepAlive(p)
+		perStream += float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / streams
+		closePipeline(b, p)
+		b.StartTimer()
+	}
+	b.ReportMetric(perStream/float64(b.N), "B/stream")
+}
