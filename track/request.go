@@ -124,7 +124,8 @@ func (ts *typeState) setSub(names []string) {
 	old := &ts.sub
 	seen := ts.sc.marksFor(len(old.names))
 	out := make([]name, 0, len(names))
-	var placed map[name]struct{} // new names, for the rare one listed twice
+	placed := ts.sc.added(len(names)) // new names, for the rare one listed twice
+	defer placed.done()
 	var c cursor
 	for _, s := range names {
 		if s == "*" {
@@ -140,13 +141,10 @@ func (ts *typeState) setSub(names []string) {
 			continue
 		}
 		n := unique.Make(s)
-		if _, dup := placed[n]; dup {
+		if _, dup := placed.find(n); dup {
 			continue
 		}
-		if placed == nil {
-			placed = make(map[name]struct{})
-		}
-		placed[n] = struct{}{}
+		placed.add(n, int32(len(out)))
 		out = append(out, n)
 	}
 	ts.sub.reset(out)

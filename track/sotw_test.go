@@ -2,6 +2,7 @@ package track_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,6 +97,24 @@ func TestSotW(t *testing.T) {
 						LastAckedVersion: ver(2), LastAckedNonce: nonce(2),
 						Pushes: 2, ACKs: 1, StaleNonces: 2, FullSyncs: 2, Subscribed: []string{"*"}, Resources: 2,
 					})},
+			},
+		},
+		{
+			name: "EDS: a name requested twice is subscribed once",
+			steps: []step{
+				{do: open(1, adsSotW), want: []string{"open 1 sotw"}},
+				{do: frame(1, initial(eds, reviews, reviews)), want: []string{"req 1 eds initial"},
+					check: func(t *testing.T, tr *track.Tracker) {
+						if got, want := typeState(t, tr, 1, eds).Subscribed, []string{reviews}; !slices.Equal(got, want) {
+							t.Errorf("subscribed = %q, want %q", got, want)
+						}
+					}},
+				{at: time.Second, do: frame(1, initial(eds, ratings, reviews, ratings, reviews)), want: []string{"req 1 eds initial +sub"},
+					check: func(t *testing.T, tr *track.Tracker) {
+						if got, want := typeState(t, tr, 1, eds).Subscribed, []string{ratings, reviews}; !slices.Equal(got, want) {
+							t.Errorf("subscribed = %q, want %q", got, want)
+						}
+					}},
 			},
 		},
 		{
