@@ -285,7 +285,7 @@ func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 	obs := ObserverFuncs{FrameFunc: func(StreamInfo, Frame) { seen <- struct{}{} }}
 	var workers sync.WaitGroup
 	p := newObservePool(obs, &byteBudget{limit: 1 << 30}, 8, workerCount, make(chan struct{}), &workers)
-	if n := observationGoroutines("tap.(*observePool).run"); n != 0 {
+	if n := observationGoroutines(workerOrigin); n != 0 {
 		t.Errorf("%d workers before any stream, want 0", n)
 	}
 	var open []*observation
@@ -305,7 +305,7 @@ func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := observationGoroutines("tap.(*observePool).run"); n != workerCount {
+	if n := observationGoroutines(workerOrigin); n != workerCount {
 		t.Errorf("%d workers for %d idle streams, want %d", n, streams, workerCount)
 	}
 	for _, o := range open {
@@ -320,6 +320,9 @@ func TestPoolClosedWithoutStreams(t *testing.T) {
 	var workers sync.WaitGroup
 	endPool(t, newObservePool(ObserverFuncs{}, &byteBudget{limit: 1}, 1, 2, make(chan struct{}), &workers), &workers)
 }
+
+// workerOrigin is in the stack of every worker, even one not yet started.
+const workerOrigin = "created by github.com/adstap/adstap/tap.(*observePool)"
 
 // observationGoroutines counts the goroutines whose stack includes fn.
 func observationGoroutines(fn string) int {

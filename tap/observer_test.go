@@ -221,7 +221,7 @@ func TestIdleStreamHoldsNoObservationGoroutine(t *testing.T) {
 		xdstest.Eventually(t, "the observation workers to leave the stream once it is idle", func() bool {
 			return goroutinesIn("tap.(*observation)") == 0
 		})
-		if n := goroutinesIn("tap.(*observePool).run"); n != workers {
+		if n := goroutinesIn("created by github.com/adstap/adstap/tap.(*observePool)"); n != workers {
 			t.Errorf("%d observation workers, want the %d configured", n, workers)
 		}
 	}
