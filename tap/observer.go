@@ -12,12 +12,15 @@ import (
 )
 
 // Observer is told about every stream and every frame the tap relays, in the
-// order the frames crossed the tap. Calls for one stream never overlap and
-// come from a goroutine of the stream's own (one at a time: a new one after
-// the stream was idle); calls for different streams may run at once.
+// order the frames crossed the tap. The calls come from the tap's observation
+// workers (Config.ObserveWorkers): the calls for one stream keep their order
+// and never overlap, but two of them may come from different workers; calls
+// for different streams may run at once.
 //
 // The relay never waits for an observer: frames are queued for it, and when
 // the queue is over its bound they are skipped and counted (Frame.Skipped).
+// A call that blocks holds its worker, though, and once every worker is held
+// no stream is observed until one returns: an observer must not wait on I/O.
 //
 // OnUpstreamConnect is called each time an upstream connection comes up or
 // fails to, from a goroutine of the tap's, never from the dial or the

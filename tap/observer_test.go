@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,9 +171,10 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 	}
 }
 
-// An idle stream holds no observation goroutine: the worker ends when the
-// stream's queue is empty, and the next frame starts another, in order.
-func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
+// An idle stream holds no observation goroutine: the tap's few observation
+// workers take a stream only while it has frames queued, and the next frame
+// after an idle spell is observed, in order, by whichever worker is free.
+func TestIdleStreamHoldsNoObservationGoroutine(t *testing.T) {
 	leakcheck.Check(t)
 	pushes, done := make(chan []byte), make(chan struct{})
 	finish := sync.OnceFunc(func() { close(done) })
@@ -195,7 +197,8 @@ func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
 	})
 	seen := make(chan string, 4)
 	obs := tap.ObserverFuncs{FrameFunc: func(_ tap.StreamInfo, f tap.Frame) { seen <- string(f.Data.Materialize()) }}
-	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: obs}, nil)
+	const workers = 2
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: obs, ObserveWorkers: workers}, nil)
 	cc := xdstest.MustDial(t, addr)
 	// Longer than the wait below, so that the wait, not the stream's end,
 	// says what went wrong.
@@ -215,9 +218,12 @@ func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
 				t.Fatalf("observed %q, want %q", got, want)
 			}
 		}
-		xdstest.Eventually(t, "the observation worker to end once the stream is idle", func() bool {
-			return observationWorkers() == 0
+		xdstest.Eventually(t, "the observation workers to leave the stream once it is idle", func() bool {
+			return goroutinesIn("tap.(*observation)") == 0
 		})
+		if n := goroutinesIn("created by github.com/adstap/adstap/tap.(*observePool)"); n != workers {
+			t.Errorf("%d observation workers, want the %d configured", n, workers)
+		}
 	}
 	finish()
 	if _, err := xdstest.Recv(s); err != io.EOF {
@@ -225,16 +231,271 @@ func TestIdleStreamHoldsNoObservationWorker(t *testing.T) {
 	}
 }
 
-// observationWorkers counts the goroutines running an observation's code.
-func observationWorkers() int {
+// goroutinesIn counts the goroutines whose stack includes fn.
+func goroutinesIn(fn string) int {
 	buf := make([]byte, 1<<20)
-	n := 0
-	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "tap.(*observation)") || strings.Contains(g, "tap.startObservation") {
-			n++
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
 		}
 	}
-	return n
+	return count
+}
+
+// contractObserver checks, for every stream, what tap.Observer promises:
+// OnStreamOpen first and OnStreamClose last, requests and responses each in
+// the order they crossed, the answer to a request after it, and never two
+// calls for a stream at once.
+type contractObserver struct {
+	mu       sync.Mutex
+	streams  map[uint64]*streamContract
+	problems []string
+	closed   chan struct{}
+}
+
+type streamContract struct {
+	busy                atomic.Bool
+	opened, closed      bool
+	requests, responses int
+}
+
+func newContractObserver(streams int) *contractObserver {
+	return &contractObserver{streams: map[uint64]*streamContract{}, closed: make(chan struct{}, streams)}
+}
+
+// call runs check for the stream, noting a call that overlaps another.
+// Between the two it yields, so that an overlapping call, if the tap made
+// one, would run meanwhile.
+func (c *contractObserver) call(id uint64, name string, check func(*streamContract) string) {
+	c.mu.Lock()
+	s := c.streams[id]
+	if s == nil {
+		s = &streamContract{}
+		c.streams[id] = s
+	}
+	c.mu.Unlock()
+	if !s.busy.CompareAndSwap(false, true) {
+		c.problem(id, name+" overlaps another call")
+		return
+	}
+	runtime.Gosched()
+	if p := check(s); p != "" {
+		c.problem(id, p)
+	}
+	s.busy.Store(false)
+}
+
+func (c *contractObserver) problem(id uint64, p string) {
+	c.mu.Lock()
+	c.problems = append(c.problems, fmt.Sprintf("stream %d: %s", id, p))
+	c.mu.Unlock()
+}
+
+func (c *contractObserver) observer() tap.Observer {
+	return tap.ObserverFuncs{
+		StreamOpenFunc: func(info tap.StreamInfo) {
+			c.call(info.ID, "OnStreamOpen", func(s *streamContract) string {
+				defer func() { s.opened = true }()
+				if s.opened || s.closed || s.requests+s.responses > 0 {
+					return "OnStreamOpen after another call"
+				}
+				return ""
+			})
+		},
+		FrameFunc: func(info tap.StreamInfo, f tap.Frame) {
+			c.call(info.ID, "OnFrame", func(s *streamContract) string {
+				b := string(f.Data.Materialize())
+				if !s.opened || s.closed {
+					return fmt.Sprintf("%s %q outside OnStreamOpen … OnStreamClose", f.Direction, b)
+				}
+				if f.Skipped != 0 {
+					return fmt.Sprintf("%d frames skipped", f.Skipped)
+				}
+				if f.Direction == tap.Request {
+					s.requests++
+					if want := fmt.Sprintf("q%d", s.requests-1); b != want {
+						return fmt.Sprintf("request %q, want %q", b, want)
+					}
+					return ""
+				}
+				s.responses++
+				if want := fmt.Sprintf("r%d", s.responses-1); b != want {
+					return fmt.Sprintf("response %q, want %q", b, want)
+				}
+				if s.responses > s.requests {
+					return fmt.Sprintf("response %q before its request", b)
+				}
+				return ""
+			})
+		},
+		StreamCloseFunc: func(info tap.StreamInfo, e tap.StreamEnd) {
+			c.call(info.ID, "OnStreamClose", func(s *streamContract) string {
+				defer func() { s.closed = true }()
+				if !s.opened || s.closed {
+					return "OnStreamClose before OnStreamOpen, or twice"
+				}
+				if e.Skipped != 0 {
+					return fmt.Sprintf("%d frames skipped at the end", e.Skipped)
+				}
+				return ""
+			})
+			c.closed <- struct{}{}
+		},
+	}
+}
+
+// Many streams, each with many frames queued at once, share two observation
+// workers: each stream's calls still come in order and never overlap.
+func TestObserverKeepsEachStreamsOrderWithFewWorkers(t *testing.T) {
+	leakcheck.Check(t)
+	const streams, frames = 40, 50
+	// The upstream answers request qN with response rN.
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
+		for {
+			b, err := xdstest.Recv(s)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := xdstest.Send(s, append([]byte("r"), b[1:]...)); err != nil {
+				return err
+			}
+		}
+	})
+	check := newContractObserver(streams)
+	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: check.observer(), ObserveWorkers: 2}, nil)
+	cc := xdstest.MustDial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.WaitTimeout)
+	defer cancel()
+	var clients sync.WaitGroup
+	for range streams {
+		clients.Go(func() {
+			s, err := xdstest.OpenRaw(ctx, cc, xdstest.ADSMethod)
+			if err != nil {
+				t.Errorf("open: %v", err)
+				return
+			}
+			// Every request at once, so that the stream's queue holds many
+			// frames while the workers take turns.
+			for i := range frames {
+				if err := xdstest.Send(s, fmt.Appendf(nil, "q%d", i)); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+			}
+			s.CloseSend()
+			for i := range frames {
+				if b, err := xdstest.Recv(s); err != nil || string(b) != fmt.Sprintf("r%d", i) {
+					t.Errorf("recv = %q, %v; want r%d", b, err, i)
+					return
+				}
+			}
+			if _, err := xdstest.Recv(s); err != io.EOF {
+				t.Errorf("end of stream: %v", err)
+			}
+		})
+	}
+	clients.Wait()
+	for range streams {
+		select {
+		case <-check.closed:
+		case <-time.After(xdstest.WaitTimeout):
+			t.Fatal("not every stream's close was observed")
+		}
+	}
+	check.mu.Lock()
+	defer check.mu.Unlock()
+	for _, p := range check.problems {
+		t.Error(p)
+	}
+	if len(check.streams) != streams {
+		t.Errorf("%d streams observed, want %d", len(check.streams), streams)
+	}
+	for id, s := range check.streams {
+		if s.requests != frames || s.responses != frames {
+			t.Errorf("stream %d: %d requests and %d responses observed, want %d of each", id, s.requests, s.responses, frames)
+		}
+	}
+}
+
+// Shutdown with time to spare returns only once the observer has seen every
+// frame queued and every stream's end, and the observation workers with it.
+func TestShutdownWaitsForQueuedFramesToBeObserved(t *testing.T) {
+	leakcheck.Check(t)
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+	var mu sync.Mutex
+	delivered, skipped := 0, 0
+	closed := make(chan tap.StreamEnd, 1)
+	obs := tap.ObserverFuncs{
+		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+			<-release
+			mu.Lock()
+			delivered++
+			skipped += f.Skipped
+			mu.Unlock()
+		},
+		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
+	}
+	srv, err := tap.New(tap.Config{Upstream: up.Addr, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := xdstest.ListenTCP(t)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	cc := xdstest.MustDial(t, xdstest.AddressOf(lis))
+	s := xdstest.MustOpenRaw(t, context.Background(), cc, xdstest.ADSMethod)
+	const n = 50
+	for i := range n {
+		if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := xdstest.Recv(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.WaitTimeout)
+	defer cancel()
+	shutdown := make(chan struct{})
+	go func() {
+		srv.Shutdown(ctx)
+		close(shutdown)
+	}()
+	// The observer is still stuck on the first frame when Shutdown begins.
+	xdstest.Eventually(t, "Shutdown to begin", srv.Draining)
+	releaseOnce()
+	<-shutdown
+	if ctx.Err() != nil {
+		t.Fatal("Shutdown returned at its deadline, not once the observer was done")
+	}
+	select {
+	case end := <-closed:
+		mu.Lock()
+		defer mu.Unlock()
+		if delivered != 2*n || skipped+end.Skipped != 0 {
+			t.Errorf("delivered %d, skipped %d, want all %d frames delivered", delivered, skipped+end.Skipped, 2*n)
+		}
+	default:
+		t.Error("Shutdown returned before the stream's close was observed")
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
 }
 
 // TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind: with an observer

@@ -93,8 +93,8 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 	if p, ok := peer.FromContext(ctx); ok {
 		r.info.Peer = p.Addr
 	}
-	if s.cfg.Observer != nil {
-		r.obs = startObservation(s.cfg.Observer, r.info, &s.budget, s.cfg.ObserveQueueFrames, s.abandon, &s.workers)
+	if s.observe != nil {
+		r.obs = s.observe.startObservation(r.info)
 	}
 	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,11 @@ type Config struct {
 	Observer           Observer // nil: relay only
 	ObserveQueueBytes  int64
 	ObserveQueueFrames int
+	// ObserveWorkers is how many goroutines run the observer, for every
+	// stream of the tap; zero means GOMAXPROCS. Each stream is observed by
+	// one of them at a time, so an observer stuck on as many streams as
+	// there are workers holds up the observation (not the relay) of all.
+	ObserveWorkers int
 
 	// MaxConcurrentStreams bounds the streams open at once, over every
 	// connection; MaxStreamsPerConnection those of one connection. Streams
@@ -67,6 +73,7 @@ type Server struct {
 	log      *slog.Logger
 	grpc     *grpc.Server
 	budget   byteBudget
+	observe  *observePool // nil without an observer
 
 	nextStream atomic.Uint64
 	nextConn   atomic.Uint64
@@ -77,11 +84,11 @@ type Server struct {
 	streams  map[*context.CancelCauseFunc]struct{}
 	draining bool
 
-	// workers counts the goroutines a stream leaves behind its handler: the
-	// request pump and the observation queue's worker.
+	// workers counts the goroutines that may outlive the streams' handlers:
+	// the request pumps and the observation workers.
 	workers sync.WaitGroup
 	// abandon is closed when Shutdown's deadline passes: the observation
-	// goroutines drop what they still hold (counted as skipped) and end.
+	// workers drop what they still hold (counted as skipped) and end.
 	abandon     chan struct{}
 	abandonOnce sync.Once
 	connects    connectReports
@@ -114,6 +121,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ObserveQueueFrames <= 0 {
 		cfg.ObserveQueueFrames = DefaultObserveQueueFrames
 	}
+	if cfg.ObserveWorkers <= 0 {
+		// As many as can run at once: more would only take turns with the
+		// relay for the same cores.
+		cfg.ObserveWorkers = runtime.GOMAXPROCS(0)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -125,6 +137,9 @@ func New(cfg Config) (*Server, error) {
 		abandon:  make(chan struct{}),
 		conns:    make(map[*downstreamConn]struct{}),
 		streams:  make(map[*context.CancelCauseFunc]struct{}),
+	}
+	if cfg.Observer != nil {
+		s.observe = newObservePool(cfg.Observer, &s.budget, cfg.ObserveQueueFrames, cfg.ObserveWorkers, s.abandon, &s.workers)
 	}
 	opts := []grpc.ServerOption{
 		grpc.UnknownServiceHandler(s.handle),
@@ -204,10 +219,15 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, c := range conns {
 		c.close()
 	}
-	// The observers may still hold frames (up to --observe-queue-bytes of
-	// them); they get what is left of ctx. Past it they drop the rest
-	// (counted as skipped) and end once the frame in hand is done, without
-	// Shutdown waiting for them.
+	// Every handler has returned, so every stream's end is queued for the
+	// observer: the observation workers end once they have told it.
+	if s.observe != nil {
+		s.observe.close()
+	}
+	// The observer may still have frames to see (up to --observe-queue-bytes
+	// of them); it gets what is left of ctx. Past it the workers drop the
+	// rest (counted as skipped) and end once the frame in hand is done,
+	// without Shutdown waiting for them.
 	workersDone := make(chan struct{})
 	go func() {
 		s.workers.Wait()

@@ -232,10 +232,14 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 	up.up = xdstest.StartRawUpstream(t, up.handle)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.up.Addr})
 	// Every goroutine from here on must be gone once the clients are, but
-	// the tap's accept loop, which Serve may start a moment after StartTap
-	// returns and which lives as long as the tap.
+	// those that live as long as the tap: its accept loop, which Serve may
+	// start a moment after StartTap returns, and its observation workers,
+	// which the first stream starts.
 	baseline := goleak.IgnoreCurrent()
-	acceptLoop := goleak.IgnoreAnyFunction("github.com/adstap/adstap/tap.(*guardedListener).acceptLoop")
+	tapLifetime := []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/adstap/adstap/tap.(*guardedListener).acceptLoop"),
+		goleak.IgnoreAnyFunction("github.com/adstap/adstap/tap.(*observePool).run"),
+	}
 
 	var budget atomic.Int64
 	budget.Store(int64(total))
@@ -322,7 +326,7 @@ func TestRandomDisconnectsKeepEveryFrameIntactAndInOrder(t *testing.T) {
 		for _, c := range clients {
 			c.cc.Close()
 		}
-		leak = goleak.Find(baseline, acceptLoop)
+		leak = goleak.Find(append([]goleak.Option{baseline}, tapLifetime...)...)
 		return leak == nil
 	}) {
 		t.Errorf("goroutines left behind after every stream ended: %v", leak)

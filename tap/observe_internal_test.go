@@ -1,0 +1,345 @@
+package tap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/mem"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
+)
+
+// waitTimeout is far longer than anything here takes on a loaded machine
+// (internal/xdstest's WaitTimeout; xdstest imports tap, so not from there).
+const waitTimeout = 10 * time.Second
+
+// seqFrame is a frame whose bytes are its sequence number in its stream.
+func seqFrame(seq uint32) Frame {
+	return Frame{Direction: Request, Size: 4, Data: mem.BufferSlice{mem.SliceBuffer(binary.BigEndian.AppendUint32(nil, seq))}}
+}
+
+func seqOf(f Frame) uint32 { return binary.BigEndian.Uint32(f.Data.Materialize()) }
+
+// callChecker is an Observer that checks the contract for each stream as the
+// calls come: OnStreamOpen first, the frames in the order queued, none
+// skipped, OnStreamClose last, and never two calls for a stream at once.
+type callChecker struct {
+	streams []*streamCalls // by StreamInfo.ID
+	closed  chan uint64
+}
+
+type streamCalls struct {
+	busy     atomic.Bool   // a call for the stream is running
+	observed atomic.Uint32 // frames observed so far
+
+	mu                 sync.Mutex
+	opened, closedDone bool
+	next               uint32 // the sequence number the next frame must have
+	problems           []string
+}
+
+func newCallChecker(streams int) *callChecker {
+	c := &callChecker{closed: make(chan uint64, streams)}
+	for range streams {
+		c.streams = append(c.streams, &streamCalls{})
+	}
+	return c
+}
+
+// enter marks a call for the stream as running, noting an overlap if one
+// already runs, and yields, so that an overlapping call, if the pool
+// allowed one, would run while this one does.
+func (c *callChecker) enter(id uint64, call string) *streamCalls {
+	s := c.streams[id]
+	if !s.busy.CompareAndSwap(false, true) {
+		s.problem("%s overlaps another call for the stream", call)
+	}
+	runtime.Gosched()
+	return s
+}
+
+func (s *streamCalls) exit() { s.busy.Store(false) }
+
+func (s *streamCalls) problem(format string, a ...any) {
+	s.mu.Lock()
+	s.problems = append(s.problems, fmt.Sprintf(format, a...))
+	s.mu.Unlock()
+}
+
+func (c *callChecker) OnStreamOpen(info StreamInfo) {
+	s := c.enter(info.ID, "OnStreamOpen")
+	defer s.exit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opened || s.next != 0 || s.closedDone {
+		s.problems = append(s.problems, "OnStreamOpen after another call")
+	}
+	s.opened = true
+}
+
+func (c *callChecker) OnFrame(info StreamInfo, f Frame) {
+	s := c.enter(info.ID, "OnFrame")
+	defer s.exit()
+	seq := seqOf(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.opened || s.closedDone:
+		s.problems = append(s.problems, fmt.Sprintf("frame %d outside OnStreamOpen … OnStreamClose", seq))
+	case seq != s.next || f.Skipped != 0:
+		s.problems = append(s.problems, fmt.Sprintf("frame %d (skipped %d), want frame %d", seq, f.Skipped, s.next))
+	}
+	s.next = seq + 1
+	s.observed.Add(1)
+}
+
+func (c *callChecker) OnStreamClose(info StreamInfo, e StreamEnd) {
+	s := c.enter(info.ID, "OnStreamClose")
+	s.mu.Lock()
+	if !s.opened || s.closedDone {
+		s.problems = append(s.problems, "OnStreamClose before OnStreamOpen or twice")
+	}
+	if e.Skipped != 0 {
+		s.problems = append(s.problems, fmt.Sprintf("%d frames skipped at the end", e.Skipped))
+	}
+	s.closedDone = true
+	s.mu.Unlock()
+	s.exit()
+	c.closed <- info.ID
+}
+
+func (*callChecker) OnUpstreamConnect(codec.UpstreamConnect) {}
+
+// endPool closes p and waits for its workers, failing the test if they do
+// not end.
+func endPool(t *testing.T, p *observePool, workers *sync.WaitGroup) {
+	t.Helper()
+	p.close()
+	ended := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(waitTimeout):
+		t.Fatal("the observation workers did not end after every stream ended and the pool closed")
+	}
+}
+
+// Many streams share three workers, and each stream's producer queues frames
+// while a worker is in the middle of the stream's previous ones, so streams
+// go back on the run queue again and again: each stream's calls still come
+// in order and never overlap, whichever worker makes them.
+func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
+	leakcheck.Check(t)
+	const streams, frames, burst = 200, 300, 8
+	check := newCallChecker(streams)
+	var workers sync.WaitGroup
+	p := newObservePool(check, &byteBudget{limit: 1 << 40}, frames, 3, make(chan struct{}), &workers)
+
+	var producers sync.WaitGroup
+	for id := range streams {
+		producers.Go(func() {
+			o := p.startObservation(StreamInfo{ID: uint64(id)})
+			s := check.streams[id]
+			deadline := time.Now().Add(waitTimeout)
+			for seq := range uint32(frames) {
+				if !o.frame(seqFrame(seq)) {
+					t.Errorf("stream %d: frame %d refused before the stream's end", id, seq)
+				}
+				if seq%burst != burst-1 {
+					continue
+				}
+				// A burst is queued: let a worker get half-way through it
+				// before queuing the next.
+				for s.observed.Load() < seq+1-burst/2 {
+					if time.Now().After(deadline) {
+						t.Errorf("stream %d: frame %d never observed", id, seq-burst/2)
+						return
+					}
+					runtime.Gosched()
+				}
+			}
+			o.close(StreamEnd{By: "client"})
+		})
+	}
+	producers.Wait()
+	for range streams {
+		select {
+		case <-check.closed:
+		case <-time.After(waitTimeout):
+			t.Fatal("not every stream's end was observed")
+		}
+	}
+	endPool(t, p, &workers)
+
+	for id, s := range check.streams {
+		for _, problem := range s.problems {
+			t.Errorf("stream %d: %s", id, problem)
+		}
+		if s.next != frames {
+			t.Errorf("stream %d: observed %d frames, want %d", id, s.next, frames)
+		}
+	}
+}
+
+// An observer stuck on one stream holds one worker; the other workers go on
+// observing the other streams. Only when every worker is stuck does the
+// observation of the rest wait — the trade-off of a fixed pool — and even
+// then the relay does not: frames past the stream's bound are skipped and
+// counted, and the rest are observed once a worker is free.
+func TestPoolStuckStreamHoldsOnlyItsWorker(t *testing.T) {
+	leakcheck.Check(t)
+	const queueBound, overflow = 8, 5
+	stuck := map[uint64]bool{1: true, 3: true}
+	entered, seen := make(chan uint64, 16), make(chan uint64, 64)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	delivered, skipped := map[uint64]int{}, map[uint64]int{}
+	closed := make(chan uint64, 4)
+	obs := ObserverFuncs{
+		FrameFunc: func(s StreamInfo, f Frame) {
+			if stuck[s.ID] {
+				entered <- s.ID
+				<-release
+			}
+			mu.Lock()
+			delivered[s.ID]++
+			skipped[s.ID] += f.Skipped
+			mu.Unlock()
+			seen <- s.ID
+		},
+		StreamCloseFunc: func(s StreamInfo, e StreamEnd) {
+			mu.Lock()
+			skipped[s.ID] += e.Skipped
+			mu.Unlock()
+			closed <- s.ID
+		},
+	}
+	var workers sync.WaitGroup
+	p := newObservePool(obs, &byteBudget{limit: 1 << 30}, queueBound, 2, make(chan struct{}), &workers)
+	defer endPool(t, p, &workers)
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll() // on a failure, so that the workers can end
+
+	first := p.startObservation(StreamInfo{ID: 1})
+	first.frame(seqFrame(0))
+	if id := <-entered; id != 1 {
+		t.Fatalf("stream %d entered the stuck observer, want 1", id)
+	}
+	// One worker is stuck; the other observes stream 2, frame after frame.
+	second := p.startObservation(StreamInfo{ID: 2})
+	for seq := range uint32(3) {
+		second.frame(seqFrame(seq))
+		if id := <-seen; id != 2 {
+			t.Fatalf("observed stream %d, want 2", id)
+		}
+	}
+	// Stream 3 takes the second worker: every worker is stuck.
+	third := p.startObservation(StreamInfo{ID: 3})
+	third.frame(seqFrame(0))
+	if id := <-entered; id != 3 {
+		t.Fatalf("stream %d entered the stuck observer, want 3", id)
+	}
+	fourth := p.startObservation(StreamInfo{ID: 4})
+	for seq := range uint32(queueBound + overflow) {
+		fourth.frame(seqFrame(seq)) // returns at once: the relay never waits
+	}
+	// Both workers are in the stuck observer, so nothing can observe
+	// stream 4 yet: this is no race.
+	select {
+	case id := <-seen:
+		t.Fatalf("stream %d observed while every worker was stuck", id)
+	default:
+	}
+
+	for _, o := range []*observation{first, second, third, fourth} {
+		o.close(StreamEnd{By: "client"})
+	}
+	releaseAll()
+	for range 4 {
+		<-closed
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if delivered[4] != queueBound || skipped[4] != overflow {
+		t.Errorf("stream 4: %d delivered and %d skipped, want the %d its queue held delivered and %d skipped", delivered[4], skipped[4], queueBound, overflow)
+	}
+}
+
+// The workers start with the first stream — a tap that relays none holds
+// none — and there are as many as configured however many streams are open;
+// once the streams are idle, none is running a stream's observation.
+func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
+	leakcheck.Check(t)
+	const workerCount, streams = 3, 40
+	seen := make(chan struct{}, streams)
+	obs := ObserverFuncs{FrameFunc: func(StreamInfo, Frame) { seen <- struct{}{} }}
+	var workers sync.WaitGroup
+	p := newObservePool(obs, &byteBudget{limit: 1 << 30}, 8, workerCount, make(chan struct{}), &workers)
+	if n := observationGoroutines(workerOrigin); n != 0 {
+		t.Errorf("%d workers before any stream, want 0", n)
+	}
+	var open []*observation
+	for id := range streams {
+		o := p.startObservation(StreamInfo{ID: uint64(id)})
+		o.frame(seqFrame(0))
+		open = append(open, o)
+	}
+	for range streams {
+		<-seen
+	}
+	// Nothing signals that a worker has left a stream's code after its
+	// last call, so poll.
+	for deadline := time.Now().Add(waitTimeout); observationGoroutines("tap.(*observation)") != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("a worker still runs a stream's observation after every frame was observed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := observationGoroutines(workerOrigin); n != workerCount {
+		t.Errorf("%d workers for %d idle streams, want %d", n, streams, workerCount)
+	}
+	for _, o := range open {
+		o.close(StreamEnd{By: "client"})
+	}
+	endPool(t, p, &workers)
+}
+
+// A pool closed before any stream opened has no worker to end.
+func TestPoolClosedWithoutStreams(t *testing.T) {
+	leakcheck.Check(t)
+	var workers sync.WaitGroup
+	endPool(t, newObservePool(ObserverFuncs{}, &byteBudget{limit: 1}, 1, 2, make(chan struct{}), &workers), &workers)
+}
+
+// workerOrigin is in the stack of every worker, even one not yet started.
+const workerOrigin = "created by github.com/adstap/adstap/tap.(*observePool)"
+
+// observationGoroutines counts the goroutines whose stack includes fn.
+func observationGoroutines(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
