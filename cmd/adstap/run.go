@@ -40,6 +40,7 @@ type runFlags struct {
 	capturePath                                                         string
 	outputQueueBytes                                                    byteSize
 	maxConcurrentStreams, maxStreamsPerConnection, maxPendingConns      int
+	observeWorkers                                                      int
 	captureMaxBytes                                                     byteSize
 	captureMaxFiles                                                     int
 	retainResources                                                     bool
@@ -74,6 +75,7 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.maxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
 	f.observeQueueBytes = tap.DefaultObserveQueueBytes
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
+	c.Var(intValue{&f.observeWorkers}, "observe-workers", "goroutines (`count`) that observe the frames of every stream, each stream by one at a time; 0: as many as the cores Go runs on (GOMAXPROCS)")
 	f.nackKeepBytes = track.DefaultKeepBytes
 	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
 	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
@@ -281,6 +283,7 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		MaxMessageSize:    int(f.maxMessageSize),
 		UpstreamKeepalive: f.upstreamKeepalive,
 		ObserveQueueBytes: int64(f.observeQueueBytes),
+		ObserveWorkers:    f.observeWorkers,
 		Logger:            log,
 
 		MaxConcurrentStreams:    f.maxConcurrentStreams,
