@@ -429,37 +429,48 @@ func TestObserverKeepsEachStreamsOrderWithFewWorkers(t *testing.T) {
 	}
 }
 
-// Shutdown with time to spare returns only once the observer has seen every
-// frame queued and every stream's end, and the observation workers with it.
-func TestShutdownWaitsForQueuedFramesToBeObserved(t *testing.T) {
-	leakcheck.Check(t)
+// stuckObservation is a tap whose observer blocks on every frame until
+// release is called, with one stream that has relayed n requests and their
+// answers: 2n frames queued behind the first.
+type stuckObservation struct {
+	srv     *tap.Server
+	release func()
+	closed  chan tap.StreamEnd
+	served  chan error
+
+	mu                 sync.Mutex
+	delivered, skipped int
+}
+
+func startStuckObservation(t *testing.T, n int) *stuckObservation {
+	t.Helper()
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
 	release := make(chan struct{})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	defer releaseOnce()
-	var mu sync.Mutex
-	delivered, skipped := 0, 0
-	closed := make(chan tap.StreamEnd, 1)
+	o := &stuckObservation{
+		release: sync.OnceFunc(func() { close(release) }),
+		closed:  make(chan tap.StreamEnd, 1),
+		served:  make(chan error, 1),
+	}
+	t.Cleanup(o.release)
 	obs := tap.ObserverFuncs{
 		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
 			<-release
-			mu.Lock()
-			delivered++
-			skipped += f.Skipped
-			mu.Unlock()
+			o.mu.Lock()
+			o.delivered++
+			o.skipped += f.Skipped
+			o.mu.Unlock()
 		},
-		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
+		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { o.closed <- e },
 	}
 	srv, err := tap.New(tap.Config{Upstream: up.Addr, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.srv = srv
 	lis := xdstest.ListenTCP(t)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { o.served <- srv.Serve(lis) }()
 	cc := xdstest.MustDial(t, xdstest.AddressOf(lis))
 	s := xdstest.MustOpenRaw(t, context.Background(), cc, xdstest.ADSMethod)
-	const n = 50
 	for i := range n {
 		if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -468,32 +479,47 @@ func TestShutdownWaitsForQueuedFramesToBeObserved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return o
+}
+
+// counts returns the frames the observer has seen and those it was told
+// were skipped.
+func (o *stuckObservation) counts() (delivered, skipped int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.delivered, o.skipped
+}
+
+// Shutdown with time to spare returns only once the observer has seen every
+// frame queued and every stream's end, and the observation workers with it.
+func TestShutdownWaitsForQueuedFramesToBeObserved(t *testing.T) {
+	leakcheck.Check(t)
+	const n = 50
+	o := startStuckObservation(t, n)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.WaitTimeout)
 	defer cancel()
 	shutdown := make(chan struct{})
 	go func() {
-		srv.Shutdown(ctx)
+		o.srv.Shutdown(ctx)
 		close(shutdown)
 	}()
 	// The observer is still stuck on the first frame when Shutdown begins.
-	xdstest.Eventually(t, "Shutdown to begin", srv.Draining)
-	releaseOnce()
+	xdstest.Eventually(t, "Shutdown to begin", o.srv.Draining)
+	o.release()
 	<-shutdown
 	if ctx.Err() != nil {
 		t.Fatal("Shutdown returned at its deadline, not once the observer was done")
 	}
 	select {
-	case end := <-closed:
-		mu.Lock()
-		defer mu.Unlock()
-		if delivered != 2*n || skipped+end.Skipped != 0 {
+	case end := <-o.closed:
+		if delivered, skipped := o.counts(); delivered != 2*n || skipped+end.Skipped != 0 {
 			t.Errorf("delivered %d, skipped %d, want all %d frames delivered", delivered, skipped+end.Skipped, 2*n)
 		}
 	default:
 		t.Error("Shutdown returned before the stream's close was observed")
 	}
-	if err := <-served; err != nil {
+	if err := <-o.served; err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -504,39 +530,8 @@ func TestShutdownWaitsForQueuedFramesToBeObserved(t *testing.T) {
 // counted, every one of them accounted for.
 func TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind(t *testing.T) {
 	leakcheck.Check(t)
-	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&digestLog{}))
-	release := make(chan struct{})
-	var mu sync.Mutex
-	delivered, skipped := 0, 0
-	closed := make(chan tap.StreamEnd, 1)
-	obs := tap.ObserverFuncs{
-		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
-			<-release
-			mu.Lock()
-			delivered++
-			skipped += f.Skipped
-			mu.Unlock()
-		},
-		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) { closed <- e },
-	}
-	srv, err := tap.New(tap.Config{Upstream: up.Addr, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := xdstest.ListenTCP(t)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	cc := xdstest.MustDial(t, xdstest.AddressOf(lis))
-	s := xdstest.MustOpenRaw(t, context.Background(), cc, xdstest.ADSMethod)
 	const n = 50
-	for i := range n {
-		if err := xdstest.Send(s, []byte{byte(i)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := xdstest.Recv(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	o := startStuckObservation(t, n)
 
 	const drain = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), drain)
@@ -544,7 +539,7 @@ func TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind(t *testing.T) {
 	shutdownDone := make(chan time.Duration, 1)
 	start := time.Now()
 	go func() {
-		srv.Shutdown(ctx)
+		o.srv.Shutdown(ctx)
 		shutdownDone <- time.Since(start)
 	}()
 	select {
@@ -553,21 +548,20 @@ func TestShutdownEndsAtItsDeadlineWhileAnObserverIsBehind(t *testing.T) {
 			t.Errorf("Shutdown took %v with a deadline of %v", took, drain)
 		}
 	case <-time.After(drain + 5*time.Second):
-		close(release)
+		o.release()
 		t.Fatalf("Shutdown still waits on the observer %v after its deadline", 5*time.Second)
 	}
-	if err := <-served; err != nil {
+	if err := <-o.served; err != nil {
 		t.Errorf("Serve: %v", err)
 	}
-	close(release)
+	o.release()
 	var end tap.StreamEnd
 	select {
-	case end = <-closed:
+	case end = <-o.closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream's close was never observed")
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	delivered, skipped := o.counts()
 	if got := delivered + skipped + end.Skipped; got != 2*n {
 		t.Errorf("delivered %d + skipped %d + skipped at end %d = %d, want all %d frames accounted for", delivered, skipped, end.Skipped, got, 2*n)
 	}
