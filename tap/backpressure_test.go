@@ -2,8 +2,6 @@ package tap_test
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,7 +76,7 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 				done++
 			}
 		}
-		return done+writersWaitingOnFlowControl() >= 2
+		return done+leakcheck.Count("TestBothLegsBackpressuredAtOnceDoNotDeadlock", "(*writeQuota).get") >= 2
 	})
 	close(startReading)
 	got := 0
@@ -98,25 +96,4 @@ func TestBothLegsBackpressuredAtOnceDoNotDeadlock(t *testing.T) {
 	if upstreamGot != frames {
 		t.Errorf("upstream read %d frames, want %d", upstreamGot, frames)
 	}
-}
-
-// writersWaitingOnFlowControl counts this test's goroutines that wait in
-// gRPC's flow control (a stream's write quota) to send more.
-func writersWaitingOnFlowControl() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	waiting := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "TestBothLegsBackpressuredAtOnceDoNotDeadlock") && strings.Contains(g, "(*writeQuota).get") {
-			waiting++
-		}
-	}
-	return waiting
 }

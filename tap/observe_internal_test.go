@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,7 +284,7 @@ func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 	obs := ObserverFuncs{FrameFunc: func(StreamInfo, Frame) { seen <- struct{}{} }}
 	var workers sync.WaitGroup
 	p := newObservePool(obs, &byteBudget{limit: 1 << 30}, 8, workerCount, make(chan struct{}), &workers)
-	if n := observationGoroutines(workerOrigin); n != 0 {
+	if n := leakcheck.Count(workerOrigin); n != 0 {
 		t.Errorf("%d workers before any stream, want 0", n)
 	}
 	var open []*observation
@@ -299,13 +298,13 @@ func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 	}
 	// Nothing signals that a worker has left a stream's code after its
 	// last call, so poll.
-	for deadline := time.Now().Add(waitTimeout); observationGoroutines("tap.(*observation)") != 0; {
+	for deadline := time.Now().Add(waitTimeout); leakcheck.Count("tap.(*observation)") != 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("a worker still runs a stream's observation after every frame was observed")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := observationGoroutines(workerOrigin); n != workerCount {
+	if n := leakcheck.Count(workerOrigin); n != workerCount {
 		t.Errorf("%d workers for %d idle streams, want %d", n, streams, workerCount)
 	}
 	for _, o := range open {
@@ -323,23 +322,3 @@ func TestPoolClosedWithoutStreams(t *testing.T) {
 
 // workerOrigin is in the stack of every worker, even one not yet started.
 const workerOrigin = "created by github.com/adstap/adstap/tap.(*observePool)"
-
-// observationGoroutines counts the goroutines whose stack includes fn.
-func observationGoroutines(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
-}

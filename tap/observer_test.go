@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -219,9 +218,9 @@ func TestIdleStreamHoldsNoObservationGoroutine(t *testing.T) {
 			}
 		}
 		xdstest.Eventually(t, "the observation workers to leave the stream once it is idle", func() bool {
-			return goroutinesIn("tap.(*observation)") == 0
+			return leakcheck.Count("tap.(*observation)") == 0
 		})
-		if n := goroutinesIn("created by github.com/adstap/adstap/tap.(*observePool)"); n != workers {
+		if n := leakcheck.Count("created by github.com/adstap/adstap/tap.(*observePool)"); n != workers {
 			t.Errorf("%d observation workers, want the %d configured", n, workers)
 		}
 	}
@@ -229,26 +228,6 @@ func TestIdleStreamHoldsNoObservationGoroutine(t *testing.T) {
 	if _, err := xdstest.Recv(s); err != io.EOF {
 		t.Fatalf("stream ended with %v, want EOF", err)
 	}
-}
-
-// goroutinesIn counts the goroutines whose stack includes fn.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
 }
 
 // contractObserver checks, for every stream, what tap.Observer promises:

@@ -2,6 +2,8 @@
 package leakcheck
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -20,4 +22,34 @@ func Check(t testing.TB, opts ...goleak.Option) {
 			t.Errorf("leakcheck: %s left goroutines behind: %v", t.Name(), err)
 		}
 	})
+}
+
+// Count returns how many goroutines have every one of parts in their
+// stack, for tests that wait for goroutines to park somewhere or to end.
+func Count(parts ...string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if containsAll(g, parts) {
+			count++
+		}
+	}
+	return count
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

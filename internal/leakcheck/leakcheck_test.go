@@ -1,6 +1,7 @@
 package leakcheck
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,32 @@ func TestCheckPassesWhenEverythingStopped(t *testing.T) {
 	ft.finish()
 	if len(ft.errs) != 0 {
 		t.Errorf("nothing left running: Check reported %q", ft.errs)
+	}
+}
+
+func parkedForCount(stop <-chan struct{}) { <-stop }
+
+func TestCountFindsAGoroutineByItsStack(t *testing.T) {
+	Check(t)
+	const fn = "leakcheck.parkedForCount"
+	if got := Count(fn); got != 0 {
+		t.Fatalf("Count(%q) before starting = %d, want 0", fn, got)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		parkedForCount(stop)
+	}()
+	for Count(fn) != 1 {
+		runtime.Gosched() // the goroutine has yet to reach its park
+	}
+	if got := Count(fn, "no such frame"); got != 0 {
+		t.Errorf("Count with a part no stack has = %d, want 0", got)
+	}
+	close(stop)
+	<-done
+	if got := Count(fn); got != 0 {
+		t.Errorf("Count(%q) after it ended = %d, want 0", fn, got)
 	}
 }
