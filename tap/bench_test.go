@@ -23,16 +23,7 @@ import (
 func BenchmarkPush20MB(b *testing.B) {
 	push := make([]byte, 20<<20)
 	rand.Read(push)
-	up := xdstest.ServeRawUpstream(b, xdstest.ListenTCP(b), func(_ any, s grpc.ServerStream) error {
-		for {
-			if _, err := xdstest.Recv(s); err != nil {
-				return nil
-			}
-			if err := xdstest.Send(s, push); err != nil {
-				return err
-			}
-		}
-	})
+	up := xdstest.ServeRawUpstream(b, xdstest.ListenTCP(b), answerEachRequestWith(push))
 	_, tapAddr := startTap(b, tap.Config{Upstream: up.Addr}, nil)
 	observer := pipeline.NewObserver(track.New(track.DefaultConfig()))
 	_, observedAddr := startTap(b, tap.Config{Upstream: up.Addr, Observer: observer}, nil)
@@ -81,16 +72,7 @@ func BenchmarkFanOut(b *testing.B) {
 	push := xdstest.PushFrame(xdstest.ClusterType, "v1", "n1", xdstest.ClusterAnys(200, 1000))
 	ack := xdstest.RequestFrame(nil, xdstest.ClusterType, "v1", "n1", "")
 	// Every request, the subscription and each ACK, brings the push again.
-	up := xdstest.ServeRawUpstream(b, xdstest.ListenTCP(b), func(_ any, s grpc.ServerStream) error {
-		for {
-			if _, err := xdstest.Recv(s); err != nil {
-				return nil
-			}
-			if err := xdstest.Send(s, push); err != nil {
-				return err
-			}
-		}
-	})
+	up := xdstest.ServeRawUpstream(b, xdstest.ListenTCP(b), answerEachRequestWith(push))
 	_, tapAddr := startTap(b, tap.Config{Upstream: up.Addr}, nil)
 	_, noopAddr := startTap(b, tap.Config{Upstream: up.Addr, Observer: tap.ObserverFuncs{}}, nil)
 	observer := pipeline.NewObserver(track.New(track.DefaultConfig()))
@@ -133,5 +115,20 @@ func BenchmarkFanOut(b *testing.B) {
 				receive()
 			}
 		})
+	}
+}
+
+// answerEachRequestWith is an upstream handler that sends push in answer to
+// every request of the stream.
+func answerEachRequestWith(push []byte) grpc.StreamHandler {
+	return func(_ any, s grpc.ServerStream) error {
+		for {
+			if _, err := xdstest.Recv(s); err != nil {
+				return nil
+			}
+			if err := xdstest.Send(s, push); err != nil {
+				return err
+			}
+		}
 	}
 }
