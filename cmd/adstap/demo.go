@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sync"
@@ -41,13 +40,8 @@ func demoCommand(f *demoFlags) *command {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f demoFlags
 	cmd := demoCommand(&f)
-	if err := cmd.parse(args, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.help(stdout)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "adstap demo: %v (see adstap demo --help)\n", err)
-		return exitUsage
+	if code, done := cmd.parseArgs(args, stdout, stderr); done {
+		return code
 	}
 	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {

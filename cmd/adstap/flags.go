@@ -114,6 +114,23 @@ func (c *command) needs(flagName, needed string, present bool) error {
 	return nil
 }
 
+// parseArgs parses args, then the environment twins, for a command about to
+// run. On --help it writes the help to stdout, on a bad flag the error to
+// stderr; done then says the command ends there, with code.
+func (c *command) parseArgs(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	err := c.parse(args, osEnv)
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, flag.ErrHelp):
+		c.help(stdout)
+		return exitOK, true
+	default:
+		fmt.Fprintf(stderr, "adstap %s: %v (see adstap %s --help)\n", c.name, err, c.name)
+		return exitUsage, true
+	}
+}
+
 // help writes the command's usage, its flags grouped, each with its env twin.
 func (c *command) help(w io.Writer) {
 	fmt.Fprintf(w, "%s\n\nUsage:\n  %s\n", c.summary, c.usage)

@@ -42,6 +42,7 @@ func inspectCommand(f *inspectFlags) *command {
 	c.group("Live captures")
 	c.Bool(&f.follow, "follow", false, "keep reading the last FILE as the tap writes it (and across its rotation), printing the timeline as it comes, until Ctrl-C; then the summary")
 	addDetectorFlags(c, &f.detect)
+	c.epilog = strings.TrimPrefix(inspectExamples, "\n")
 	return c
 }
 
@@ -62,14 +63,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var f inspectFlags
 	cmd := inspectCommand(&f)
 	flagArgs, files := splitArgs(cmd.fs, args)
-	if err := cmd.parse(flagArgs, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.help(stdout)
-			fmt.Fprint(stdout, inspectExamples)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "adstap inspect: %v (see adstap inspect --help)\n", err)
-		return exitUsage
+	if code, done := cmd.parseArgs(flagArgs, stdout, stderr); done {
+		return code
 	}
 	if err := checkInspectFlags(&f, files); err != nil {
 		fmt.Fprintf(stderr, "adstap inspect: %v (see adstap inspect --help)\n", err)

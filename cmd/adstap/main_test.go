@@ -209,3 +209,37 @@ func TestRunRelaysARealClient(t *testing.T) {
 		}
 	}
 }
+
+// Every subcommand answers --help on stdout with status 0, including what it
+// adds after its flags, and a flag it does not know on stderr, in one line
+// naming the command, with the usage status.
+func TestSubcommandsHelpAndBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  string
+		help string // in the help, past the flags
+	}{
+		{"run", "Memory (Go's own variables)"},
+		{"status", "Exit status:"},
+		{"config", "--type"},
+		{"inspect", "Examples:"},
+		{"probe", "Checks:"},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			leakcheck.Check(t)
+			var stdout, stderr bytes.Buffer
+			if code := runCLI(context.Background(), []string{tc.cmd, "--help"}, &stdout, &stderr); code != exitOK || stderr.Len() != 0 {
+				t.Errorf("adstap %s --help: status %d, stderr %q; want 0 and nothing", tc.cmd, code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tc.help) {
+				t.Errorf("adstap %s --help does not say %q:\n%s", tc.cmd, tc.help, stdout.String())
+			}
+			stdout.Reset()
+			stderr.Reset()
+			code := runCLI(context.Background(), []string{tc.cmd, "--no-such-flag"}, &stdout, &stderr)
+			want := "adstap " + tc.cmd + ": flag provided but not defined: --no-such-flag (see adstap " + tc.cmd + " --help)\n"
+			if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
+				t.Errorf("adstap %s --no-such-flag: status %d, stderr %q, stdout %q; want %d and %q", tc.cmd, code, stderr.String(), stdout.String(), exitUsage, want)
+			}
+		})
+	}
+}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,14 +28,9 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") {
 		check, rest = args[n-1], args[:n-1]
 	}
-	if err := c.parse(rest, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.help(stdout)
-			fmt.Fprint(stdout, "\nChecks:\n  healthz   the process serves (liveness)\n  readyz    the listener is open and the tap is not draining (readiness, startup; the default)\n")
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "adstap probe: %v (see adstap probe --help)\n", err)
-		return exitUsage
+	c.epilog = "Checks:\n  healthz   the process serves (liveness)\n  readyz    the listener is open and the tap is not draining (readiness, startup; the default)\n"
+	if code, done := c.parseArgs(rest, stdout, stderr); done {
+		return code
 	}
 	if check != "healthz" && check != "readyz" {
 		fmt.Fprintf(stderr, "adstap probe: unknown check %q: want healthz or readyz\n", check)

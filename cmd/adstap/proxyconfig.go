@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -71,12 +70,8 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap config: "+format+"\n", a...)
 		return code
 	}
-	if err := cmd.parse(args, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.help(stdout)
-			return exitOK
-		}
-		return fail(exitUsage, "%v (see adstap config --help)", err)
+	if code, done := cmd.parseArgs(args, stdout, stderr); done {
+		return code
 	}
 	short, ok := configTypes[strings.ToLower(f.typ)]
 	switch {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -156,13 +155,8 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	cmd := runCommand(&f)
-	if err := cmd.parse(args, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.help(stdout)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", err)
-		return exitUsage
+	if code, done := cmd.parseArgs(args, stdout, stderr); done {
+		return code
 	}
 	if err := errors.Join(
 		cmd.needs("retain-max-bytes", "retain-resources", f.retainResources),

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -89,13 +87,8 @@ type statusReport struct {
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f statusFlags
 	cmd := statusCommand(&f)
-	if err := cmd.parse(args, osEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.help(stdout)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "adstap status: %v (see adstap status --help)\n", err)
-		return exitUsage
+	if code, done := cmd.parseArgs(args, stdout, stderr); done {
+		return code
 	}
 	if !slices.Contains([]string{"table", "wide", "json"}, f.output) {
 		fmt.Fprintf(stderr, "adstap status: -o %q: want table, wide or json\n", f.output)
