@@ -90,6 +90,24 @@ func newKeepHarness(t *testing.T, cfg track.Config, method string) *keepHarness 
 	return h
 }
 
+// wantLetGo checks that the tracker holds no bytes any more and that n
+// buffers have gone back to the pool.
+func (h *keepHarness) wantLetGo(n int) {
+	h.t.Helper()
+	if got := h.tr.Kept().Bytes; got != 0 {
+		h.t.Errorf("%d bytes still kept", got)
+	}
+	h.wantReturned(n)
+}
+
+// wantReturned checks that n buffers have gone back to the pool.
+func (h *keepHarness) wantReturned(n int) {
+	h.t.Helper()
+	if got := h.pool.returned(); got != n {
+		h.t.Errorf("%d buffers returned to the pool, want %d", got, n)
+	}
+}
+
 func (h *keepHarness) send(m proto.Message) []track.Event {
 	h.t.Helper()
 	h.at++
@@ -268,12 +286,7 @@ func TestNACKNamesTheIstioObjects(t *testing.T) {
 			if got := origin.Of(r).Summary(); got != tt.summary {
 				t.Errorf("Summary() = %q, want %q", got, tt.summary)
 			}
-			if got := h.tr.Kept().Bytes; got != 0 {
-				t.Errorf("after decoding, %d bytes still kept", got)
-			}
-			if got := h.pool.returned(); got != 1 {
-				t.Errorf("%d buffers returned to the pool, want 1", got)
-			}
+			h.wantLetGo(1)
 			if got := typeState(t, h.tr, 1, tt.typeURL).LastRejected; got != r {
 				t.Errorf("the type's state holds %p as its last rejection, want the NACK's %p", got, r)
 			}
@@ -301,9 +314,7 @@ func TestKeptPushIsReleased(t *testing.T) {
 				t.Errorf("Kept() = %+v, want nothing held or skipped", got)
 			}
 			pushes := strings.Count(tt.name, "newer") + 1
-			if got := h.pool.returned(); got != pushes {
-				t.Errorf("%d buffers returned to the pool, want %d", got, pushes)
-			}
+			h.wantReturned(pushes)
 		})
 	}
 }
@@ -353,12 +364,7 @@ func TestNACKLoopSharesItsRejection(t *testing.T) {
 			t.Errorf("NACK %d of the same content has a Rejection of its own", n)
 		}
 	}
-	if got := h.tr.Kept().Bytes; got != 0 {
-		t.Errorf("%d bytes still kept", got)
-	}
-	if got := h.pool.returned(); got != 3 {
-		t.Errorf("%d buffers returned to the pool, want 3", got)
-	}
+	h.wantLetGo(3)
 }
 
 // A NACK that comes after its push timed out still names what it rejected:
@@ -412,12 +418,7 @@ func TestUnreadRejectionIsReleased(t *testing.T) {
 				t.Fatal("the NACKed push is not kept for its outputs")
 			}
 			then.do(h)
-			if got := h.tr.Kept().Bytes; got != 0 {
-				t.Errorf("%d bytes still kept", got)
-			}
-			if got := h.pool.returned(); got != then.returned {
-				t.Errorf("%d buffers returned to the pool, want %d", got, then.returned)
-			}
+			h.wantLetGo(then.returned)
 			if got, want := origin.Of(unread).Summary(), "Istio source unknown: the rejected push was not kept: adstap let go of it before any output asked"; got != want {
 				t.Errorf("read late, Summary() = %q, want %q", got, want)
 			}
@@ -528,9 +529,7 @@ func TestKeptForm(t *testing.T) {
 			if compact := got < size; compact != tt.compact || got <= 0 || compact && got*4 > size {
 				t.Errorf("kept %d bytes of a push of %d, want compact %v (at most a quarter) ", got, size, tt.compact)
 			}
-			if got := h.pool.returned(); got != tt.returned {
-				t.Errorf("%d buffers returned to the pool, want %d", got, tt.returned)
-			}
+			h.wantReturned(tt.returned)
 			h.tr.CloseStream(1, h.now(), 0, "")
 			if got := h.tr.Kept().Bytes; got != 0 {
 				t.Errorf("after the stream's end, %d bytes kept", got)
@@ -604,12 +603,7 @@ func TestNACKOfAChange(t *testing.T) {
 				if got := origin.Of(r).Summary(); got != tt.summary {
 					t.Errorf("Summary() =\n%q, want\n%q", got, tt.summary)
 				}
-				if got := h.tr.Kept().Bytes; got != 0 {
-					t.Errorf("after decoding, %d bytes still kept", got)
-				}
-				if got := h.pool.returned(); got != 2 {
-					t.Errorf("%d buffers returned to the pool, want 2", got)
-				}
+				h.wantLetGo(2)
 			})
 		}
 	}
@@ -651,9 +645,7 @@ func TestKeepBoundOnACompactPush(t *testing.T) {
 			} else if !tt.kept && got != (track.KeptStats{Skipped: 2}) {
 				t.Errorf("Kept() = %+v, want nothing held and 2 pushes skipped", got)
 			}
-			if got := h.pool.returned(); got != tt.returned {
-				t.Errorf("%d buffers returned to the pool, want %d", got, tt.returned)
-			}
+			h.wantReturned(tt.returned)
 			_, err := origin.Of(rejectedBy(t, h.send(nack(cds, 2, 1, "resource "+shopCluster(0)+": unexpected lbPolicy MAGLEV")))).Resources()
 			if gotError := errors.Is(err, origin.ErrNotKept); gotError != tt.wantError {
 				t.Errorf("Resources() error = %v, want ErrNotKept %v", err, tt.wantError)
