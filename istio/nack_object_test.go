@@ -32,34 +32,7 @@ import (
 // The tests add a DestinationRule asking for Maglev hashing (Envoy has it,
 // grpc-go's xDS client does not) or a VirtualService whose URI regex does
 // not compile.
-const shopConfig = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata:
-  name: reviews
-  namespace: shop
-spec:
-  hosts: [reviews.shop.example.com]
-  ports:
-  - {number: 9080, name: http, protocol: HTTP}
-  resolution: STATIC
-  location: MESH_INTERNAL
-  endpoints:
-  - address: 10.1.0.9
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata:
-  name: ratings
-  namespace: shop
-spec:
-  hosts: [ratings.shop.example.com]
-  ports:
-  - {number: 9080, name: http, protocol: HTTP}
-  resolution: STATIC
-  location: MESH_INTERNAL
-  endpoints:
-  - address: 10.1.0.10
----
+var shopConfig = shopService("reviews", "10.1.0.9") + "---\n" + shopService("ratings", "10.1.0.10") + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata:
@@ -74,6 +47,25 @@ spec:
     - destination:
         host: reviews.shop.example.com
 `
+
+// shopService is a ServiceEntry for NAME.shop.example.com, port 9080 (http),
+// inside the mesh, with one endpoint.
+func shopService(name, ip string) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: %[1]s
+  namespace: shop
+spec:
+  hosts: [%[1]s.shop.example.com]
+  ports:
+  - {number: 9080, name: http, protocol: HTTP}
+  resolution: STATIC
+  location: MESH_INTERNAL
+  endpoints:
+  - address: %[2]s
+`, name, ip)
+}
 
 const maglevRule = `apiVersion: networking.istio.io/v1
 kind: DestinationRule
