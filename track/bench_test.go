@@ -3,11 +3,11 @@ package track_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/heapbench"
 	"github.com/adstap/adstap/track"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/mem"
@@ -273,24 +273,18 @@ func BenchmarkTrackIdleStreams(b *testing.B) {
 	var perStream float64
 	b.ReportAllocs()
 	for b.Loop() {
-		b.StopTimer()
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		b.StartTimer()
-		tr := track.New(track.Config{})
-		for id := range uint64(streams) {
-			syncStream(tr, id+1)
-		}
-		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if got := len(tr.Streams("")); got != streams {
-			b.Fatalf("%d streams tracked, want %d", got, streams)
-		}
-		runtime.KeepAlive(tr)
-		perStream += float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / streams
-		b.StartTimer()
+		grown := heapbench.Grown(b, func() *track.Tracker {
+			tr := track.New(track.Config{})
+			for id := range uint64(streams) {
+				syncStream(tr, id+1)
+			}
+			return tr
+		}, func(tr *track.Tracker) {
+			if got := len(tr.Streams("")); got != streams {
+				b.Fatalf("%d streams tracked, want %d", got, streams)
+			}
+		})
+		perStream += float64(grown) / streams
 	}
 	b.ReportMetric(perStream/float64(b.N), "B/stream")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/heapbench"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/tap"
@@ -233,45 +233,42 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 	var perStream float64
 	b.ReportAllocs()
 	for b.Loop() {
-		b.StopTimer()
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		b.StartTimer()
-		p := newBenchPipeline(b)
-		o := p.Observer
-		for id := range uint64(streams) {
-			s := benchStream(id + 1)
-			at := benchT0
-			o.OnStreamOpen(s)
-			for k, f := range script {
-				at = at.Add(time.Millisecond)
-				bs := f.bytes
-				if k == 0 {
-					bs = initial[id]
-				}
-				// A fresh copy for every stream, scribbled over after
-				// use as the tap's buffers are reused.
-				bs = append(buf[:0], bs...)
-				if f.response {
-					o.OnFrame(s, response(at, bs))
-				} else {
-					o.OnFrame(s, request(at, bs))
-				}
-				for i := range bs {
-					bs[i] = 0xff
+		var p *pipeline.Pipeline
+		grown := heapbench.Grown(b, func() *pipeline.Pipeline {
+			p = newBenchPipeline(b)
+			o := p.Observer
+			for id := range uint64(streams) {
+				s := benchStream(id + 1)
+				at := benchT0
+				o.OnStreamOpen(s)
+				for k, f := range script {
+					at = at.Add(time.Millisecond)
+					bs := f.bytes
+					if k == 0 {
+						bs = initial[id]
+					}
+					// A fresh copy for every stream, scribbled over after
+					// use as the tap's buffers are reused.
+					bs = append(buf[:0], bs...)
+					if f.response {
+						o.OnFrame(s, response(at, bs))
+					} else {
+						o.OnFrame(s, request(at, bs))
+					}
+					for i := range bs {
+						bs[i] = 0xff
+					}
 				}
 			}
-		}
-		o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
+			o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
+			return p
+		}, func(p *pipeline.Pipeline) {
+			if got := len(p.Tracker.Streams("")); got != streams {
+				b.Fatalf("%d streams tracked, want %d", got, streams)
+			}
+		})
+		perStream += float64(grown) / streams
 		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if got := len(p.Tracker.Streams("")); got != streams {
-			b.Fatalf("%d streams tracked, want %d", got, streams)
-		}
-		runtime.KeepAlive(p)
-		perStream += float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / streams
 		closePipeline(b, p)
 		b.StartTimer()
 	}
