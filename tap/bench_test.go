@@ -118,17 +118,8 @@ func BenchmarkFanOut(b *testing.B) {
 	}
 }
 
-// answerEachRequestWith is an upstream handler that sends push in answer to
-// every request of the stream.
+// answerEachRequestWith is an upstream that sends push in answer to every
+// request of the stream.
 func answerEachRequestWith(push []byte) grpc.StreamHandler {
-	return func(_ any, s grpc.ServerStream) error {
-		for {
-			if _, err := xdstest.Recv(s); err != nil {
-				return nil
-			}
-			if err := xdstest.Send(s, push); err != nil {
-				return err
-			}
-		}
-	}
+	return answerEach(func([]byte) []byte { return push })
 }

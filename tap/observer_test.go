@@ -338,20 +338,9 @@ func TestObserverKeepsEachStreamsOrderWithFewWorkers(t *testing.T) {
 	leakcheck.Check(t)
 	const streams, frames = 40, 50
 	// The upstream answers request qN with response rN.
-	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), func(_ any, s grpc.ServerStream) error {
-		for {
-			b, err := xdstest.Recv(s)
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := xdstest.Send(s, append([]byte("r"), b[1:]...)); err != nil {
-				return err
-			}
-		}
-	})
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), answerEach(func(b []byte) []byte {
+		return append([]byte("r"), b[1:]...)
+	}))
 	check := newContractObserver(streams)
 	_, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: check.observer(), ObserveWorkers: 2}, nil)
 	cc := xdstest.MustDial(t, addr)

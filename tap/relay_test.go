@@ -23,9 +23,9 @@ import (
 	"github.com/adstap/adstap/tap"
 )
 
-// echoReversed answers every request frame with its bytes reversed, and a
-// second frame of fixed garbage, so both directions carry distinct bytes.
-func echoReversed(got *digestLog) grpc.StreamHandler {
+// answerEach is an upstream that answers every request frame with
+// reply(request), until the client half-closes.
+func answerEach(reply func(req []byte) []byte) grpc.StreamHandler {
 	return func(_ any, s grpc.ServerStream) error {
 		for {
 			b, err := xdstest.Recv(s)
@@ -35,16 +35,24 @@ func echoReversed(got *digestLog) grpc.StreamHandler {
 			if err != nil {
 				return err
 			}
-			got.add(b)
-			r := make([]byte, len(b))
-			for i := range b {
-				r[len(b)-1-i] = b[i]
-			}
-			if err := xdstest.Send(s, r); err != nil {
+			if err := xdstest.Send(s, reply(b)); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// echoReversed answers every request frame with its bytes reversed, so both
+// directions carry distinct bytes, and logs what it received in got.
+func echoReversed(got *digestLog) grpc.StreamHandler {
+	return answerEach(func(b []byte) []byte {
+		got.add(b)
+		r := make([]byte, len(b))
+		for i := range b {
+			r[len(b)-1-i] = b[i]
+		}
+		return r
+	})
 }
 
 func TestRelayIsByteExactBothWays(t *testing.T) {
