@@ -94,19 +94,18 @@ func registerMessages(types *protoregistry.Types, md protoreflect.MessageDescrip
 }
 
 func (resolver) FindMessageByName(name protoreflect.FullName) (protoreflect.MessageType, error) {
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(name)
-	if !errors.Is(err, protoregistry.NotFound) {
-		return mt, err
-	}
-	types, aerr := ambient()
-	if aerr != nil {
-		return nil, err
-	}
-	return types.FindMessageByName(name)
+	return globalThenAmbient(func(t *protoregistry.Types) (protoreflect.MessageType, error) { return t.FindMessageByName(name) })
 }
 
 func (resolver) FindMessageByURL(url string) (protoreflect.MessageType, error) {
-	mt, err := protoregistry.GlobalTypes.FindMessageByURL(url)
+	return globalThenAmbient(func(t *protoregistry.Types) (protoreflect.MessageType, error) { return t.FindMessageByURL(url) })
+}
+
+// globalThenAmbient looks a message type up among those linked into the
+// binary, then among Istio's ambient types; an error building the latter
+// leaves the first lookup's NotFound.
+func globalThenAmbient(find func(*protoregistry.Types) (protoreflect.MessageType, error)) (protoreflect.MessageType, error) {
+	mt, err := find(protoregistry.GlobalTypes)
 	if !errors.Is(err, protoregistry.NotFound) {
 		return mt, err
 	}
@@ -114,7 +113,7 @@ func (resolver) FindMessageByURL(url string) (protoreflect.MessageType, error) {
 	if aerr != nil {
 		return nil, err
 	}
-	return types.FindMessageByURL(url)
+	return find(types)
 }
 
 func (resolver) FindExtensionByName(field protoreflect.FullName) (protoreflect.ExtensionType, error) {
