@@ -140,19 +140,6 @@ func TestPushIdentity(t *testing.T) {
 	}
 }
 
-// waitRounds waits until the engine's rounds since the scenario began meet
-// cond for both proxies, and adstap has seen them.
-func (m *meshUnderTest) waitRounds(t *testing.T, cond func(mesh.Count) bool) {
-	t.Helper()
-	if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
-		c := mesh.CountRounds(ps[m.pushesBefore:])
-		return cond(c[m.sotw]) && cond(c[m.delta])
-	}); err != nil {
-		t.Fatalf("%v\nthe engine's rounds: %+v", err, mesh.Rounds(m.engine.Pushes.Since(m.pushesBefore)))
-	}
-	m.waitRelayed(t)
-}
-
 func keys(m map[string]bool) []string {
 	var out []string
 	for k := range m {

@@ -144,6 +144,19 @@ func (m *meshUnderTest) waitRelayed(t *testing.T) {
 	}
 }
 
+// waitRounds waits until the engine's rounds since the scenario began meet
+// cond for both proxies, and adstap has seen them.
+func (m *meshUnderTest) waitRounds(t *testing.T, cond func(mesh.Count) bool) {
+	t.Helper()
+	if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
+		c := mesh.CountRounds(ps[m.pushesBefore:])
+		return cond(c[m.sotw]) && cond(c[m.delta])
+	}); err != nil {
+		t.Fatalf("%v\nthe engine's rounds: %+v", err, mesh.Rounds(m.engine.Pushes.Since(m.pushesBefore)))
+	}
+	m.waitRelayed(t)
+}
+
 // compare checks adstap's count of push rounds against the engine's, for
 // the pushes since the scenario began, and logs both.
 func (m *meshUnderTest) compare(t *testing.T, scenario string) (engine, tap map[string]mesh.Count) {
@@ -178,13 +191,7 @@ func TestConfigChurnIsFullPushes(t *testing.T) {
 		m.engine.Apply(t, c)
 		// Each change is its own push: the next one waits until this one
 		// has reached both proxies (more than istiod's 100 ms debounce).
-		if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
-			c := mesh.CountRounds(ps[m.pushesBefore:])
-			return c[m.sotw].Full > i && c[m.delta].Full > i
-		}); err != nil {
-			t.Fatal(err)
-		}
-		m.waitRelayed(t)
+		m.waitRounds(t, func(c mesh.Count) bool { return c.Full > i })
 	}
 	engine, _ := m.compare(t, "config churn")
 	for _, p := range []string{m.sotw, m.delta} {
@@ -242,13 +249,7 @@ func TestEndpointChurnIsIncremental(t *testing.T) {
 	m := startMesh(t, nil)
 	for i := range 5 {
 		m.engine.SetEndpoints(t, "reviews", fmt.Sprintf("10.2.0.%d", i+2))
-		if _, err := m.engine.Pushes.Wait(m.ctx, func(ps []mesh.EnginePush) bool {
-			c := mesh.CountRounds(ps[m.pushesBefore:])
-			return c[m.sotw].Incremental > i && c[m.delta].Incremental > i
-		}); err != nil {
-			t.Fatal(err)
-		}
-		m.waitRelayed(t)
+		m.waitRounds(t, func(c mesh.Count) bool { return c.Incremental > i })
 	}
 	engine, _ := m.compare(t, "endpoint churn")
 	for _, p := range []string{m.sotw, m.delta} {
