@@ -22,6 +22,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/promsum"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/internal/xdstest"
@@ -62,24 +63,9 @@ func value(t *testing.T, text []byte, series string) float64 {
 		if f == nil {
 			continue
 		}
-	metrics:
 		for _, m := range f.GetMetric() {
-			for k, v := range want {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || (l.GetName() == k && l.GetValue() == v)
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
+			if promsum.HasLabels(m, want) {
+				return promsum.Value(m)
 			}
 		}
 	}

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/promsum"
 	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -98,43 +98,11 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 // counters and gauges by value, histograms by their count.
 func (tp *Tap) Metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	families, err := tp.Metrics.Registry().Gather()
+	sum, err := promsum.Gathered(tp.Metrics.Registry(), name, labels)
 	if err != nil {
 		t.Fatalf("reliability: gathering metrics: %v", err)
 	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !hasLabels(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
 	return sum
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, l := range m.GetLabel() {
-			found = found || (l.GetName() == k && l.GetValue() == v)
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // Client dials the tap as a client would; the connection is closed at

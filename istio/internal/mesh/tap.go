@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/promsum"
 	"github.com/adstap/adstap/internal/syncbuf"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -166,45 +166,11 @@ func (tp *Tap) Page(path string) (string, error) {
 // Metric sums the samples of a metric family whose labels include want
 // (counter, gauge or histogram count).
 func (tp *Tap) Metric(name string, want map[string]string) float64 {
-	families, err := tp.Pipeline.Metrics.Registry().Gather()
+	sum, err := promsum.Gathered(tp.Pipeline.Metrics.Registry(), name, want)
 	if err != nil {
 		return -1
 	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !hasLabels(m, want) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
 	return sum
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == k && l.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // LogLine is one record of the live log.
