@@ -95,37 +95,28 @@ type Server struct {
 	limits      limits
 }
 
+// orDefault sets a limit left zero (or negative) to its default.
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // New builds a tap from cfg; Serve starts it.
 func New(cfg Config) (*Server, error) {
 	if cfg.Upstream.Addr == "" {
 		return nil, errors.New("tap: no upstream address")
 	}
-	if cfg.MaxMessageSize <= 0 {
-		cfg.MaxMessageSize = DefaultMaxMessageSize
-	}
-	if cfg.UpstreamKeepalive <= 0 {
-		cfg.UpstreamKeepalive = DefaultUpstreamKeepalive
-	}
-	if cfg.ObserveQueueBytes <= 0 {
-		cfg.ObserveQueueBytes = DefaultObserveQueueBytes
-	}
-	if cfg.MaxConcurrentStreams <= 0 {
-		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	}
-	if cfg.MaxStreamsPerConnection <= 0 {
-		cfg.MaxStreamsPerConnection = DefaultMaxStreamsPerConnection
-	}
-	if cfg.MaxPendingConnections <= 0 {
-		cfg.MaxPendingConnections = DefaultMaxPendingConnections
-	}
-	if cfg.ObserveQueueFrames <= 0 {
-		cfg.ObserveQueueFrames = DefaultObserveQueueFrames
-	}
-	if cfg.ObserveWorkers <= 0 {
-		// As many as can run at once: more would only take turns with the
-		// relay for the same cores.
-		cfg.ObserveWorkers = runtime.GOMAXPROCS(0)
-	}
+	orDefault(&cfg.MaxMessageSize, DefaultMaxMessageSize)
+	orDefault(&cfg.UpstreamKeepalive, DefaultUpstreamKeepalive)
+	orDefault(&cfg.ObserveQueueBytes, DefaultObserveQueueBytes)
+	orDefault(&cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	orDefault(&cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection)
+	orDefault(&cfg.MaxPendingConnections, DefaultMaxPendingConnections)
+	orDefault(&cfg.ObserveQueueFrames, DefaultObserveQueueFrames)
+	// As many workers as can run at once: more would only take turns with
+	// the relay for the same cores.
+	orDefault(&cfg.ObserveWorkers, runtime.GOMAXPROCS(0))
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
