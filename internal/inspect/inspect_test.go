@@ -807,3 +807,20 @@ func TestFollowAcrossRotation(t *testing.T) {
 		t.Errorf("the summary after following does not count 6 pushes, 3 ACKs, 3 NACKs:\n%s", o)
 	}
 }
+
+// TestAFormat1CaptureStillReplays reads a capture the JSON Lines writer
+// (format 1, messages in base64) recorded from inspecttest's script, kept
+// as it was written: captures taken before the length-delimited format
+// replay to the same counts.
+func TestAFormat1CaptureStillReplays(t *testing.T) {
+	leakcheck.Check(t)
+	const path = "testdata/format1.capture.jsonl"
+	got, err := Replay(t.Context(), []string{path}, detect, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSummary(t, got)
+	if len(got.Files) != 1 || got.Files[0].Truncated || got.Files[0].Header.Format != 1 {
+		t.Errorf("files read: %+v", got.Files)
+	}
+}
