@@ -185,6 +185,22 @@ func Secret(name string, certPEM, keyPEM []byte) *tlsv3.Secret {
 	}
 }
 
+// WithInlineKey gives c a TLS transport socket whose client certificate's
+// private key is inline, Any-wrapped as Envoy reads it (a
+// DestinationRule's mutual TLS with its key in the cluster rather than
+// served by SDS), so tests can bury a key in a CDS push.
+func WithInlineKey(c *clusterv3.Cluster, certPEM, keyPEM []byte) *clusterv3.Cluster {
+	c.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{
+		TypedConfig: mustAny(&tlsv3.UpstreamTlsContext{Sni: c.Name, CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificates: []*tlsv3.TlsCertificate{{
+				CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: certPEM}},
+				PrivateKey:       &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: string(keyPEM)}},
+			}},
+		}}),
+	}}
+	return c
+}
+
 // ResolverNames returns the resource names ResolverResources uses for
 // target, so tests can subscribe to them on raw streams or look for them in
 // what the tap saw.
