@@ -91,7 +91,7 @@ const (
 // when 0). Close stops it.
 func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
 	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"))
+	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), nil)
 	return c
 }
 

@@ -3,9 +3,7 @@ package redact_test
 import (
 	"testing"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/xdsconfig"
@@ -22,17 +20,10 @@ import (
 //	go test -run '^$' -bench RedactPush -benchmem ./redact/
 func BenchmarkRedactPush(b *testing.B) {
 	kp := xdstest.NewCA(b).Issue(b, "workload", nil, nil, false)
-	clusters := xdsconfig.Clusters(40_000, 1_000)
-	resources := make([]*anypb.Any, len(clusters))
-	for i, c := range clusters {
-		if i%10_000 == 5_000 {
-			xdsconfig.WithInlineKey(c.(*clusterv3.Cluster), kp.CertPEM, kp.KeyPEM)
-		}
-		resources[i] = xdstest.MustAny(c)
-	}
+	resources := xdsconfig.KeyedClusters(40_000, 1_000, []int{5_000, 15_000, 25_000, 35_000}, kp.CertPEM, kp.KeyPEM)
 	push := xdstest.MustMarshal(&discovery.DiscoveryResponse{VersionInfo: "v1", TypeUrl: codec.TypeCluster, Nonce: "1", Resources: resources})
 	segs := xdstest.Chunk(push, 16<<10)
-	b.Logf("push: %d bytes, %d clusters, %d pieces", len(push), len(clusters), len(segs))
+	b.Logf("push: %d bytes, %d clusters, %d pieces", len(push), len(resources), len(segs))
 
 	b.Run("typed", func(b *testing.B) {
 		b.SetBytes(int64(len(push)))

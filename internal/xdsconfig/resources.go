@@ -201,6 +201,29 @@ func WithInlineKey(c *clusterv3.Cluster, certPEM, keyPEM []byte) *clusterv3.Clus
 	return c
 }
 
+// KeyedClusters is a large CDS push's resources, packed: n clusters as
+// Clusters makes them (padded to padTo bytes), the first 1,000 repeated
+// after that, so that a push of tens of megabytes takes a moment to build;
+// the clusters at the indexes keyed are distinct ones with an inline TLS
+// key (WithInlineKey), buried among the rest.
+func KeyedClusters(n, padTo int, keyed []int, certPEM, keyPEM []byte) []*anypb.Any {
+	distinct := Clusters(min(n, 1000), padTo)
+	out := make([]*anypb.Any, n)
+	for i := range out {
+		if i < len(distinct) {
+			out[i] = mustAny(distinct[i])
+		} else {
+			out[i] = out[i%len(distinct)]
+		}
+	}
+	for _, i := range keyed {
+		c := Clusters(1, padTo)[0].(*clusterv3.Cluster)
+		c.Name = fmt.Sprintf("outbound|443||keyed-%d.example", i)
+		out[i] = mustAny(WithInlineKey(c, certPEM, keyPEM))
+	}
+	return out
+}
+
 // ResolverNames returns the resource names ResolverResources uses for
 // target, so tests can subscribe to them on raw streams or look for them in
 // what the tap saw.
