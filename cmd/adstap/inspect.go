@@ -19,6 +19,7 @@ type inspectFlags struct {
 	push                      string
 	resources                 bool
 	nacks                     bool
+	jsonl                     bool
 	detect                    track.Config
 	filter                    inspect.Filter
 }
@@ -33,6 +34,7 @@ func inspectCommand(f *inspectFlags) *command {
 	c.String(&f.push, "push", "", "every push of this `version` (or push id, xds.push_id), by push round, per stream and type: the names added, removed and changed")
 	c.Bool(&f.resources, "resources", false, "with --push: each resource as JSON, and the field-level diff of each changed one against the version the client last accepted")
 	c.Bool(&f.nacks, "nacks", false, "every NACK: time, stream, node, type, rejected version, the client's message and the resources it names; repeats collapsed with a count")
+	c.Bool(&f.jsonl, "jsonl", false, "every record as a JSON line, its message in base64, as is, for jq and grep (with --follow: as the tap writes them)")
 	c.group("Which streams and when (every mode)")
 	c.String(&f.filter.Node, "node", "", "only the streams of this node `id`")
 	c.String(&f.filter.Type, "type", "", "only this `type`: cds, lds, rds, eds, sds, ... (or cluster, listener, route, endpoint, secret, or a type URL)")
@@ -53,6 +55,7 @@ Examples:
   adstap inspect --push=2026-11-30T10:20:50Z/42 --resources capture.jsonl
   adstap inspect --nacks capture.jsonl
   adstap inspect --follow capture.jsonl            while adstap run --capture=capture.jsonl runs
+  adstap inspect --jsonl capture.jsonl | jq -c 'select(.kind=="close")'
 
 A file cut short (the tap killed mid-write) is read up to its last complete
 record, with a warning, and inspect exits 0. Exit status 2: bad flags, or a
@@ -77,6 +80,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		Follow:   f.follow,
 		Push:     f.push, Resources: f.resources,
 		NACKs:  f.nacks,
+		JSONL:  f.jsonl,
 		Detect: f.detect,
 		Filter: f.filter,
 		Stdout: stdout, Stderr: stderr,
@@ -101,6 +105,8 @@ func checkInspectFlags(f *inspectFlags, files []string) error {
 		return errors.New("--push and --nacks exclude each other")
 	case f.resources && f.push == "":
 		return errors.New("--resources goes with --push=VERSION")
+	case f.jsonl && (f.push != "" || f.nacks || f.summaryOnly || f.timelineOnly || f.filter != inspect.Filter{}):
+		return errors.New("--jsonl writes every record as it is; it combines with --follow only (filter with jq)")
 	case f.follow && (f.push != "" || f.nacks || f.summaryOnly):
 		return errors.New("--follow prints the timeline as it comes; it does not combine with --push, --nacks or --summary-only")
 	case !f.filter.Since.IsZero() && !f.filter.Until.IsZero() && f.filter.Until.Before(f.filter.Since):

@@ -118,6 +118,7 @@ func TestInspectExitStatus(t *testing.T) {
 		{"push without a version", []string{sc.Path, "--push"}, exitUsage, "flag needs an argument: --push"},
 		{"resources without push", []string{"--resources", sc.Path}, exitUsage, "--resources goes with --push=VERSION"},
 		{"push and nacks", []string{"--push=v1", "--nacks", sc.Path}, exitUsage, "exclude each other"},
+		{"jsonl and a filter", []string{"--jsonl", "--node=x", sc.Path}, exitUsage, "combines with --follow only"},
 		{"summary and timeline only", []string{"--summary-only", "--timeline-only", sc.Path}, exitUsage, "exclude each other"},
 		{"follow and nacks", []string{"--follow", "--nacks", sc.Path}, exitUsage, "does not combine"},
 		{"unknown type", []string{"--type=pods", sc.Path}, exitUsage, `--type "pods"`},

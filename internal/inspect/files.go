@@ -145,6 +145,9 @@ type reader struct {
 	// polled, when set, is told each time a followed file was found with
 	// nothing new, so a test can wait for polls rather than sleep.
 	polled func()
+	// raw, when set, is handed every record, checked, instead of the
+	// replayer.
+	raw func(*capture.Record) error
 }
 
 // readFile reads a whole file. A last record cut short is reported on
@@ -196,11 +199,16 @@ func (r *reader) record(fr *FileRead, rec *capture.Record) error {
 			return inputErrorf("%s is in capture format %d, newer than this adstap reads (%d): use a newer adstap", fr.Name, rec.Format, capture.FormatVersion)
 		}
 		fr.Header = *rec
-		r.rp.fileStart(fr.Name, rec)
-	} else {
+		if r.raw == nil {
+			r.rp.fileStart(fr.Name, rec)
+		}
+	} else if r.raw == nil {
 		r.rp.record(rec)
 	}
 	fr.Records++
+	if r.raw != nil {
+		return r.raw(rec)
+	}
 	return nil
 }
 

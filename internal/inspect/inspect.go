@@ -7,12 +7,14 @@ package inspect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/track"
 )
 
@@ -53,6 +55,11 @@ type Config struct {
 
 	// Filter narrows every mode to a node, a type, a stream or a time span.
 	Filter Filter
+
+	// JSONL writes every record instead, as a JSON line, its message in
+	// base64 inside it — a format-1 line, whatever the file's format — for
+	// jq, grep and the like. Only Follow goes with it.
+	JSONL bool
 
 	Stdout, Stderr io.Writer
 }
@@ -123,6 +130,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	rp := newReplayer(cfg.Detect, out...)
 	rd := &reader{rp: rp, stderr: cfg.Stderr, poll: cfg.Poll, polled: cfg.polled}
+	if cfg.JSONL {
+		if cfg.Push != "" || cfg.NACKs || !cfg.Filter.empty() {
+			return errors.New("--jsonl writes every record; it combines with --follow only (filter with jq)")
+		}
+		enc := json.NewEncoder(cfg.Stdout)
+		rd.raw = func(rec *capture.Record) error { return enc.Encode(rec) }
+		rd.rp, sum = newReplayer(cfg.Detect), nil
+	}
 
 	last := len(files)
 	if cfg.Follow {

@@ -842,3 +842,36 @@ func TestAFormat1CaptureStillReplays(t *testing.T) {
 		t.Errorf("files read: %+v", got.Files)
 	}
 }
+
+// TestJSONLWritesEveryRecordAsALine: --jsonl writes a capture of either
+// format as JSON Lines, each message in base64 on its record's line: a
+// format-1 capture comes out byte for byte as it was written, a current one
+// as the records it holds.
+func TestJSONLWritesEveryRecordAsALine(t *testing.T) {
+	leakcheck.Check(t)
+	const old = "testdata/format1.capture.jsonl"
+	want, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, Config{Files: []string{old}, JSONL: true}); out != string(want) {
+		t.Errorf("--jsonl of a format-1 capture differs from the file:\n%s", out)
+	}
+
+	sc := record(t, inspecttest.Options{})
+	out, errOut := run(t, Config{Files: []string{sc.Path}, JSONL: true})
+	var got []capture.Record
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var r capture.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", line, err)
+		}
+		got = append(got, r)
+	}
+	if diff := cmp.Diff(readRecords(t, sc.Path), got); diff != "" || errOut != "" {
+		t.Errorf("--jsonl (-records +lines):\n%s\nstderr: %s", diff, errOut)
+	}
+	if len(got) < 10 || got[0].Format != capture.FormatVersion {
+		t.Errorf("%d records, the first %+v", len(got), got[0])
+	}
+}
