@@ -99,7 +99,7 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
 
 	c.group("Capture and retained configuration (secrets are always redacted)")
-	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (JSON Lines, docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
+	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (a JSON line per record, a frame's message raw after it: docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
 	f.captureMaxBytes = capture.DefaultMaxBytes
 	c.Var(&f.captureMaxBytes, "capture-max-bytes", "rotate the capture file when it reaches this many `bytes` (FILE becomes FILE.1, ...)")
 	f.captureMaxFiles = capture.DefaultMaxFiles
