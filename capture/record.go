@@ -59,6 +59,10 @@ type Record struct {
 
 	// gap
 	Skipped int `json:"skipped,omitempty"`
+	// SkippedBytes is the size of a frame left out because its record
+	// alone is larger than the capture's files may hold in all
+	// (--capture-max-bytes × --capture-max-files).
+	SkippedBytes int `json:"skipped_bytes,omitempty"`
 }
 
 // line is a record's JSON line in format 2: the record but its message,

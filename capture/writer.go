@@ -19,12 +19,19 @@ import (
 // memory twice, and a crash leaves every record before the last complete
 // (the reader recognizes a last one cut short). When the file passes
 // MaxBytes it is rotated: PATH becomes PATH.1, PATH.1 becomes PATH.2, and so
-// on up to MaxFiles files in all.
+// on up to MaxFiles files in all: a file is rotated before the record that
+// would take it past MaxBytes, so only a record larger than a whole file
+// (a large push) passes it. The files never take more than MaxBytes ×
+// MaxFiles in all: before such a record, the oldest files are deleted as
+// needed; a frame larger than all of it is recorded as a gap with its size.
 type Writer struct {
 	path     string
 	maxBytes int64
 	maxFiles int
+	budget   int64 // maxBytes × maxFiles, for all the files
 	header   Record
+	// rotatedSizes[i] is the size of PATH.(i+1), 0 when there is none.
+	rotatedSizes []int64
 
 	mu   sync.Mutex
 	f    *os.File
@@ -32,9 +39,12 @@ type Writer struct {
 	line bytes.Buffer // a record's line, encoded
 	enc  *json.Encoder
 	size int64
-	open map[uint64]Record // streams open now, repeated at the top of each new file
-	err  error
-	one  [1][]byte
+	// started is the size of the records every file starts with (the
+	// capture record, the streams open); a file holds at least one more.
+	started int64
+	open    map[uint64]Record // streams open now, repeated at the top of each new file
+	err     error
+	one     [1][]byte
 }
 
 // bufferSize is how much of a record the writer gathers before a write.
@@ -55,10 +65,17 @@ func NewWriter(path string, maxBytes int64, maxFiles int, adstapVersion, upstrea
 		maxFiles = DefaultMaxFiles
 	}
 	w := &Writer{
-		path: path, maxBytes: maxBytes, maxFiles: maxFiles, open: map[uint64]Record{},
-		header: Record{Kind: KindCapture, Format: FormatVersion, Adstap: adstapVersion, Upstream: upstream},
+		path: path, maxBytes: maxBytes, maxFiles: maxFiles, budget: maxBytes * int64(maxFiles), open: map[uint64]Record{},
+		header:       Record{Kind: KindCapture, Format: FormatVersion, Adstap: adstapVersion, Upstream: upstream},
+		rotatedSizes: make([]int64, maxFiles-1),
 	}
 	w.enc = json.NewEncoder(&w.line)
+	for i := range w.rotatedSizes {
+		// A previous run's, which rotation goes on with.
+		if fi, err := os.Stat(rotated(path, i+1)); err == nil {
+			w.rotatedSizes[i] = fi.Size()
+		}
+	}
 	if err := w.startFile(); err != nil {
 		return nil, err
 	}
@@ -87,6 +104,7 @@ func (w *Writer) startFile() error {
 			return err
 		}
 	}
+	w.started = w.size
 	return nil
 }
 
@@ -94,13 +112,14 @@ func (w *Writer) startFile() error {
 // is written after its line. After a write error the writer stops, and
 // every later Write returns that error: capturing must never stop the tap.
 func (w *Writer) Write(r Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.Message == nil {
+		return w.appendLocked(r, nil)
+	}
 	w.one[0] = r.Message
 	defer func() { w.one[0] = nil }()
-	msg := w.one[:]
-	if r.Message == nil {
-		msg = nil
-	}
-	return w.WriteFrame(r, msg)
+	return w.appendLocked(r, w.one[:])
 }
 
 // WriteFrame is Write for a record whose message is the pieces msg, in
@@ -109,6 +128,10 @@ func (w *Writer) Write(r Record) error {
 func (w *Writer) WriteFrame(r Record, msg [][]byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.appendLocked(r, msg)
+}
+
+func (w *Writer) appendLocked(r Record, msg [][]byte) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -118,40 +141,77 @@ func (w *Writer) WriteFrame(r Record, msg [][]byte) error {
 	case KindClose:
 		delete(w.open, r.Stream)
 	}
-	if w.size >= w.maxBytes {
-		if err := w.rotate(); err != nil {
-			w.err = err
-			return err
+	size, body, err := w.encode(r, msg)
+	if err == nil && w.size > w.started && w.size+size > w.maxBytes {
+		// The file is full: the record starts the next one (rotating
+		// writes the next file's first records through w.line).
+		if err = w.rotate(); err == nil {
+			size, body, err = w.encode(r, msg)
 		}
 	}
-	if err := w.writeLocked(r, msg); err != nil {
-		w.err = err
-		return err
+	if err == nil {
+		err = w.emit(size, body)
 	}
-	return nil
+	w.err = err
+	return err
 }
 
-// writeLocked writes r's line, then msg and a newline when there is a
-// message, and hands it all to the file.
+// writeLocked writes r, and msg after it, to the file as it is.
 func (w *Writer) writeLocked(r Record, msg [][]byte) error {
+	size, msg, err := w.encode(r, msg)
+	if err != nil {
+		return err
+	}
+	return w.emit(size, msg)
+}
+
+// encode puts r's line in w.line, with the length of msg, and returns the
+// size of the record and its message: msg, or none when the record became
+// a gap because it is larger than all the files may hold.
+func (w *Writer) encode(r Record, msg [][]byte) (int64, [][]byte, error) {
 	n := 0
 	for _, p := range msg {
 		n += len(p)
 	}
 	r.Message = nil
+	if err := w.encodeLine(r, n); err != nil {
+		return 0, nil, err
+	}
+	size := int64(w.line.Len())
+	if n > 0 {
+		size += int64(n) + 1
+	}
+	if size > w.budget && r.Kind == KindFrame {
+		// Said, not written.
+		gap := Record{Time: r.Time, Kind: KindGap, Stream: r.Stream, Skipped: 1, SkippedBytes: n}
+		if err := w.encodeLine(gap, 0); err != nil {
+			return 0, nil, err
+		}
+		return int64(w.line.Len()), nil, nil
+	}
+	return size, msg, nil
+}
+
+func (w *Writer) encodeLine(r Record, n int) error {
 	w.line.Reset()
 	if err := w.enc.Encode(line{Record: r, Len: n}); err != nil { // with its newline
 		return fmt.Errorf("encoding a capture record: %w", err)
 	}
+	return nil
+}
+
+// emit writes the line encode made, then msg and a newline when there is a
+// message, and hands it all to the file, making room for it first.
+func (w *Writer) emit(size int64, msg [][]byte) error {
+	w.trim(size)
 	w.bw.Write(w.line.Bytes())
-	w.size += int64(w.line.Len())
-	if n > 0 {
+	if len(msg) > 0 {
 		for _, p := range msg {
 			w.bw.Write(p)
 		}
 		w.bw.WriteByte('\n')
-		w.size += int64(n) + 1
 	}
+	w.size += size
 	if w.line.Cap() > bufferSize {
 		w.line = bytes.Buffer{} // a rare huge line (headers) is not kept
 		w.enc = json.NewEncoder(&w.line)
@@ -160,6 +220,22 @@ func (w *Writer) writeLocked(r Record, msg [][]byte) error {
 		return fmt.Errorf("writing capture file %s: %w", w.path, err)
 	}
 	return nil
+}
+
+// trim deletes the oldest files, as long as there are any, while the files
+// and a record of size more would take more than the budget.
+func (w *Writer) trim(more int64) {
+	total := w.size + more
+	for _, n := range w.rotatedSizes {
+		total += n
+	}
+	for i := len(w.rotatedSizes) - 1; i >= 0 && total > w.budget; i-- {
+		if w.rotatedSizes[i] > 0 {
+			os.Remove(rotated(w.path, i+1))
+			total -= w.rotatedSizes[i]
+			w.rotatedSizes[i] = 0
+		}
+	}
 }
 
 func (w *Writer) rotate() error {
@@ -176,6 +252,8 @@ func (w *Writer) rotate() error {
 		if err := os.Rename(w.path, rotated(w.path, 1)); err != nil {
 			return fmt.Errorf("rotating capture files: %w", err)
 		}
+		copy(w.rotatedSizes[1:], w.rotatedSizes)
+		w.rotatedSizes[0] = w.size
 	}
 	return w.startFile()
 }

@@ -66,8 +66,8 @@ func TestRotationKeepsTheSizeBoundAndEachFileReadable(t *testing.T) {
 	}
 	for _, f := range files {
 		fi, _ := os.Stat(f)
-		// A file passes its bound by at most the record that crossed it.
-		if fi.Size() > maxBytes+600 {
+		// A file rotates before the record that would take it past its bound.
+		if fi.Size() > maxBytes {
 			t.Errorf("%s is %d bytes, bound %d", f, fi.Size(), maxBytes)
 		}
 		recs, err := readAll(t, f)
@@ -248,5 +248,57 @@ func TestAMessageNotFollowedByANewlineIsAnError(t *testing.T) {
 	}
 	if _, err := rd.Next(); err == nil || !strings.Contains(err.Error(), "not followed by a newline") {
 		t.Errorf("err = %v, want the message said not followed by a newline", err)
+	}
+}
+
+// TestAPushLargerThanAFileStaysWithinAllTheFiles: a frame larger than a
+// file (a 40 MB push, files of 32 MiB) is written whole to a file of its
+// own, and the oldest files make room for it, so the files never take more
+// than all of them may; a frame larger than that is a gap with its size.
+func TestAPushLargerThanAFileStaysWithinAllTheFiles(t *testing.T) {
+	leakcheck.Check(t)
+	path := filepath.Join(t.TempDir(), "xds.capture")
+	const maxBytes, maxFiles = 4096, 3
+	w, err := capture.NewWriter(path, maxBytes, maxFiles, "test", "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	w.Write(capture.Record{Time: at, Kind: capture.KindOpen, Stream: 1, Method: "/m"})
+	small := capture.Record{Time: at, Kind: capture.KindFrame, Stream: 1, Direction: "request", Message: make([]byte, 300)}
+	for range 40 {
+		w.Write(small)
+	}
+	push := bytes.Repeat([]byte{'p'}, 2*maxBytes)
+	if err := w.WriteFrame(capture.Record{Time: at, Kind: capture.KindFrame, Stream: 1, Direction: "response"}, [][]byte{push[:100], push[100:]}); err != nil {
+		t.Fatal(err)
+	}
+	huge := capture.Record{Time: at, Kind: capture.KindFrame, Stream: 1, Direction: "response", Message: make([]byte, maxFiles*maxBytes)}
+	if err := w.Write(huge); err != nil {
+		t.Fatal(err)
+	}
+	w.Write(small)
+	w.Close()
+	var total int64
+	var recs []capture.Record
+	for _, f := range capture.Files(path, maxFiles) {
+		fi, _ := os.Stat(f)
+		total += fi.Size()
+		got, err := readAll(t, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, got...)
+	}
+	if total > maxBytes*maxFiles {
+		t.Errorf("the files take %d bytes, more than %d × %d", total, maxFiles, maxBytes)
+	}
+	var pushed, gap bool
+	for _, r := range recs {
+		pushed = pushed || bytes.Equal(r.Message, push)
+		gap = gap || (r.Kind == capture.KindGap && r.Skipped == 1 && r.SkippedBytes == len(huge.Message))
+	}
+	if !pushed || !gap {
+		t.Errorf("the push written whole %v, the frame larger than all the files said as a gap %v", pushed, gap)
 	}
 }
