@@ -362,9 +362,12 @@ func typeColumns(rows []statusRow) []string {
 }
 
 func printStatus(w io.Writer, rep statusReport, wide bool) {
-	if len(rep.Proxies) == 0 {
+	switch {
+	case len(rep.Proxies) == 0 && rep.Upstream != nil && rep.Upstream.State == export.UpstreamFailing:
+		fmt.Fprintln(w, "No streams: no proxy gets its configuration through this tap while its upstream fails (below).")
+	case len(rep.Proxies) == 0:
 		fmt.Fprintln(w, "No streams: no proxy is connected through this tap.")
-	} else {
+	default:
 		printTable(w, rep, wide)
 	}
 	if len(rep.Problems) > 0 {
