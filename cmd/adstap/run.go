@@ -381,7 +381,11 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
-	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
+	shown := listen.String()
+	if listen.Network == "tcp" {
+		shown = lis.Addr().String() // the port chosen, for --listen=HOST:0
+	}
+	attrs := []any{"listen", shown, "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
 	}
