@@ -13,7 +13,9 @@ import (
 // streamList is a tap's streams as the tracker sums them up.
 type streamList []track.StreamSummary
 
-func (l streamList) Summaries(buf []track.StreamSummary) []track.StreamSummary { return append(buf, l...) }
+func (l streamList) Summaries(buf []track.StreamSummary) []track.StreamSummary {
+	return append(buf, l...)
+}
 
 // sample is a value a scrape should show: the sum of the series of metric
 // that carry labels.
