@@ -143,7 +143,7 @@ type reader struct {
 	// command names the adstap command in warnings: inspect unless set.
 	command string
 	poll    time.Duration
-	files  []FileRead
+	files   []FileRead
 	// polled, when set, is told each time a followed file was found with
 	// nothing new, so a test can wait for polls rather than sleep.
 	polled func()
