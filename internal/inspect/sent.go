@@ -44,6 +44,9 @@ type Sent struct {
 	// Delta is the protocol of the stream the latest push went on.
 	Delta bool
 	Types []*SentType // by type URL
+	// Asked lists every type the node asked for in the files, pushed to
+	// it or not.
+	Asked []string
 	At    Point
 	Files []FileRead
 }
@@ -117,7 +120,7 @@ func ReadSent(ctx context.Context, files []string, node string, at Point, stderr
 		return nil, err
 	}
 	defer closeAll(srcs)
-	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}}
+	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}}
 	rd := &reader{rp: newReplayer(track.Config{}, c), stderr: stderr, poll: DefaultPoll, command: "replay"}
 	for _, src := range srcs {
 		if err := rd.readFile(ctx, src); err != nil {
@@ -161,6 +164,7 @@ type sentCollector struct {
 	nodes   []string // nodes pushed to, in order
 	pushed  map[string]bool
 	rawNode map[string][]byte // the node of each node id's latest stream
+	asked   map[string][]string
 }
 
 func (c *sentCollector) note(note) {}
@@ -169,6 +173,9 @@ func (c *sentCollector) events(st *step, evs []track.Event) {
 	for _, e := range evs {
 		switch e := e.(type) {
 		case track.RequestSeen:
+			if e.Node.ID != "" && !slices.Contains(c.asked[e.Node.ID], e.TypeURL) {
+				c.asked[e.Node.ID] = append(c.asked[e.Node.ID], e.TypeURL)
+			}
 			if st.Req != nil && st.Req.Node != nil && st.Rec != nil && e.Node.ID != "" {
 				if raw := codec.RawNode(st.Rec.Message, st.Delta); raw != nil {
 					c.rawNode[e.Node.ID] = bytes.Clone(raw)
@@ -241,7 +248,7 @@ func (c *sentCollector) sent(at Point, files []FileRead) (*Sent, error) {
 			latest[p.typeURL] = p
 		}
 	}
-	s := &Sent{Node: node, RawNode: c.rawNode[node], At: at, Files: files}
+	s := &Sent{Node: node, RawNode: c.rawNode[node], Asked: c.asked[node], At: at, Files: files}
 	var last *sentPush
 	for _, typeURL := range sortedKeys(latest) {
 		l := latest[typeURL]

@@ -223,6 +223,9 @@ type session struct {
 	// quiet holds the nonces of a bisection's rounds, whose answers the
 	// bisection prints itself.
 	quiet    map[string]bool
+	// unanswered are the types the client asks for that the capture
+	// asked for and never got.
+	unanswered map[string]bool
 	bis      *activeBisection
 	result   *Bisection
 	lastSeen time.Time
@@ -258,7 +261,7 @@ type typeServe struct {
 func newSession(r *replayServer, stream grpc.ServerStream, id uint64, delta bool) *session {
 	s := &session{
 		cfg: r.cfg, sent: r.cfg.Sent, log: r.log, stream: stream, id: id, delta: delta,
-		tr: track.New(track.Config{}), types: map[string]*typeServe{}, quiet: map[string]bool{},
+		tr: track.New(track.Config{}), types: map[string]*typeServe{}, quiet: map[string]bool{}, unanswered: map[string]bool{},
 	}
 	s.live = export.NewLiveLog(r.log)
 	for _, t := range s.sent.Types {
@@ -428,6 +431,13 @@ func (s *session) request(b []byte) (done bool, err error) {
 		return true, nil
 	}
 	ts := s.types[req.TypeURL]
+	if ts == nil && slices.Contains(s.sent.Asked, req.TypeURL) {
+		if !s.unanswered[req.TypeURL] {
+			s.unanswered[req.TypeURL] = true
+			s.log.Info(fmt.Sprintf("the client asks for %s, which the captured node asked for too and was never sent: not answered here either", typeLabel(req.TypeURL)))
+		}
+		return false, nil
+	}
 	if ts == nil {
 		return false, inputErrorf("the client asks for %s, which the capture never sent node %s (it sent %s): replay to the kind of client that was captured",
 			typeLabel(req.TypeURL), s.sent.Node, typeList(s.sent))
@@ -442,12 +452,18 @@ func (s *session) request(b []byte) (done bool, err error) {
 	if err := s.checkNames(ts); err != nil {
 		return false, err
 	}
+	part, ok := s.wanted(ts, first)
+	if !ok {
+		return false, nil
+	}
 	if b := s.bis; b != nil && b.ts == ts {
 		s.log.Info(fmt.Sprintf("the client changed its %s subscription: the bisection starts over from the push that answers it", typeLabel(ts.st.TypeURL)))
 		b.b.stop()
 		s.bis = nil
 	}
-	return false, s.serve(ts, first)
+	ts.last = part
+	_, err = s.push(ts, ts.st.Version, part, nil)
+	return false, err
 }
 
 // subscribe applies a request's names to the type's subscription.
@@ -523,11 +539,18 @@ func (s *session) checkNames(ts *typeServe) error {
 	return nil
 }
 
-// serve pushes what the client's subscription of ts asks for.
-func (s *session) serve(ts *typeServe, first bool) error {
-	var part []int
+// wanted is what the client's subscription of ts asks to be pushed, if
+// anything (ok false: nothing new). In SotW a
+// listener or cluster push is the whole state of the type, as the capture
+// has it, whatever names the client asks for: what the client does with
+// those it did not ask for (ignore them, or judge them all the same) is
+// part of what is replayed, and a client that names its resources one at
+// a time (grpc-go asks anew for each) gets the same push rather than one
+// per name.
+func (s *session) wanted(ts *typeServe, first bool) (part []int, ok bool) {
+	whole := !s.delta && (ts.st.TypeURL == codec.TypeListener || ts.st.TypeURL == codec.TypeCluster)
 	for i, r := range ts.st.Resources {
-		if ts.wildcard || ts.names[r.Name] {
+		if whole || ts.wildcard || ts.names[r.Name] {
 			if s.delta && !first && ts.given[r.Name] {
 				continue
 			}
@@ -535,11 +558,12 @@ func (s *session) serve(ts *typeServe, first bool) error {
 		}
 	}
 	if s.delta && !first && len(part) == 0 {
-		return nil // nothing new to send
+		return nil, false // nothing new to send
 	}
-	ts.last = part
-	_, err := s.push(ts, ts.st.Version, part, nil)
-	return err
+	if !s.delta && !first && slices.Equal(part, ts.last) {
+		return nil, false // the client has it, or has rejected it
+	}
+	return part, true
 }
 
 // push sends the resources part of ts (indexes into its resources), and in
@@ -613,10 +637,17 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 	return false, nil
 }
 
-// emit writes the live log's lines for evs, but for a bisection's rounds.
+// emit writes the live log's lines for evs, but for a bisection's rounds,
+// which it prints itself, and the detectors and full pushes, which the
+// replay's own pushes would set off.
 func (s *session) emit(evs []track.Event) {
 	for _, e := range evs {
-		if p, ok := e.(track.PushEnded); ok && s.quiet[p.Push.Nonce] {
+		switch e := e.(type) {
+		case track.PushEnded:
+			if s.quiet[e.Push.Nonce] {
+				continue
+			}
+		case track.FullPush, track.DetectorStarted, track.DetectorEnded:
 			continue
 		}
 		s.live.OnEvent(e)
