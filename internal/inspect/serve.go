@@ -222,13 +222,13 @@ type session struct {
 	resp   codec.Response
 	// quiet holds the nonces of a bisection's rounds, whose answers the
 	// bisection prints itself.
-	quiet    map[string]bool
+	quiet map[string]bool
 	// unanswered are the types the client asks for that the capture
 	// asked for and never got.
 	unanswered map[string]bool
-	bis      *activeBisection
-	result   *Bisection
-	lastSeen time.Time
+	bis        *activeBisection
+	result     *Bisection
+	lastSeen   time.Time
 	// mu guards the outcome, which ctx's end reads from another goroutine.
 	mu sync.Mutex
 }
