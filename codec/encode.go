@@ -33,51 +33,29 @@ func RawResources(b []byte, delta bool) ([][]byte, error) {
 
 // WrappedAny returns the Any a Delta Resource carries (its resource field),
 // as it is on the wire; nil for a Resource without one (a TTL heartbeat).
-func WrappedAny(resource []byte) []byte {
-	var out []byte
-	rd := fieldReader{buf: resource}
-	for rd.next() {
-		if rd.bytesField(resourceResource) {
-			out = rd.b
-		}
-	}
-	if rd.err != nil {
-		return nil
-	}
-	return out
-}
+func WrappedAny(resource []byte) []byte { return lastField(resource, resourceResource) }
 
 // AnyTypeURL returns the type_url of an Any as it is on the wire.
 func AnyTypeURL(anyBytes []byte) string {
-	rd := fieldReader{buf: anyBytes}
-	typeURL := ""
-	for rd.next() {
-		if rd.bytesField(anyTypeURL) {
-			typeURL = internTypeURL(rd.b)
-		}
-	}
-	return typeURL
+	return internTypeURL(lastField(anyBytes, anyTypeURL))
 }
 
 // AnyValue returns the value of an Any as it is on the wire.
-func AnyValue(anyBytes []byte) []byte {
-	rd := fieldReader{buf: anyBytes}
-	var v []byte
-	for rd.next() {
-		if rd.bytesField(anyValue) {
-			v = rd.b
-		}
-	}
-	return v
-}
+func AnyValue(anyBytes []byte) []byte { return lastField(anyBytes, anyValue) }
 
 // RawNode returns the node field of a request as it is on the wire (an
 // envoy.config.core.v3.Node), nil when the request has none.
 func RawNode(b []byte, delta bool) []byte {
-	num := protowire.Number(reqNode)
 	if delta {
-		num = dreqNode
+		return lastField(b, dreqNode)
 	}
+	return lastField(b, reqNode)
+}
+
+// lastField is the last occurrence of the length-delimited field num of b,
+// as protobuf reads a repeated singular field; nil when there is none or b
+// cannot be read.
+func lastField(b []byte, num protowire.Number) []byte {
 	var out []byte
 	rd := fieldReader{buf: b}
 	for rd.next() {

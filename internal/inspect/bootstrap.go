@@ -88,8 +88,8 @@ func bootstrapAddress(addr string) (jsonObject, bool, error) {
 		return nil, false, fmt.Errorf("--listen %s: %w", addr, err)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return nil, false, fmt.Errorf("--listen %s: bad port", addr)
+	if err != nil || p == 0 {
+		return nil, false, fmt.Errorf("--listen %s: the bootstrap needs the port the replay will listen on", addr)
 	}
 	ip := net.ParseIP(host)
 	if host == "" || (ip != nil && ip.IsUnspecified()) {

@@ -112,25 +112,15 @@ func (s *Sent) Type(typeURL string) *SentType {
 // version or a push round the files do not hold is an InputError listing
 // those they do; warnings (a file cut short) go to stderr.
 func ReadSent(ctx context.Context, files []string, node string, at Point, stderr io.Writer) (*Sent, error) {
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	srcs, err := openFiles(files)
+	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}}
+	read, err := readAll(ctx, files, track.Config{}, c, stderr, "replay")
 	if err != nil {
 		return nil, err
-	}
-	defer closeAll(srcs)
-	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}}
-	rd := &reader{rp: newReplayer(track.Config{}, c), stderr: stderr, poll: DefaultPoll, command: "replay"}
-	for _, src := range srcs {
-		if err := rd.readFile(ctx, src); err != nil {
-			return nil, err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return c.sent(at, rd.files)
+	return c.sent(at, read)
 }
 
 // sentPush is one push of the files.

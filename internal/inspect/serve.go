@@ -443,7 +443,9 @@ func (s *session) request(b []byte) (done bool, err error) {
 			typeLabel(req.TypeURL), s.sent.Node, typeList(s.sent))
 	}
 	first := !ts.asked
+	s.mu.Lock() // the outcome reads it from Serve's goroutine on ctx's end
 	ts.asked = true
+	s.mu.Unlock()
 	s.subscribe(ts, req, first)
 	changed := seen != nil && (seen.Kind == track.KindInitial || seen.Kind == track.KindSubscription || (seen.SubscriptionChanged && seen.Kind != track.KindStale))
 	if !first && !changed {

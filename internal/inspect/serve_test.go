@@ -31,8 +31,11 @@ import (
 )
 
 const (
-	grpcNode   = "grpc-replay-node"
-	replayWait = 60 * time.Second
+	grpcNode = "grpc-replay-node"
+	// replayWait bounds a replay: grpc-go takes seconds to judge 1,000
+	// clusters under the race detector on a busy machine, and a bisection
+	// makes it judge ten sets.
+	replayWait = 5 * time.Minute
 )
 
 // recordGRPC captures grpc-go's real xDS client for xds:///target through a
@@ -88,7 +91,7 @@ func replay(t *testing.T, sent *Sent, bisect string, connect func(addr string)) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		o, err := Serve(context.Background(), ServeConfig{Sent: sent, Listener: lis, Bisect: bisect, Settle: time.Second, AnswerTimeout: 20 * time.Second, Out: &out})
+		o, err := Serve(context.Background(), ServeConfig{Sent: sent, Listener: lis, Bisect: bisect, Settle: time.Second, AnswerTimeout: 2 * time.Minute, Out: &out})
 		done <- result{o, err}
 	}()
 	connect(lis.Addr().String())
