@@ -334,6 +334,11 @@ func (s *session) loop(reqs <-chan []byte, recvErr <-chan error, timer *time.Tim
 				return served{outcome: s.outcome()}
 			}
 		case err := <-recvErr:
+			if s.answeredAll() {
+				// Every push it was sent is answered: the verdict stands.
+				s.log.Info("the client closed its stream: " + closedHow(err))
+				return served{outcome: s.outcome()}
+			}
 			return served{outcome: s.outcome(), err: s.gone(err)}
 		case <-timer.C:
 			if why == "" {
@@ -385,18 +390,35 @@ func (s *session) finished() bool {
 	return true
 }
 
-// gone says how the client's stream ended.
-func (s *session) gone(err error) error {
-	what := err.Error()
-	if st, ok := status.FromError(err); ok {
-		what = st.Code().String()
-		if st.Message() != "" {
-			what += ": " + st.Message()
+// answeredAll says the client answered every push it was sent, and some.
+func (s *session) answeredAll() bool {
+	answered := false
+	for _, t := range s.types {
+		if t.pending != "" {
+			return false
 		}
+		answered = answered || t.result != ""
 	}
+	return answered && s.bis == nil
+}
+
+// closedHow says how a client's stream ended, from its receive error.
+func closedHow(err error) string {
 	if errors.Is(err, io.EOF) {
-		what = "it closed its side"
+		return "it closed its side"
 	}
+	if st, ok := status.FromError(err); ok {
+		if st.Message() != "" {
+			return st.Code().String() + ": " + st.Message()
+		}
+		return st.Code().String()
+	}
+	return err.Error()
+}
+
+// gone says how the client's stream ended before the verdict.
+func (s *session) gone(err error) error {
+	what := closedHow(err)
 	if b := s.bis; b != nil {
 		names := b.names(b.candidates())
 		return fmt.Errorf("%w left during round %d of the %s bisection (%s); the fault is among these %s: %s",
