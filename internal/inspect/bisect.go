@@ -211,7 +211,17 @@ func (s *session) nextRound(a *activeBisection) (done bool, err error) {
 			rejection = a.last
 		}
 		s.finishBisection(a, found, a.b.message, rejection, a.b.rounds, a.b.inconsistent)
-		return true, nil
+		// The client holds a part: give it back the whole set, as the
+		// capture has it (an Envoy's config dump then shows that, and a
+		// grpc-go client does not take every cluster it lost for gone
+		// when the replay ends).
+		nonce, err := s.push(a.ts, a.ts.st.Version, a.set, nil)
+		if err != nil {
+			return false, err
+		}
+		s.quiet[nonce] = true
+		s.restoring = nonce
+		return false, nil
 	}
 	idx := make([]int, len(part))
 	in := map[int]bool{}

@@ -228,7 +228,10 @@ type session struct {
 	unanswered map[string]bool
 	bis        *activeBisection
 	result     *Bisection
-	lastSeen   time.Time
+	// restoring is the nonce of the push that gives the client the whole
+	// set back after a bisection.
+	restoring string
+	lastSeen  time.Time
 	// mu guards the outcome, which ctx's end reads from another goroutine.
 	mu sync.Mutex
 }
@@ -655,6 +658,11 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		ts.source = origin.Of(e.Rejected).Summary()
 	}
 	s.mu.Unlock()
+	if e.Push.Nonce == s.restoring {
+		s.restoring = ""
+		s.log.Info(fmt.Sprintf("bisect %s: the whole set pushed again, as the capture has it: %s", typeLabel(ts.st.TypeURL), strings.ToUpper(string(e.Result))))
+		return true, nil
+	}
 	if e.Result == track.ResultNACK && ts.st.TypeURL == s.cfg.Bisect && s.result == nil {
 		return s.startBisection(ts, e)
 	}
