@@ -117,7 +117,7 @@ func TestReplayReproducesTheDestinationRuleNACK(t *testing.T) {
 
 	t.Run("SotW", func(t *testing.T) {
 		var client interface {
-			GetClusters() map[string]*cluster.Cluster
+			GetEdsClusters() map[string]*cluster.Cluster
 		}
 		o, out := replayTo(t, sent, func(addr string) {
 			client = mesh.SotW(t, addr, "productpage", "10.0.0.7")
@@ -125,7 +125,7 @@ func TestReplayReproducesTheDestinationRuleNACK(t *testing.T) {
 		if len(o.Rejected) != 0 {
 			t.Errorf("istio's SotW client rejected %+v: it cannot", o.Rejected)
 		}
-		c := client.GetClusters()[maglevCluster]
+		c := client.GetEdsClusters()[maglevCluster]
 		path := c.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue()
 		if c.GetLbPolicy() != cluster.Cluster_MAGLEV || path != "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews-maglev" {
 			t.Errorf("the SotW client got %s with lb policy %v from %q, want the DestinationRule's Maglev cluster", maglevCluster, c.GetLbPolicy(), path)

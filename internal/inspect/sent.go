@@ -112,7 +112,7 @@ func (s *Sent) Type(typeURL string) *SentType {
 // version or a push round the files do not hold is an InputError listing
 // those they do; warnings (a file cut short) go to stderr.
 func ReadSent(ctx context.Context, files []string, node string, at Point, stderr io.Writer) (*Sent, error) {
-	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}}
+	c := &sentCollector{node: node, byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}, named: map[uint64]bool{}}
 	read, err := readAll(ctx, files, track.Config{}, c, stderr, "replay")
 	if err != nil {
 		return nil, err
@@ -154,6 +154,7 @@ type sentCollector struct {
 	nodes   []string // nodes pushed to, in order
 	pushed  map[string]bool
 	rawNode map[string][]byte // the node of each node id's latest stream
+	named   map[uint64]bool   // the streams whose node is in rawNode
 	asked   map[string][]string
 }
 
@@ -166,9 +167,12 @@ func (c *sentCollector) events(st *step, evs []track.Event) {
 			if e.Node.ID != "" && !slices.Contains(c.asked[e.Node.ID], e.TypeURL) {
 				c.asked[e.Node.ID] = append(c.asked[e.Node.ID], e.TypeURL)
 			}
-			if st.Req != nil && st.Req.Node != nil && st.Rec != nil && e.Node.ID != "" {
+			// A stream's first node is the whole of it; clients may repeat
+			// only its id later (istio's Delta client does).
+			if st.Req != nil && st.Req.Node != nil && st.Rec != nil && e.Node.ID != "" && !c.named[e.StreamID] {
 				if raw := codec.RawNode(st.Rec.Message, st.Delta); raw != nil {
 					c.rawNode[e.Node.ID] = bytes.Clone(raw)
+					c.named[e.StreamID] = true
 				}
 			}
 		case track.PushSent:

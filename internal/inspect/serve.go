@@ -165,11 +165,17 @@ func (r *replayServer) announce() {
 	}
 	r.log.Info(fmt.Sprintf("replaying what node %s had been sent as of %s (%s, %s)", s.Node, s.At, fileList(s.Files), proto))
 	for _, t := range s.Types {
-		captured := "unanswered in the capture"
+		captured := "unanswered when the capture ends"
 		switch t.Result {
 		case "":
 		case track.ResultNACK:
 			captured = fmt.Sprintf("NACKed in the capture: %s", t.Error)
+		case track.ResultClosed:
+			captured = "unanswered when its stream closed in the capture"
+		case track.ResultSuperseded:
+			captured = "superseded before its answer in the capture"
+		case track.ResultTimeout:
+			captured = "unanswered (timed out) in the capture"
 		default:
 			captured = strings.ToUpper(string(t.Result)) + " in the capture"
 		}
