@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strings"
@@ -25,9 +24,7 @@ import (
 
 func replayCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	code = runCLI(t.Context(), append([]string{"replay"}, args...), &out, &errOut)
-	return code, out.String(), errOut.String()
+	return subcommandCLI(t, "replay", args...)
 }
 
 func TestReplayBadInputExitsWith2AndOneLine(t *testing.T) {
