@@ -260,7 +260,7 @@ type typeServe struct {
 	last    []int
 	result  track.PushResult
 	message string
-	names2  []string // the names the NACK's message mentions
+	nackNames  []string // the names the NACK's message mentions
 	source  string
 	// missing are the names the client asked for that the capture does
 	// not hold, said once.
@@ -659,7 +659,7 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		return false, nil
 	}
 	s.mu.Lock()
-	ts.result, ts.message, ts.names2, ts.source = e.Result, e.Error, e.ErrorNames, ""
+	ts.result, ts.message, ts.nackNames, ts.source = e.Result, e.Error, e.ErrorNames, ""
 	if e.Result == track.ResultNACK {
 		ts.source = origin.Of(e.Rejected).Summary()
 	}
@@ -703,7 +703,7 @@ func (s *session) outcome() *Outcome {
 			o.Unasked = append(o.Unasked, t.TypeURL)
 		}
 		if ts.result == track.ResultNACK {
-			o.Rejected = append(o.Rejected, Rejected{TypeURL: t.TypeURL, Version: t.Version, Message: ts.message, Names: ts.names2, Source: ts.source})
+			o.Rejected = append(o.Rejected, Rejected{TypeURL: t.TypeURL, Version: t.Version, Message: ts.message, Names: ts.nackNames, Source: ts.source})
 		}
 	}
 	return o
