@@ -257,11 +257,11 @@ type typeServe struct {
 	pendingSince time.Time
 	// last holds the resources (indexes into st.Resources) of the latest
 	// push that was not a bisection round, which a bisection starts from.
-	last    []int
-	result  track.PushResult
-	message string
-	nackNames  []string // the names the NACK's message mentions
-	source  string
+	last      []int
+	result    track.PushResult
+	message   string
+	nackNames []string // the names the NACK's message mentions
+	source    string
 	// missing are the names the client asked for that the capture does
 	// not hold, said once.
 	missing map[string]bool
