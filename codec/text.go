@@ -55,8 +55,12 @@ func TypeURLOf(b []byte, delta, response bool) string {
 // to tell two secrets apart, useless to anyone who would use it.
 func Fingerprint(secret []byte) string {
 	sum := sha256.Sum256(secret)
-	return fmt.Sprintf("[redacted by adstap: sha256 %s, %d bytes]", hex.EncodeToString(sum[:8]), len(secret))
+	return fmt.Sprintf("%ssha256 %s, %d bytes]", RedactedMarker, hex.EncodeToString(sum[:8]), len(secret))
 }
+
+// RedactedMarker begins every Fingerprint: bytes that hold it had a secret
+// replaced.
+const RedactedMarker = "[redacted by adstap: "
 
 // pemPrivateKey matches a PEM private key block, also as proto text form
 // prints it inside a quoted string (newlines as \n).

@@ -153,6 +153,39 @@ func (c *rejectBadRegex) stamps(name string) []string {
 	return slices.Sorted(slices.Values(c.stamped[name]))
 }
 
+// nackAfterSync waits until the client behind tp has synced, so that what
+// apply changes comes to a running mesh, and returns the first NACK of
+// typeURL the tap sees after it.
+func nackAfterSync(t *testing.T, tp *mesh.Tap, apply func(), typeURL string) track.PushEnded {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := tp.WaitEvents(ctx, func(evs []track.Event) bool {
+		for _, e := range evs {
+			if _, ok := e.(track.FullSyncComplete); ok {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("the client never synced: %v\n%s", err, tp.Log)
+	}
+	apply()
+	var nack track.PushEnded
+	if _, err := tp.WaitEvents(ctx, func(evs []track.Event) bool {
+		for _, e := range evs {
+			if e, ok := e.(track.PushEnded); ok && e.Result == track.ResultNACK && e.Push.TypeURL == typeURL {
+				nack = e
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("no %s NACK through the tap: %v\n%s", typeURL, err, tp.Log)
+	}
+	return nack
+}
+
 // TestNACKNamesTheIstioObject: istiod's engine builds a cluster from a
 // DestinationRule and routes from a VirtualService, stamping each with its
 // source; the mesh is running and synced when the object arrives, Istio's
@@ -196,33 +229,7 @@ func TestNACKNamesTheIstioObject(t *testing.T) {
 			routes := &rejectBadRegex{}
 			mesh.DeltaChecked(t, tp.Addr, "productpage", "10.0.0.7", mesh.Checks{Cluster: rejectMaglev, Route: routes.check})
 
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			// Synced first: the object comes as a change to a running mesh.
-			if _, err := tp.WaitEvents(ctx, func(evs []track.Event) bool {
-				for _, e := range evs {
-					if _, ok := e.(track.FullSyncComplete); ok {
-						return true
-					}
-				}
-				return false
-			}); err != nil {
-				t.Fatalf("the client never synced: %v\n%s", err, tp.Log)
-			}
-			tt.apply(t, engine)
-			var nack track.PushEnded
-			_, err := tp.WaitEvents(ctx, func(evs []track.Event) bool {
-				for _, e := range evs {
-					if e, ok := e.(track.PushEnded); ok && e.Result == track.ResultNACK && e.Push.TypeURL == tt.typeURL {
-						nack = e
-						return true
-					}
-				}
-				return false
-			})
-			if err != nil {
-				t.Fatalf("no %s NACK through the tap: %v\n%s", tt.typeURL, err, tp.Log)
-			}
+			nack := nackAfterSync(t, tp, func() { tt.apply(t, engine) }, tt.typeURL)
 			if strings.Join(nack.ErrorNames, ",") != strings.Join(tt.wantNames, ",") {
 				t.Errorf("the NACK names %v, want %v (message %q)", nack.ErrorNames, tt.wantNames, nack.Error)
 			}

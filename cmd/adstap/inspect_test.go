@@ -26,8 +26,15 @@ func recordCapture(t *testing.T) *inspecttest.Scenario {
 
 func inspectCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return subcommandCLI(t, "inspect", args...)
+}
+
+// subcommandCLI runs adstap NAME ARGS... and returns what it exits with and
+// writes.
+func subcommandCLI(t *testing.T, name string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = runCLI(t.Context(), append([]string{"inspect"}, args...), &out, &errOut)
+	code = runCLI(t.Context(), append([]string{name}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

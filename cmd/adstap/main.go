@@ -16,6 +16,8 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitNACK: adstap replay's client rejected a push.
+	exitNACK = 3
 )
 
 func main() {
@@ -36,6 +38,7 @@ Commands:
   config    what a proxy accepted, from a running tap (run --retain-resources): adstap config --node ID --type cluster
   demo      a control plane and two clients talking through a tap on loopback: see pushes, ACKs, NACKs at once
   inspect   replay a capture file (run --capture): timeline, summary per stream, a version's diff, every NACK
+  replay    serve a captured node's configuration to a real client (envoy -c, grpc-go): reproduce a NACK, bisect it to the resource
   probe     exit 0 if the tap in this pod is ready (or healthy): Kubernetes exec probes in a distroless image
   run       relay and observe xDS streams: adstap run --upstream=istiod.istio-system.svc:15012 ...
   status    every proxy of a running tap, as istioctl proxy-status: SYNCED, STALE, ERROR (NACK), NOT SENT
@@ -59,6 +62,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(ctx, args[1:], stdout, stderr)
 	case "probe":
 		return runProbe(ctx, args[1:], stdout, stderr)
 	case "status":

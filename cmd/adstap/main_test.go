@@ -223,6 +223,7 @@ func TestSubcommandsHelpAndBadFlags(t *testing.T) {
 		{"config", "--type"},
 		{"inspect", "Examples:"},
 		{"probe", "Checks:"},
+		{"replay", "Exit status: 0"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			leakcheck.Check(t)

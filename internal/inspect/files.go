@@ -140,8 +140,10 @@ func rotatedName(path string, i int) string {
 type reader struct {
 	rp     *replayer
 	stderr io.Writer
-	poll   time.Duration
-	files  []FileRead
+	// command names the adstap command in warnings: inspect unless set.
+	command string
+	poll    time.Duration
+	files   []FileRead
 	// polled, when set, is told each time a followed file was found with
 	// nothing new, so a test can wait for polls rather than sleep.
 	polled func()
@@ -172,14 +174,14 @@ func (r *reader) readFile(ctx context.Context, src source) error {
 		}
 		if errors.Is(err, capture.ErrIncomplete) && fr.Records > 0 {
 			fr.Truncated = true
-			fmt.Fprintf(r.stderr, "adstap inspect: warning: %s ends in an incomplete record (the writer was stopped mid-write, or the file was copied while being written); read its %d complete records\n", name, fr.Records)
+			fmt.Fprintf(r.stderr, "adstap %s: warning: %s ends in an incomplete record (record %d: the writer was stopped mid-write, or the file was copied while being written); read its %d complete records\n", r.name(), name, fr.Records+1, fr.Records)
 			break
 		}
 		if err != nil {
 			if fr.Records == 0 {
 				return inputErrorf("not an adstap capture file: %v", err) // err names the file
 			}
-			return err
+			return inputErrorf("%s is corrupt at record %d: %v", name, fr.Records+1, err)
 		}
 		if err := r.record(&fr, &rec); err != nil {
 			return err
@@ -187,6 +189,13 @@ func (r *reader) readFile(ctx context.Context, src source) error {
 	}
 	r.files = append(r.files, fr)
 	return nil
+}
+
+func (r *reader) name() string {
+	if r.command == "" {
+		return "inspect"
+	}
+	return r.command
 }
 
 // record checks a file's first record and hands every record to the replayer.

@@ -175,6 +175,17 @@ func Run(ctx context.Context, cfg Config) error {
 // the way Run computes it, for callers (and tests) that want the numbers
 // rather than the text.
 func Replay(ctx context.Context, files []string, detect track.Config, stderr io.Writer) (*Summary, error) {
+	sum := newSummarizer()
+	read, err := readAll(ctx, files, detect, sum, stderr, "inspect")
+	if err != nil {
+		return nil, err
+	}
+	return sum.result(read), nil
+}
+
+// readAll reads the files through a fresh tracker into c, and says how
+// each was read; warnings go to stderr, under the name of command.
+func readAll(ctx context.Context, files []string, detect track.Config, c consumer, stderr io.Writer, command string) ([]FileRead, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -183,14 +194,13 @@ func Replay(ctx context.Context, files []string, detect track.Config, stderr io.
 		return nil, err
 	}
 	defer closeAll(srcs)
-	sum := newSummarizer()
-	rd := &reader{rp: newReplayer(detect, sum), stderr: stderr, poll: DefaultPoll}
+	rd := &reader{rp: newReplayer(detect, c), stderr: stderr, poll: DefaultPoll, command: command}
 	for _, src := range srcs {
 		if err := rd.readFile(ctx, src); err != nil {
 			return nil, err
 		}
 	}
-	return sum.result(rd.files), nil
+	return rd.files, nil
 }
 
 // note is something the replay itself has to say (a file begins, a stream

@@ -623,7 +623,7 @@ func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
 	}
 
 	_, errOut := run(t, Config{Files: []string{cut}, Summary: true})
-	want := fmt.Sprintf("adstap inspect: warning: %s ends in an incomplete record (the writer was stopped mid-write, or the file was copied while being written); read its %d complete records\n", cut, len(lines)-1)
+	want := fmt.Sprintf("adstap inspect: warning: %s ends in an incomplete record (record %d: the writer was stopped mid-write, or the file was copied while being written); read its %d complete records\n", cut, len(lines), len(lines)-1)
 	if errOut != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", errOut, want)
 	}

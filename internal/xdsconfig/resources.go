@@ -295,3 +295,39 @@ func IstioConfig(kind, namespace, name string) *core.Metadata {
 	})
 	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": s}}
 }
+
+// ManyClusterNames are the names of ManyClusterResources' clusters.
+func ManyClusterNames(target string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("cluster-%s-%04d", target, i)
+	}
+	return names
+}
+
+// ManyClusterResources is what makes grpc-go's xDS client for xds:///target
+// subscribe to n clusters at once: a listener whose route configuration
+// sends /NNNN/ to cluster NNNN. The clusters share one ClusterLoadAssignment
+// name ("shared-" + target), which the set leaves out, so the client has
+// one EDS watch, no endpoint, and no connection to make.
+func ManyClusterResources(target string, n int) map[resource.Type][]types.Resource {
+	lName, rName, _ := ResolverNames(target)
+	vh := &routev3.VirtualHost{Name: "vh-" + target, Domains: []string{target}}
+	var clusters []types.Resource
+	for i, name := range ManyClusterNames(target, n) {
+		vh.Routes = append(vh.Routes, &routev3.Route{
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: fmt.Sprintf("/%04d/", i)}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name},
+			}},
+		})
+		c := Cluster(name, true)
+		c.EdsClusterConfig.ServiceName = "shared-" + target
+		clusters = append(clusters, c)
+	}
+	return map[resource.Type][]types.Resource{
+		resource.ListenerType: {Listener(lName, rName)},
+		resource.RouteType:    {&routev3.RouteConfiguration{Name: rName, VirtualHosts: []*routev3.VirtualHost{vh}}},
+		resource.ClusterType:  clusters,
+	}
+}

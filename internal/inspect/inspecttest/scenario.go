@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,51 +89,9 @@ const wait = 10 * time.Second
 func Record(t testing.TB, path string, opts Options) *Scenario {
 	t.Helper()
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
-	w, err := capture.NewWriter(path, opts.MaxBytes, opts.MaxFiles, "inspecttest", cp.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	closed := make(chan struct{}, 2)
-	// The capture as adstap run wires it; closing the pipeline writes out
-	// every record it was handed.
-	observing, err := pipeline.New(pipeline.Config{Logger: discard, Capture: w})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := tap.New(tap.Config{
-		Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()},
-		Observer: tap.Observers(observing.TapObserver(), tap.ObserverFuncs{
-			StreamCloseFunc: func(tap.StreamInfo, tap.StreamEnd) { closed <- struct{}{} },
-		}),
-		Logger: discard,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := xdstest.ListenTCP(t)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-served; err != nil {
-			t.Errorf("tap: %v", err)
-		}
-		if err := observing.Close(ctx); err != nil {
-			t.Errorf("closing the capture: %v", err)
-		}
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			stop()
-		}
-	})
-	if opts.BeforeClients != nil {
-		opts.BeforeClients()
-	}
+	tp := StartTap(t, path, cp.Addr(), opts)
+	closed := tp.closed
+	lis := tp.lis
 
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "productpage", []string{"productpage.default.svc.cluster.local"}, nil, false)
@@ -225,7 +185,72 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 			t.Fatal("the tap did not see a cancelled stream close")
 		}
 	}
-	stopped = true
-	stop()
+	tp.Stop()
 	return sc
 }
+
+// Tap is a real tap writing a capture, wired as adstap run --capture wires
+// it, in front of an upstream.
+type Tap struct {
+	Addr   string // where clients connect, host:port
+	lis    net.Listener
+	closed chan struct{}
+	stop   func()
+	once   sync.Once
+}
+
+// StartTap starts a tap in front of upstream (host:port) capturing to
+// path; it stops when the test ends, if Stop was not called first.
+func StartTap(t testing.TB, path, upstream string, opts Options) *Tap {
+	t.Helper()
+	w, err := capture.NewWriter(path, opts.MaxBytes, opts.MaxFiles, "inspecttest", upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tp := &Tap{closed: make(chan struct{}, 64)}
+	// The capture as adstap run wires it; closing the pipeline writes out
+	// every record it was handed.
+	observing, err := pipeline.New(pipeline.Config{Logger: discard, Capture: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := tap.New(tap.Config{
+		Upstream: tap.Address{Network: "tcp", Addr: upstream},
+		Observer: tap.Observers(observing.TapObserver(), tap.ObserverFuncs{
+			StreamCloseFunc: func(tap.StreamInfo, tap.StreamEnd) {
+				select {
+				case tp.closed <- struct{}{}:
+				default:
+				}
+			},
+		}),
+		Logger: discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.lis = xdstest.ListenTCP(t)
+	tp.Addr = tp.lis.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(tp.lis) }()
+	tp.stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		srv.Shutdown(ctx)
+		if err := <-served; err != nil {
+			t.Errorf("tap: %v", err)
+		}
+		if err := observing.Close(ctx); err != nil {
+			t.Errorf("closing the capture: %v", err)
+		}
+	}
+	t.Cleanup(tp.Stop)
+	if opts.BeforeClients != nil {
+		opts.BeforeClients()
+	}
+	return tp
+}
+
+// Stop stops the tap and writes out the capture.
+func (tp *Tap) Stop() { tp.once.Do(tp.stop) }
