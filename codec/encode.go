@@ -37,7 +37,7 @@ func WrappedAny(resource []byte) []byte { return lastField(resource, resourceRes
 
 // AnyTypeURL returns the type_url of an Any as it is on the wire.
 func AnyTypeURL(anyBytes []byte) string {
-	return internTypeURL(lastField(anyBytes, anyTypeURL))
+	return InternTypeURL(lastField(anyBytes, anyTypeURL))
 }
 
 // AnyValue returns the value of an Any as it is on the wire.
