@@ -39,6 +39,9 @@ type Graph struct {
 	reported int
 }
 
+// Delta reports whether the graph is a Delta stream's.
+func (g *Graph) Delta() bool { return g.delta }
+
 // owner is a resource that holds references.
 type owner struct {
 	typ byte // 'c' cluster, 'l' listener, 'r' route configuration

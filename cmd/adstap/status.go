@@ -32,7 +32,7 @@ type statusFlags struct {
 
 func statusCommand(f *statusFlags) *command {
 	c := newCommand("status",
-		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message and the detectors that are active.",
+		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message, the dangling references (requests that fail although every type is SYNCED: a route to a cluster the proxy does not have, ...) and the detectors that are active.",
 		"adstap status [flags]")
 	c.group("Where")
 	adminFlag(c, &f.admin)
@@ -42,7 +42,8 @@ func statusCommand(f *statusFlags) *command {
 	f.staleAfter = 5 * time.Second
 	c.Var(durationValue{&f.staleAfter}, "stale-after", "a push unanswered for less than this `duration` is in flight, not a problem: it shows STALE but does not fail the exit status")
 	c.epilog = `Exit status: 0 when every proxy is in sync; 3 when one is STALE (longer than
---stale-after) or in ERROR; 1 when the tap cannot be read; 2 for bad flags.
+--stale-after) or in ERROR, or holds a dangling reference (a route to a cluster it
+does not have, ...); 1 when the tap cannot be read; 2 for bad flags.
 
 Inside a pod (distroless, no curl): kubectl exec POD -c adstap -- /adstap status
 `
@@ -60,6 +61,8 @@ type statusRow struct {
 	Version      string                `json:"version"`
 	FullSync     *float64              `json:"full_sync_seconds"`
 	Types        map[string]statusCell `json:"types"` // by short type name
+	// Dangling are the references that dangle in what the proxy accepted.
+	Dangling []export.DanglingReference `json:"dangling_references,omitempty"`
 	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace, 2 otherwise.
 	worst int
 }
@@ -174,6 +177,15 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 			}
 			row.Types[short] = c
 		}
+		for _, d := range page.Dangling {
+			if d.Stream == s.ID {
+				row.Dangling = append(row.Dangling, d)
+			}
+		}
+		if len(row.Dangling) > 0 {
+			rep.InSync = false
+			row.worst = min(row.worst, 1)
+		}
 		rep.Proxies = append(rep.Proxies, row)
 	}
 	slices.SortStableFunc(rep.Proxies, func(a, b statusRow) int {
@@ -285,6 +297,16 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 			case "STALE":
 				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: push %s unanswered for %s; running %s",
 					printable(r.Name), r.Stream, c, printable(ts.LastSentVersion), cell.age, orNone(printable(ts.LastAckedVersion))))
+			}
+		}
+	}
+	for _, r := range rep.Proxies {
+		for _, d := range r.Dangling {
+			// Requests that fail although every type is SYNCED.
+			problems = append(problems, fmt.Sprintf("%s (stream %d) dangling reference for %s: %s",
+				printable(r.Name), r.Stream, age(rep.Now, d.Since), printable(d.Summary)))
+			if d.IstioConfig != nil {
+				problems = append(problems, "    "+printable(d.IstioConfig.Kubectl))
 			}
 		}
 	}
