@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/refgraph"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
@@ -202,7 +203,7 @@ func TestRules(t *testing.T) {
 	}
 	for _, want := range []string{
 		"AdstapNACKStorm", "AdstapNACKLoop", "AdstapRepeatedFullSyncs", "AdstapPushUnanswered",
-		"AdstapSlowACKs", "AdstapUpstreamConnectFailures", "AdstapSlowFullSync",
+		"AdstapSlowACKs", "AdstapUpstreamConnectFailures", "AdstapSlowFullSync", "AdstapDanglingReferences",
 	} {
 		if !seen[want] {
 			t.Errorf("%s: no alert %s", alertsFile, want)
@@ -218,6 +219,14 @@ var (
 	typeValue = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
 	protocol  = []string{"sotw", "delta", "opaque"}
 	direction = []string{"request", "response"}
+	// referenceKind is the kind of a dangling reference (refgraph.Kinds).
+	referenceKind = func() []string {
+		var kinds []string
+		for _, k := range refgraph.Kinds {
+			kinds = append(kinds, string(k))
+		}
+		return kinds
+	}()
 )
 
 type labels map[string][]string
@@ -246,6 +255,8 @@ var metrics = map[string]labels{
 	"adstap_metrics_node_overflow_total":     {},
 	"adstap_build_info":                      {"version": anyValue, "goversion": anyValue},
 	"adstap_spans_dropped_total":             {},
+	"adstap_dangling_references":             {"kind": referenceKind},
+	"adstap_dangling_references_total":       {"kind": referenceKind},
 }
 
 // histograms, with their labels and the bucket bounds a rule may name in le
@@ -254,11 +265,12 @@ var histograms = map[string]struct {
 	labels labels
 	le     []string
 }{
-	"adstap_push_ack_seconds":         {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_push_bytes":               {labels{"type": typeValue}, nil},
-	"adstap_push_resources":           {labels{"type": typeValue}, nil},
-	"adstap_full_sync_seconds":        {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_upstream_connect_seconds": {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},
+	"adstap_push_ack_seconds":          {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
+	"adstap_push_bytes":                {labels{"type": typeValue}, nil},
+	"adstap_push_resources":            {labels{"type": typeValue}, nil},
+	"adstap_full_sync_seconds":         {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
+	"adstap_upstream_connect_seconds":  {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},
+	"adstap_make_before_break_seconds": {labels{"kind": {"route_cluster", "listener_cluster"}}, nil},
 }
 
 // lookup returns the labels of the series name (a histogram's _bucket,

@@ -44,8 +44,6 @@ type References struct {
 	detail  bool
 	tracing *Tracing
 	q       *queue[refOp]
-	stop    chan struct{}
-	ticking sync.WaitGroup
 
 	// resp and req are reused by the queue's goroutine.
 	resp codec.Response
@@ -112,7 +110,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	_, human := cfg.Logger.Handler().(*Pretty)
-	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{}, stop: make(chan struct{}),
+	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
 			Help: "References that dangle now, in what proxies accepted: a route or TCP proxy to a cluster they do not have, a listener waiting for a route configuration, an EDS cluster without endpoints or with none healthy, a secret never received."}, []string{"kind"}),
 		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adstap_dangling_references_total",
@@ -132,25 +130,13 @@ func NewReferences(cfg ReferencesConfig) *References {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
 	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "frames (their streams are no longer checked)"))
-	r.ticking.Add(1)
-	go r.tick()
 	return r
 }
 
-// tick has the waits past the grace noticed when no frame arrives.
-func (r *References) tick() {
-	defer r.ticking.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case now := <-t.C:
-			r.q.put(refOp{kind: refTick, at: now}, 16, true)
-		case <-r.stop:
-			return
-		}
-	}
-}
+// Tick reports the references that have waited past the grace by now; call
+// it about once a second (the pipeline's clock does), so they are noticed
+// when no frame arrives.
+func (r *References) Tick(now time.Time) { r.q.put(refOp{kind: refTick, at: now}, 16, true) }
 
 // OpenStream starts checking a stream.
 func (r *References) OpenStream(id uint64, p codec.Protocol) {
@@ -202,8 +188,6 @@ func (r *References) Dropped() uint64 { return r.q.Dropped() }
 
 // Close stops checking, once what waits is done or ctx is done.
 func (r *References) Close(ctx context.Context) error {
-	close(r.stop)
-	r.ticking.Wait()
 	return r.q.close(ctx)
 }
 

@@ -145,6 +145,9 @@ func New(cfg Config) (*Pipeline, error) {
 	p.Tracker = track.New(cfg.Detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Observer = NewObserver(p.Tracker, sinks...)
+	if p.References != nil {
+		p.Observer.tickers = append(p.Observer.tickers, p.References.Tick)
+	}
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
 		// After the tracker: a push's bytes are kept before its ACK is judged.
