@@ -18,8 +18,13 @@ type Graph struct {
 	delta bool
 	grace time.Duration
 
-	clusters  map[name]clusterRefs
-	endpoints map[name]assignment
+	// nodes holds the clusters and the EDS assignments, by name: in a mesh
+	// each cluster's assignment bears its name, and one map entry for both
+	// is most of what a stream's graph holds.
+	nodes map[name]node
+	// byService lists the clusters whose assignment bears another name
+	// (eds_cluster_config.service_name), by that name; rare.
+	byService map[name][]name
 	routes    map[name][]routeRef // RDS route configurations
 	listeners map[name]listenerRefs
 	secrets   map[name]struct{}
@@ -35,8 +40,52 @@ type Graph struct {
 	pending map[string][]*sentPush // by type URL, oldest first
 
 	open map[owner][]*openFinding
+	// openPeak is the most owners open has held since it was made: a Go
+	// map never shrinks, and a stream's initial sync opens a wait for the
+	// endpoints of every cluster, for moments.
+	openPeak int
 	// reported counts the findings reported now.
 	reported int
+}
+
+// node is a cluster, an EDS assignment, or both, under one name.
+type node struct {
+	config             name          // the cluster's Istio object
+	extra              *clusterExtra // nil for most clusters
+	endpoints, healthy int32         // the assignment's
+	flags              uint8
+}
+
+const (
+	isCluster uint8 = 1 << iota
+	// needsEndpoints: an EDS cluster whose assignment comes over this stream.
+	needsEndpoints
+	hasAssignment
+	// endpointsElsewhere: the assignment's endpoints come by another
+	// discovery (LEDS), uncounted.
+	endpointsElsewhere
+)
+
+// clusterExtra is what few clusters have: an assignment under another name,
+// secrets to come over the stream.
+type clusterExtra struct {
+	service name
+	secrets []name
+}
+
+// service is the name a cluster's assignment comes under.
+func (n *node) service(own name) name {
+	if n.extra != nil && n.extra.service != noName {
+		return n.extra.service
+	}
+	return own
+}
+
+func (n *node) secrets() []name {
+	if n.extra == nil {
+		return nil
+	}
+	return n.extra.secrets
 }
 
 // Delta reports whether the graph is a Delta stream's.
@@ -72,7 +121,7 @@ type findingKey struct {
 func New(delta bool, grace time.Duration) *Graph {
 	return &Graph{
 		delta: delta, grace: grace,
-		clusters: map[name]clusterRefs{}, endpoints: map[name]assignment{}, routes: map[name][]routeRef{},
+		nodes: map[name]node{}, byService: map[name][]name{}, routes: map[name][]routeRef{},
 		listeners: map[name]listenerRefs{}, secrets: map[name]struct{}{},
 		accepted: map[string]bool{}, requested: map[string]bool{}, pending: map[string][]*sentPush{},
 		open: map[owner][]*openFinding{},
@@ -133,8 +182,10 @@ func (g *Graph) Sent(resp *codec.Response) {
 			s.cluster, _ = scanCluster(r.Body, s.name)
 		case codec.TypeListener:
 			s.listener, _ = scanListener(r.Body)
+			s.listener.clip()
 		case codec.TypeRoute:
 			s.routes, _ = scanRouteConfig(r.Body, s.name, nil)
+			s.routes = slices.Clip(s.routes)
 		case codec.TypeEndpoint:
 			s.assignment, _ = scanAssignment(r.Body)
 		}
@@ -256,10 +307,25 @@ func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
 	for _, r := range p.resources {
 		switch typeURL {
 		case codec.TypeCluster:
-			if _, ok := g.clusters[r.name]; !ok {
+			n := g.nodes[r.name]
+			if n.flags&isCluster == 0 {
 				ch.clustersChanged = true
 			}
-			g.clusters[r.name] = r.cluster
+			g.unindex(r.name, &n)
+			n.flags &^= needsEndpoints
+			n.flags |= isCluster
+			n.config, n.extra = r.cluster.config, nil
+			if r.cluster.endpoints != noName {
+				n.flags |= needsEndpoints
+			}
+			if (r.cluster.endpoints != noName && r.cluster.endpoints != r.name) || len(r.cluster.secrets) > 0 {
+				n.extra = &clusterExtra{secrets: r.cluster.secrets}
+				if r.cluster.endpoints != r.name {
+					n.extra.service = r.cluster.endpoints
+					g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
+				}
+			}
+			g.nodes[r.name] = n
 			ch.touch(owner{'c', r.name})
 		case codec.TypeListener:
 			g.listeners[r.name] = r.listener
@@ -271,8 +337,15 @@ func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
 			g.routes[r.name] = r.routes
 			ch.touch(owner{'r', r.name})
 		case codec.TypeEndpoint:
-			g.endpoints[r.name] = r.assignment
-			ch.allClusters = true
+			n := g.nodes[r.name]
+			n.flags |= hasAssignment
+			n.flags &^= endpointsElsewhere
+			if r.assignment.elsewhere {
+				n.flags |= endpointsElsewhere
+			}
+			n.endpoints, n.healthy = r.assignment.endpoints, r.assignment.healthy
+			g.nodes[r.name] = n
+			g.touchUsers(r.name, ch)
 		case codec.TypeSecret:
 			if _, ok := g.secrets[r.name]; !ok {
 				ch.allClusters, ch.allListeners = true, true
@@ -286,9 +359,12 @@ func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
 func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
 	switch typeURL {
 	case codec.TypeCluster:
-		for n := range g.clusters {
-			if drop(n) {
-				delete(g.clusters, n)
+		for n, x := range g.nodes {
+			if x.flags&isCluster != 0 && drop(n) {
+				g.unindex(n, &x)
+				x.flags &^= isCluster | needsEndpoints
+				x.config, x.extra = noName, nil
+				g.store(n, x)
 				ch.clustersChanged = true
 				ch.removedOwners = append(ch.removedOwners, owner{'c', n})
 			}
@@ -309,10 +385,12 @@ func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
 			}
 		}
 	case codec.TypeEndpoint:
-		for n := range g.endpoints {
-			if drop(n) {
-				delete(g.endpoints, n)
-				ch.allClusters = true
+		for n, x := range g.nodes {
+			if x.flags&hasAssignment != 0 && drop(n) {
+				x.flags &^= hasAssignment | endpointsElsewhere
+				x.endpoints, x.healthy = 0, 0
+				g.store(n, x)
+				g.touchUsers(n, ch)
 			}
 		}
 	case codec.TypeSecret:
@@ -322,6 +400,40 @@ func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
 				ch.allClusters, ch.allListeners = true, true
 			}
 		}
+	}
+}
+
+// store keeps a node, or forgets it when it is neither cluster nor
+// assignment.
+func (g *Graph) store(n name, x node) {
+	if x.flags&(isCluster|hasAssignment) == 0 {
+		delete(g.nodes, n)
+		return
+	}
+	g.nodes[n] = x
+}
+
+// unindex takes a cluster out of byService.
+func (g *Graph) unindex(n name, x *node) {
+	if x.extra == nil || x.extra.service == noName {
+		return
+	}
+	users := slices.DeleteFunc(g.byService[x.extra.service], func(u name) bool { return u == n })
+	if len(users) == 0 {
+		delete(g.byService, x.extra.service)
+	} else {
+		g.byService[x.extra.service] = users
+	}
+}
+
+// touchUsers marks for a check the clusters whose endpoints an assignment
+// holds.
+func (g *Graph) touchUsers(service name, ch *changeSet) {
+	if x, ok := g.nodes[service]; ok && x.flags&needsEndpoints != 0 && x.service(service) == service {
+		ch.touch(owner{'c', service})
+	}
+	for _, c := range g.byService[service] {
+		ch.touch(owner{'c', c})
 	}
 }
 
@@ -338,8 +450,10 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 		ch.allListeners = true
 	}
 	if ch.allClusters {
-		for n := range g.clusters {
-			ch.touch(owner{'c', n})
+		for n, x := range g.nodes {
+			if x.flags&isCluster != 0 {
+				ch.touch(owner{'c', n})
+			}
 		}
 	}
 	if ch.allListeners {
@@ -355,6 +469,10 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 	for o := range ch.owners {
 		g.settle(o, g.check(o, nil), at, round, ch)
 	}
+	g.openPeak = max(g.openPeak, len(g.open))
+	if len(g.open) == 0 && g.openPeak > 64 {
+		g.open, g.openPeak = map[owner][]*openFinding{}, 0
+	}
 	slices.SortFunc(ch.out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 }
 
@@ -362,25 +480,25 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
 	switch o.typ {
 	case 'c':
-		c, ok := g.clusters[o.n]
-		if !ok {
+		c, ok := g.nodes[o.n]
+		if !ok || c.flags&isCluster == 0 {
 			return out
 		}
-		base := Finding{OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config)}
-		if c.endpoints != noName && !istioOwn(o.n.Value()) {
-			f := base
-			f.Target = c.endpoints.Value()
-			a, ok := g.endpoints[c.endpoints]
+		if c.flags&needsEndpoints != 0 && !istioOwn(o.n.Value()) {
+			service := c.service(o.n)
+			a := g.nodes[service]
 			switch {
-			case !ok:
-				f.Kind = ClusterEndpoints
-				out = append(out, &openFinding{Finding: f, target: c.endpoints})
-			case a.healthy == 0 && !a.elsewhere:
-				f.Kind, f.Endpoints = ClusterUnhealthy, int(a.endpoints)
-				out = append(out, &openFinding{Finding: f, target: c.endpoints, immediate: true})
+			case a.flags&hasAssignment == 0:
+				f := Finding{Kind: ClusterEndpoints, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value()}
+				out = append(out, &openFinding{Finding: f, target: service})
+			case a.healthy == 0 && a.flags&endpointsElsewhere == 0:
+				f := Finding{Kind: ClusterUnhealthy, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value(), Endpoints: int(a.endpoints)}
+				out = append(out, &openFinding{Finding: f, target: service, immediate: true})
 			}
 		}
-		out = g.checkSecrets(base, c.secrets, out)
+		if secrets := c.secrets(); len(secrets) > 0 {
+			out = g.checkSecrets(Finding{OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config)}, secrets, out)
+		}
 	case 'l':
 		l, ok := g.listeners[o.n]
 		if !ok {
@@ -447,7 +565,7 @@ func (g *Graph) checkSecrets(base Finding, secrets []name, out []*openFinding) [
 }
 
 func (g *Graph) hasCluster(n name) bool {
-	if _, ok := g.clusters[n]; ok {
+	if x, ok := g.nodes[n]; ok && x.flags&isCluster != 0 {
 		return true
 	}
 	return istioOwn(n.Value())
@@ -468,11 +586,10 @@ func (g *Graph) present(f *openFinding) bool {
 		_, ok := g.routes[f.target]
 		return ok
 	case ClusterEndpoints:
-		_, ok := g.endpoints[f.target]
-		return ok
+		return g.nodes[f.target].flags&hasAssignment != 0
 	case ClusterUnhealthy:
-		a, ok := g.endpoints[f.target]
-		return ok && (a.healthy > 0 || a.elsewhere)
+		a := g.nodes[f.target]
+		return a.flags&hasAssignment != 0 && (a.healthy > 0 || a.flags&endpointsElsewhere != 0)
 	case Secret:
 		_, ok := g.secrets[f.target]
 		return ok

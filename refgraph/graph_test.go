@@ -357,6 +357,15 @@ func TestGraph(t *testing.T) {
 		steps: []step{cds(1, reviews()...), eds(1, cla(v1)), eds(2, cla(v1, core.HealthStatus_UNHEALTHY, core.HealthStatus_DEGRADED))},
 		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR, Resolved: true, Present: true}},
 	}, {
+		name: "an assignment under the cluster's service_name",
+		steps: []step{
+			cds(1, &clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+				EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads, ServiceName: "svc"}}),
+			eds(1, cla("c", core.HealthStatus_HEALTHY)),
+			eds(2, cla("svc")),
+		},
+		want: []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/c", Target: "svc", Share: "all"}},
+	}, {
 		name: "clusters that need no endpoints from the stream: static, original destination, aggregate, EDS from elsewhere, Istio's own",
 		steps: []step{cds(1,
 			staticCluster("BlackHoleCluster"),

@@ -2,6 +2,7 @@ package refgraph
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"unique"
 
@@ -65,6 +66,11 @@ type listenerRefs struct {
 	tcp          []tcpRef
 	secrets      []name
 	config       name
+}
+
+// clip gives back what appending left spare.
+func (l *listenerRefs) clip() {
+	l.routeConfigs, l.routes, l.tcp, l.secrets = slices.Clip(l.routeConfigs), slices.Clip(l.routes), slices.Clip(l.tcp), slices.Clip(l.secrets)
 }
 
 // assignment is what the graph keeps of a ClusterLoadAssignment.
