@@ -233,16 +233,8 @@ func scanCluster(b []byte, clusterName name) (clusterRefs, error) {
 	})
 	const edsType = 3
 	if discoveryType == edsType && !custom && eds != nil {
-		var service []byte
-		local := false
-		bytesFields(eds, func(num protowire.Number, v []byte) {
-			switch num {
-			case 1:
-				local = thisStream(v)
-			case 2:
-				service = v
-			}
-		})
+		// eds_config (1), service_name (2)
+		service, local := sourced(eds, 2, 1)
 		if local {
 			c.endpoints = clusterName
 			if len(service) > 0 {
@@ -285,20 +277,26 @@ func transportSocketSecrets(b []byte, out []name) []name {
 	return out
 }
 
-// sdsSecret appends an SdsSecretConfig's name when the secret comes over
-// this stream (a secret with no sds_config is static, in the bootstrap).
-func sdsSecret(b []byte, out []name) []name {
-	var n []byte
-	local := false
+// sourced reads a message naming a resource (field nameNum) and the
+// ConfigSource it comes from (field sourceNum): the name, and whether it
+// comes over this stream.
+func sourced(b []byte, nameNum, sourceNum protowire.Number) (n []byte, local bool) {
 	bytesFields(b, func(num protowire.Number, v []byte) {
 		switch num {
-		case 1:
+		case nameNum:
 			n = v
-		case 2:
+		case sourceNum:
 			local = thisStream(v)
 		}
 	})
-	if local && len(n) > 0 {
+	return n, local
+}
+
+// sdsSecret appends an SdsSecretConfig's name when the secret comes over
+// this stream (a secret with no sds_config is static, in the bootstrap).
+func sdsSecret(b []byte, out []name) []name {
+	// name (1), sds_config (2)
+	if n, local := sourced(b, 1, 2); local && len(n) > 0 {
 		out = append(out, intern(n))
 	}
 	return out
@@ -431,18 +429,8 @@ func scanFilter(a []byte, l *listenerRefs) {
 	case hcmType:
 		bytesFields(value, func(num protowire.Number, v []byte) {
 			switch num {
-			case 3: // rds
-				var n []byte
-				local := false
-				bytesFields(v, func(num protowire.Number, v []byte) {
-					switch num {
-					case 1:
-						local = thisStream(v)
-					case 2:
-						n = v
-					}
-				})
-				if local && len(n) > 0 {
+			case 3: // rds: config_source (1), route_config_name (2)
+				if n, local := sourced(v, 2, 1); local && len(n) > 0 {
 					l.routeConfigs = append(l.routeConfigs, intern(n))
 				}
 			case 4: // route_config, inline
