@@ -290,11 +290,11 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 	level := slog.LevelWarn
 	switch {
 	case c.Resolved && c.MakeBeforeBreak:
-		msg = fmt.Sprintf("make-before-break broken on stream %d: for %s, within one push round: %s (the control plane pushed the reference before its target)",
-			id, Latency(c.Window), c.ResolvedSummary(c.Present))
+		msg = fmt.Sprintf("make-before-break broken on stream %d: for %s, within one push round: %s (the control plane pushed the reference before its target)%s",
+			id, Latency(c.Window), c.ResolvedSummary(c.Present), objectOf(c.Finding))
 	case c.Resolved:
 		level = slog.LevelInfo
-		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present))
+		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s%s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present), objectOf(c.Finding))
 	default:
 		msg = fmt.Sprintf("dangling reference on stream %d: %s%s", id, c.Summary(), fixHint(c.Finding))
 	}
@@ -317,14 +317,20 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 	r.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
 }
 
+// objectOf names the Istio object behind a finding: " — from
+// VirtualService default/reviews-split", or nothing.
+func objectOf(f refgraph.Finding) string {
+	if o, ok := origin.ParsePath(f.Config); ok {
+		return " — from " + o.String()
+	}
+	return ""
+}
+
 // fixHint names the Istio object behind a finding, and, for a subset cluster
 // istiod never made, the DestinationRule subset it makes it from.
 func fixHint(f refgraph.Finding) string {
 	var b strings.Builder
-	if o, ok := origin.ParsePath(f.Config); ok {
-		b.WriteString(" — from ")
-		b.WriteString(o.String())
-	}
+	b.WriteString(objectOf(f))
 	if f.Kind == refgraph.RouteCluster || f.Kind == refgraph.ListenerCluster {
 		// outbound|9080|v2|reviews.default.svc.cluster.local
 		if p := strings.Split(f.Target, "|"); len(p) == 4 && p[0] == "outbound" && p[2] != "" {
