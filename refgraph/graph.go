@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unique"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -539,7 +540,7 @@ func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []*openFinding) [
 		return out
 	}
 	for _, r := range refs {
-		if g.hasCluster(r.cluster) || (r.total != 0 && r.weight == 0) {
+		if g.hasCluster(r.cluster) || (r.total != 0 && r.weight == 0) || g.istiodPort80(r) {
 			continue
 		}
 		f := base
@@ -569,6 +570,28 @@ func (g *Graph) hasCluster(n name) bool {
 		return true
 	}
 	return istioOwn(n.Value())
+}
+
+// istiodPort80 reports whether a route is one istiod puts in its port-80
+// route configuration for a VirtualService whose host has no service on port
+// 80: istiod gives every VirtualService a virtual host HOST:80 there
+// (pilot/pkg/networking/core/httproute.go, "hack to keep consistent with
+// previous behavior"), routed to outbound|80|SUBSET|HOST clusters it never
+// makes, since nothing serves HOST on port 80. A request would have to call
+// HOST on a port it does not serve; the proxy has no outbound|80||HOST.
+func (g *Graph) istiodPort80(r routeRef) bool {
+	if str(r.routeConfig) != "80" {
+		return false
+	}
+	host, ok := strings.CutSuffix(str(r.virtualHost), ":80")
+	if !ok {
+		return false
+	}
+	p := strings.Split(r.cluster.Value(), "|")
+	if len(p) != 4 || p[0] != "outbound" || p[1] != "80" || p[3] != host {
+		return false
+	}
+	return !g.hasCluster(unique.Make("outbound|80||" + host))
 }
 
 // istioOwn reports whether a cluster is one istiod makes for its own

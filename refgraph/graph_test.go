@@ -311,6 +311,21 @@ func TestGraph(t *testing.T) {
 				split("canary", splitVS, v1, 100, v2, 0))),
 		},
 	}, {
+		name: "istiod's port-80 virtual hosts for VirtualServices whose host has no port 80",
+		steps: []step{
+			cds(1, reviews()...),
+			rds(2, &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{{Name: "svc.default.svc.cluster.local:80",
+				Routes: []*route.Route{split("r", splitVS, "outbound|80|v1|svc.default.svc.cluster.local", 80, "outbound|80|v2|svc.default.svc.cluster.local", 20)}}}}),
+		},
+	}, {
+		name: "a subset missing on a port-80 service is flagged",
+		steps: []step{
+			cds(1, edsCluster("outbound|80||svc.default.svc.cluster.local", ""), edsCluster("outbound|80|v1|svc.default.svc.cluster.local", reviewDR)),
+			rds(2, &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{{Name: "svc.default.svc.cluster.local:80",
+				Routes: []*route.Route{split("r", splitVS, "outbound|80|v1|svc.default.svc.cluster.local", 80, "outbound|80|v2|svc.default.svc.cluster.local", 20)}}}}),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/80", Route: "r", Target: "outbound|80|v2|svc.default.svc.cluster.local", Share: "20%", Config: splitVS}},
+	}, {
 		name: "a route configuration inline in a listener",
 		steps: []step{
 			cds(1, reviews()...),
