@@ -23,7 +23,7 @@ type StreamsPage struct {
 	Detectors []track.DetectorState `json:"detectors"`
 	// Dangling are the references that dangle now in what the streams'
 	// clients accepted; absent when references are not checked.
-	Dangling []DanglingReference `json:"dangling_references,omitempty"`
+	Dangling []DanglingReference `json:"dangling_references,omitzero"`
 }
 
 // TypeStates are the states a type of a stream can be in, as TypeState.State

@@ -47,7 +47,7 @@ func TestReferencesFindsARouteToNowhere(t *testing.T) {
 		got[0].IstioConfig == nil || got[0].IstioConfig.Kubectl != "kubectl get virtualservice -n demo greeter" {
 		t.Fatalf("Dangling() = %+v, want the route to b from VirtualService demo/greeter", got)
 	}
-	if want := "dangling reference on stream 3: route (unnamed) of virtual host vh-greeter in route configuration r sends all of its traffic to cluster b"; !strings.Contains(log.String(), want) {
+	if want := "dangling reference on stream 3: a route of virtual host vh-greeter in route configuration r sends all of its traffic to cluster b"; !strings.Contains(log.String(), want) {
 		t.Errorf("the log lacks %q:\n%s", want, log.String())
 	}
 	if other := r.Dangling(context.Background(), "another-node"); len(other) != 0 {

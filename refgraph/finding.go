@@ -136,11 +136,11 @@ func (f Finding) ResolvedSummary(present bool) string {
 
 func (f Finding) routeWhere() string {
 	var b strings.Builder
-	b.WriteString("route ")
 	if f.Route != "" {
+		b.WriteString("route ")
 		b.WriteString(f.Route)
 	} else {
-		b.WriteString("(unnamed)")
+		b.WriteString("a route") // istiod names a route only when its VirtualService does
 	}
 	b.WriteString(" of virtual host ")
 	b.WriteString(f.VirtualHost)
