@@ -624,7 +624,13 @@ func (g *Graph) present(f *openFinding) bool {
 func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64, ch *changeSet) {
 	old := g.open[o]
 	for _, f := range found {
-		f.key = findingKey{f.Kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
+		kind := f.Kind
+		if kind == ClusterEndpoints {
+			// One finding while a cluster has no usable endpoints, whether
+			// its assignment is empty or, re-subscribed, on its way again.
+			kind = ClusterUnhealthy
+		}
+		f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
 	}
 	for _, f := range old {
 		if slices.ContainsFunc(found, func(n *openFinding) bool { return n.key == f.key }) {
@@ -644,6 +650,16 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 			// takes what the new push says of it (its weight, its object).
 			prev := old[i]
 			prev.Weight, prev.TotalWeight, prev.Endpoints, prev.Config = f.Weight, f.TotalWeight, f.Endpoints, f.Config
+			if !prev.reported {
+				// Not said yet: what it is now, reported at once if the
+				// proxy uses it at once.
+				prev.Kind, prev.immediate = f.Kind, f.immediate
+				if f.immediate {
+					prev.reported = true
+					g.reported++
+					ch.out = append(ch.out, Change{Finding: prev.Finding, At: at})
+				}
+			}
 			next = append(next, prev)
 			continue
 		}

@@ -162,9 +162,14 @@ const grace = 15 * time.Second
 // run feeds the steps to a graph, each push sent and answered at once, and
 // returns the changes of the last step.
 func run(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Change) {
+	g, last, _ := runAll(t, delta, steps)
+	return g, last
+}
+
+// runAll is run, returning also every step's changes, in order.
+func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, all []refgraph.Change) {
 	t.Helper()
-	g := refgraph.New(delta, grace)
-	var last []refgraph.Change
+	g = refgraph.New(delta, grace)
 	for i, s := range steps {
 		at := start.Add(s.at)
 		if s.at == 0 {
@@ -186,8 +191,9 @@ func run(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Ch
 			g.Sent(response(t, delta, s.typeURL, nonce, s.removed, s.res))
 			last = g.Answered(s.typeURL, nonce, !s.nack, at, s.round)
 		}
+		all = append(all, last...)
 	}
-	return g, last
+	return g, last, all
 }
 
 // response encodes a push as a control plane sends it and decodes its
@@ -264,8 +270,8 @@ func TestGraph(t *testing.T) {
 		delta bool
 		steps []step
 		// want is what the last step started and ended; open what is
-		// reported after it.
-		want, open []brief
+		// reported after it; all, when set, what every step did.
+		want, open, all []brief
 	}{{
 		name: "a weighted route to a cluster never sent: its share and VirtualService",
 		steps: []step{
@@ -372,6 +378,21 @@ func TestGraph(t *testing.T) {
 		steps: []step{cds(1, reviews()...), eds(1, cla(v1)), eds(2, cla(v1, core.HealthStatus_UNHEALTHY, core.HealthStatus_DEGRADED))},
 		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR, Resolved: true, Present: true}},
 	}, {
+		name:  "Delta: an empty assignment unsubscribed and sent again is one finding",
+		delta: true,
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1)),
+			{typeURL: codec.TypeEndpoint, request: []string{v1}, round: 2},
+			eds(2, cla(v1)),
+			{tick: time.Hour},
+		},
+		all:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+		open: []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name:  "a cluster waiting for its assignment gets an empty one: reported at once",
+		steps: []step{cds(1, reviews()...), eds(1, cla(v1))},
+		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
 		name: "an assignment under the cluster's service_name",
 		steps: []step{
 			cds(1, &clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
@@ -464,7 +485,12 @@ func TestGraph(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, got := run(t, tt.delta, tt.steps)
+			g, got, all := runAll(t, tt.delta, tt.steps)
+			if tt.all != nil {
+				if diff := cmp.Diff(tt.all, briefs(all)); diff != "" {
+					t.Errorf("every step's changes (-want +got):\n%s", diff)
+				}
+			}
 			if diff := cmp.Diff(tt.want, briefs(got)); diff != "" {
 				t.Errorf("the last step's changes (-want +got):\n%s", diff)
 			}
