@@ -351,6 +351,16 @@ func TestGraph(t *testing.T) {
 		},
 		want: []brief{{Kind: refgraph.ListenerCluster, Owner: "lds/10.0.0.1_3306", Target: "outbound|3306||mysql.default.svc.cluster.local", Share: "all"}},
 	}, {
+		name: "a TCP proxy's weighted cluster not in CDS, with its share",
+		steps: []step{
+			cds(1, reviews()...),
+			lds(2, &listener.Listener{Name: "0.0.0.0_3306", FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+				Name: "envoy.filters.network.tcp_proxy", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(t, &tcp.TcpProxy{StatPrefix: "mysql",
+					ClusterSpecifier: &tcp.TcpProxy_WeightedClusters{WeightedClusters: &tcp.TcpProxy_WeightedCluster{Clusters: []*tcp.TcpProxy_WeightedCluster_ClusterWeight{
+						{Name: v1, Weight: 70}, {Name: "mysql-canary", Weight: 30}}}}})}}}}}}),
+		},
+		want: []brief{{Kind: refgraph.ListenerCluster, Owner: "lds/0.0.0.0_3306", Target: "mysql-canary", Share: "30%"}},
+	}, {
 		name:  "a listener waits for its route configuration: nothing within the grace",
 		steps: []step{lds(1, rdsListener(t, "0.0.0.0_9080", "9080")), {tick: grace - time.Second}},
 	}, {

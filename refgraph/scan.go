@@ -352,31 +352,10 @@ func scanRoute(b []byte, rc, vhost name, out []routeRef) []routeRef {
 			out = append(out, r)
 		case 3: // weighted_clusters
 			first := len(out)
-			var total uint32
-			bytesFields(v, func(num protowire.Number, cw []byte) {
-				if num != 1 {
-					return
-				}
-				var n []byte
-				var weight uint32
-				bytesFields(cw, func(num protowire.Number, v []byte) {
-					switch num {
-					case 1:
-						n = v
-					case 2: // google.protobuf.UInt32Value
-						fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) {
-							if num == 1 && typ == protowire.VarintType {
-								weight = uint32(x)
-							}
-						})
-					}
-				})
-				total += weight
-				if len(n) > 0 { // else cluster_header
-					r := ref
-					r.cluster, r.weight = intern(n), weight
-					out = append(out, r)
-				}
+			total := eachWeighted(v, true, func(n []byte, weight uint32) {
+				r := ref
+				r.cluster, r.weight = intern(n), weight
+				out = append(out, r)
 			})
 			for i := first; i < len(out); i++ {
 				out[i].total = total
@@ -384,6 +363,40 @@ func scanRoute(b []byte, rc, vhost name, out []routeRef) []routeRef {
 		}
 	})
 	return out
+}
+
+// eachWeighted calls add with each named cluster of a weighted_clusters
+// (route's or TCP proxy's: clusters (1), each with its name (1) and weight
+// (2), a google.protobuf.UInt32Value when wrapped), and returns the sum of
+// the weights. A cluster without a name (a cluster_header) is not added, but
+// its weight counts.
+func eachWeighted(b []byte, wrapped bool, add func(n []byte, weight uint32)) (total uint32) {
+	bytesFields(b, func(num protowire.Number, cw []byte) {
+		if num != 1 {
+			return
+		}
+		var n []byte
+		var weight uint32
+		fields(cw, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) {
+			switch {
+			case num == 1 && typ == protowire.BytesType:
+				n = v
+			case num == 2 && typ == protowire.VarintType && !wrapped:
+				weight = uint32(x)
+			case num == 2 && typ == protowire.BytesType && wrapped:
+				fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) {
+					if num == 1 && typ == protowire.VarintType {
+						weight = uint32(x)
+					}
+				})
+			}
+		})
+		total += weight
+		if len(n) > 0 {
+			add(n, weight)
+		}
+	})
+	return total
 }
 
 // scanListener reads a Listener: its filter chains' HTTP connection
@@ -450,25 +463,8 @@ func scanFilter(a []byte, l *listenerRefs) {
 				l.tcp = append(l.tcp, tcpRef{cluster: intern(v)})
 			case 10:
 				first := len(l.tcp)
-				var total uint32
-				bytesFields(v, func(num protowire.Number, cw []byte) {
-					if num != 1 {
-						return
-					}
-					var n []byte
-					var weight uint32
-					fields(cw, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) {
-						switch {
-						case num == 1 && typ == protowire.BytesType:
-							n = v
-						case num == 2 && typ == protowire.VarintType:
-							weight = uint32(x)
-						}
-					})
-					total += weight
-					if len(n) > 0 {
-						l.tcp = append(l.tcp, tcpRef{cluster: intern(n), weight: weight})
-					}
+				total := eachWeighted(v, false, func(n []byte, weight uint32) {
+					l.tcp = append(l.tcp, tcpRef{cluster: intern(n), weight: weight})
 				})
 				for i := first; i < len(l.tcp); i++ {
 					l.tcp[i].total = total
