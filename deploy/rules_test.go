@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/refgraph"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
@@ -202,7 +203,7 @@ func TestRules(t *testing.T) {
 	}
 	for _, want := range []string{
 		"AdstapNACKStorm", "AdstapNACKLoop", "AdstapRepeatedFullSyncs", "AdstapPushUnanswered",
-		"AdstapSlowACKs", "AdstapUpstreamConnectFailures", "AdstapSlowFullSync",
+		"AdstapSlowACKs", "AdstapUpstreamConnectFailures", "AdstapSlowFullSync", "AdstapDanglingReferences",
 		"AdstapProxyNotACKing", "AdstapPushNearReceiveLimit", "AdstapMeshNACKRatio", "AdstapUpstreamFailing",
 	} {
 		if !seen[want] {
@@ -219,6 +220,14 @@ var (
 	typeValue = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
 	protocol  = []string{"sotw", "delta", "opaque"}
 	direction = []string{"request", "response"}
+	// referenceKind is the kind of a dangling reference (refgraph.Kinds).
+	referenceKind = func() []string {
+		var kinds []string
+		for _, k := range refgraph.Kinds {
+			kinds = append(kinds, string(k))
+		}
+		return kinds
+	}()
 )
 
 type labels map[string][]string
@@ -253,6 +262,8 @@ var metrics = map[string]labels{
 	"adstap_proxy_streams":                   {"version": anyValue, "control_plane": anyValue},
 	"adstap_upstream_failing":                {"reason": {"certificate_expired", "unknown_authority", "wrong_name", "tls", "dns", "refused", "timeout", "tcp"}},
 	"adstap_upstream_failed_attempts":        {},
+	"adstap_dangling_references":             {"kind": referenceKind},
+	"adstap_dangling_references_total":       {"kind": referenceKind},
 }
 
 // histograms, with their labels and the bucket bounds a rule may name in le
@@ -261,11 +272,12 @@ var histograms = map[string]struct {
 	labels labels
 	le     []string
 }{
-	"adstap_push_ack_seconds":         {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_push_bytes":               {labels{"type": typeValue}, []string{"1000", "10000", "100000", "1e+06", "2e+06", "3e+06", "4e+06", "4.194304e+06", "1e+07", "2e+07", "4e+07", "1e+08", "+Inf"}},
-	"adstap_push_resources":           {labels{"type": typeValue}, nil},
-	"adstap_full_sync_seconds":        {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_upstream_connect_seconds": {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},
+	"adstap_push_ack_seconds":          {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
+	"adstap_push_bytes":                {labels{"type": typeValue}, []string{"1000", "10000", "100000", "1e+06", "2e+06", "3e+06", "4e+06", "4.194304e+06", "1e+07", "2e+07", "4e+07", "1e+08", "+Inf"}},
+	"adstap_push_resources":            {labels{"type": typeValue}, nil},
+	"adstap_full_sync_seconds":         {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
+	"adstap_upstream_connect_seconds":  {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},
+	"adstap_make_before_break_seconds": {labels{"kind": {"route_cluster", "listener_cluster"}}, nil},
 }
 
 // lookup returns the labels of the series name (a histogram's _bucket,

@@ -23,6 +23,9 @@ type StreamsPage struct {
 	Detectors []track.DetectorState `json:"detectors"`
 	// Upstream is how the tap's connections to its control plane fare.
 	Upstream UpstreamState `json:"upstream"`
+	// Dangling are the references that dangle now in what the streams'
+	// clients accepted; absent when references are not checked.
+	Dangling []DanglingReference `json:"dangling_references,omitzero"`
 }
 
 // TypeStates are the states a type of a stream can be in, as TypeState.State
@@ -87,8 +90,9 @@ func (f StreamFilter) Apply(streams []track.StreamState) []track.StreamState {
 // DebugStreams serves GET /debug/streams: every stream's protocol state, in
 // istioctl proxy-status terms, and the detectors. ?node=ID keeps one node,
 // ?type=cds one type, ?state=NACKED the types in that state. up, which may
-// be nil, says how the connections to the control plane fare.
-func DebugStreams(t *track.Tracker, up *UpstreamHealth) http.Handler {
+// be nil, says how the connections to the control plane fare; with refs, it
+// shows the dangling references too.
+func DebugStreams(t *track.Tracker, up *UpstreamHealth, refs ...*References) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseStreamFilter(r.URL.Query())
 		if err != nil {
@@ -112,6 +116,19 @@ func DebugStreams(t *track.Tracker, up *UpstreamHealth) http.Handler {
 		}
 		if page.Streams == nil {
 			page.Streams = []track.StreamState{}
+		}
+		for _, x := range refs {
+			shown := map[uint64]bool{}
+			for _, s := range page.Streams {
+				shown[s.ID] = true
+			}
+			page.Dangling = []DanglingReference{}
+			for _, d := range x.Dangling(r.Context(), f.Node) {
+				// With a type or state filter, only the streams shown.
+				if shown[d.Stream] || (f.Type == "" && f.State == "") {
+					page.Dangling = append(page.Dangling, d)
+				}
+			}
 		}
 		if page.Detectors == nil {
 			page.Detectors = []track.DetectorState{}

@@ -259,6 +259,31 @@ func TestLivePageInARealBrowser(t *testing.T) {
 		t.Errorf("markup from the wire became elements or ran (%d)", n)
 	}
 
+	// A route to a cluster the snapshot lacks, ACKed: every type SYNCED,
+	// and "Routes to nowhere" names the cluster and the VirtualService.
+	const splitNode = "sidecar~10.0.0.77~productpage-v1.demo~demo.svc.cluster.local"
+	const missing = "outbound|9080|v2|reviews.demo.svc.cluster.local"
+	split := xdsconfig.Route("route-split", "reviews", missing)
+	split.VirtualHosts[0].Routes[0].Metadata = xdsconfig.IstioConfig("virtual-service", "demo", "reviews-split")
+	if err := cp.Set("v-split", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(1, 0), resource.RouteType: {split}}, splitNode); err != nil {
+		t.Fatal(err)
+	}
+	ss := xdstest.OpenSotW(t, sctx, xdstest.DialRaw(t, tapAddr))
+	for _, req := range []*discovery.DiscoveryRequest{
+		{Node: &core.Node{Id: splitNode}, TypeUrl: resource.ClusterType},
+		{TypeUrl: resource.RouteType, ResourceNames: []string{"route-split"}},
+	} {
+		if err := ss.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r := xdstest.RecvWithin(t, 10*time.Second, ss.Recv)
+		if err := ss.Send(&discovery.DiscoveryRequest{TypeUrl: req.TypeUrl, ResourceNames: req.ResourceNames, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitJS(t, ctx, "the route to nowhere", `[...document.querySelectorAll("#dangling tbody tr")].some(tr => tr.dataset.kind === "route_cluster" &&
+		tr.innerText.includes(`+jsString(missing)+`) && tr.innerText.includes("503 NC") && tr.innerText.includes("VirtualService demo/reviews-split"))`)
+
 	if p := consoleProblems(); len(p) > 0 {
 		t.Errorf("the console has errors:\n%s", strings.Join(p, "\n"))
 	}

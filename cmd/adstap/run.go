@@ -45,6 +45,8 @@ type runFlags struct {
 	retainResources                                                     bool
 	retainMaxBytes                                                      byteSize
 	nackKeepBytes                                                       byteSize
+	checkReferences                                                     bool
+	referencesGrace                                                     time.Duration
 	pprof                                                               bool
 }
 
@@ -107,10 +109,15 @@ func runCommand(f *runFlags) *command {
 	c.Var(intValue{&f.captureMaxFiles}, "capture-max-files", "keep at most this many capture files (`count`), the current one included")
 
 	f.outputQueueBytes = export.DefaultOutputQueueBytes
-	c.Var(&f.outputQueueBytes, "output-queue-bytes", "`bytes` of capture records, and of pushes to retain, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
+	c.Var(&f.outputQueueBytes, "output-queue-bytes", "`bytes` of capture records, of pushes to retain, and of frames whose references are to be checked, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
 	c.Bool(&f.retainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
 	f.retainMaxBytes = 128 << 20
 	c.Var(&f.retainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
+
+	c.group("Dangling references (what each proxy accepted that refers to something it does not have)")
+	c.Bool(&f.checkReferences, "check-references", true, "keep each stream's reference graph (names only) and report, after every ACK, routes and TCP proxies to clusters the proxy does not have, listeners without their route configuration, EDS clusters without (healthy) endpoints, secrets never received (docs/istio.md)")
+	f.referencesGrace = export.DefaultReferencesGrace
+	c.Var(durationValue{&f.referencesGrace}, "references-grace", "how long a proxy may wait for what it refers to (a listener's route configuration, a cluster's endpoints, a secret) before the wait is reported; Envoy's initial_fetch_timeout by default")
 
 	addDetectorFlags(c, &f.detect)
 
@@ -164,6 +171,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd.needs("metrics-max-nodes", "metrics-node-label", f.metricsNodeLabel),
 		cmd.needs("capture-max-bytes", "capture", f.capturePath != ""),
 		cmd.needs("capture-max-files", "capture", f.capturePath != ""),
+		cmd.needs("references-grace", "check-references", f.checkReferences),
 	); err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v (see adstap run --help)\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return exitUsage
@@ -319,6 +327,8 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		MetricsNodeLabel: f.metricsNodeLabel,
 		MetricsMaxNodes:  f.metricsMaxNodes,
 		OutputQueueBytes: int64(f.outputQueueBytes),
+		CheckReferences:  f.checkReferences,
+		ReferencesGrace:  f.referencesGrace,
 		Tracing: &export.TracingConfig{
 			Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping, Getenv: osEnv,
 		},

@@ -33,7 +33,7 @@ type statusFlags struct {
 
 func statusCommand(f *statusFlags) *command {
 	c := newCommand("status",
-		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message, an upstream that cannot be reached, and the detectors that are active. With --prometheus it shows every proxy of every tap that Prometheus scrapes (a sidecar tap each), read with a fixed number of queries.",
+		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message, an upstream that cannot be reached, the dangling references (requests that fail although every type is SYNCED: a route to a cluster the proxy does not have, ...) and the detectors that are active. With --prometheus it shows every proxy of every tap that Prometheus scrapes (a sidecar tap each), read with a fixed number of queries.",
 		"adstap status [flags]")
 	c.group("Where")
 	adminFlag(c, &f.admin)
@@ -44,7 +44,8 @@ func statusCommand(f *statusFlags) *command {
 	f.staleAfter = 5 * time.Second
 	c.Var(durationValue{&f.staleAfter}, "stale-after", "a push unanswered for less than this `duration` is in flight, not a problem: it shows STALE but does not fail the exit status")
 	c.epilog = `Exit status: 0 when every proxy is in sync; 3 when one is STALE (longer than
---stale-after) or in ERROR, or a tap cannot reach its control plane; 1 when
+--stale-after) or in ERROR, holds a dangling reference (a route to a cluster it
+does not have, ...), or a tap cannot reach its control plane; 1 when
 the tap (or Prometheus) cannot be read, or has nothing asked for; 2 for bad
 flags.
 
@@ -71,8 +72,10 @@ type statusRow struct {
 	Streams int    `json:"streams,omitempty"`
 	// Upstream is, with --prometheus, the tap's failing upstream.
 	Upstream *export.UpstreamState `json:"upstream,omitempty"`
-	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace
-	// or a failing upstream, 2 otherwise.
+	// Dangling are the references that dangle in what the proxy accepted.
+	Dangling []export.DanglingReference `json:"dangling_references,omitempty"`
+	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace,
+	// a dangling reference or a failing upstream, 2 otherwise.
 	worst int
 }
 
@@ -113,6 +116,7 @@ const (
 	problemNACK     = "nack"     // a proxy rejected the latest push of a type
 	problemStale    = "stale"    // a push unanswered for longer than --stale-after
 	problemUpstream = "upstream" // the tap cannot connect to its control plane
+	problemDangling = "dangling" // a reference in what the proxy accepted points at nothing
 )
 
 // statusReport is what -o json prints.
@@ -215,6 +219,15 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 			}
 			row.set(codec.ShortType(url), c, now, at, staleAfter)
 		}
+		for _, d := range page.Dangling {
+			if d.Stream == s.ID {
+				row.Dangling = append(row.Dangling, d)
+			}
+		}
+		if len(row.Dangling) > 0 {
+			rep.InSync = false
+			row.worst = min(row.worst, 1)
+		}
 		rep.Proxies = append(rep.Proxies, row)
 	}
 	rep.finish()
@@ -293,6 +306,17 @@ func (rep *statusReport) finish() {
 			if c, ok := r.Types[t]; ok && c.Problem {
 				rep.Problems = append(rep.Problems, r.problem(t, c))
 			}
+		}
+	}
+	for _, r := range rep.Proxies {
+		for _, d := range r.Dangling {
+			// Requests that fail although every type is SYNCED.
+			p := statusProblem{Kind: problemDangling, Proxy: r.Name, Stream: r.Stream,
+				Message: fmt.Sprintf("%s (stream %d) dangling reference for %s: %s", r.Name, r.Stream, age(rep.Now, d.Since), d.Summary)}
+			if d.IstioConfig != nil {
+				p.Detail = []string{"  " + d.IstioConfig.Kubectl}
+			}
+			rep.Problems = append(rep.Problems, p)
 		}
 	}
 	rep.InSync = len(rep.Problems) == 0

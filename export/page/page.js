@@ -180,6 +180,28 @@ function renderUpstream(page) {
   return true;
 }
 
+// renderDangling shows the references that dangle in what proxies accepted:
+// requests that fail although every type is SYNCED.
+const DANGLING_KINDS = {
+  route_cluster: "route → missing cluster", listener_route: "listener → missing routes",
+  listener_cluster: "TCP proxy → missing cluster", cluster_endpoints: "cluster → no EDS",
+  cluster_unhealthy: "cluster → no healthy endpoint", secret: "→ missing secret",
+};
+function renderDangling(page) {
+  const refs = page.dangling_references || [];
+  document.querySelector("#dangling tbody").replaceChildren(...refs.map((d) => {
+    const obj = d.istio_config;
+    const objCell = el("td", {}, obj ? obj.kind + " " + obj.namespace + "/" + obj.name : "");
+    if (obj) objCell.title = obj.kubectl;
+    return el("tr", { "data-kind": d.kind, "data-stream": d.stream },
+      el("td", {}, d.stream), el("td", { title: d.node_id || "" }, proxyName(d)),
+      el("td", {}, DANGLING_KINDS[d.kind] || d.kind), el("td", { class: "error" }, d.summary),
+      objCell, el("td", {}, age(page.now, d.since) + " ago"));
+  }));
+  document.getElementById("dangling").hidden = refs.length === 0;
+  document.getElementById("no-dangling").hidden = refs.length > 0;
+}
+
 function describePush(p) {
   const outcome = p.result ? p.result.toUpperCase() + " after " + latency(p.latency_seconds) : "waiting for its answer";
   const lines = [
@@ -283,6 +305,7 @@ async function refresh() {
     const page = await getJSON("/debug/streams");
     const upstreamFailing = renderUpstream(page);
     renderDetectors(page);
+    renderDangling(page);
     if (selected === null || !page.streams.some((s) => s.id === selected)) {
       const m = /stream=(\d+)/.exec(location.hash);
       const wanted = m && page.streams.find((s) => s.id === Number(m[1]));
@@ -295,6 +318,7 @@ async function refresh() {
     document.getElementById("summary").textContent =
       (upstreamFailing ? "upstream FAILING, " : "") +
       page.streams.length + " streams, " + nacked + " with a NACK, " +
+      (page.dangling_references || []).length + " dangling references, " +
       page.detectors.filter((d) => d.active).length + " active detectors";
     conn.textContent = "updated " + new Date(page.now).toLocaleTimeString();
     conn.classList.remove("down");

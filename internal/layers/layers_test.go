@@ -25,12 +25,13 @@ var mayImport = map[string][]string{
 	"redact":            {"codec"},
 	"tap":               {"codec"},
 	"track":             {"codec"},
+	"refgraph":          {"codec"},
 	"origin":            {"codec", "track", "redact"},
-	"export":            {"codec", "track", "origin", "capture", "redact"},
+	"export":            {"codec", "track", "origin", "capture", "redact", "refgraph"},
 	"internal/gctune":   {},
-	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export"},
-	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export"},
-	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
+	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export", "refgraph"},
+	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph"},
+	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline"},
 }
 
 // demoImports are what cmd/adstap's files may add under the demo build tag

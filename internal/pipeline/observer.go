@@ -18,6 +18,9 @@ import (
 type Observer struct {
 	tracker *track.Tracker
 	sinks   []track.Sink
+	// tickers are told the clock's time after the tracker: outputs with
+	// time-based rules of their own (export.References).
+	tickers []func(time.Time)
 	// responses are reused across decodes, so a steady stream of pushes does
 	// not allocate per resource.
 	responses sync.Pool
@@ -88,6 +91,9 @@ func (o *Observer) OnUpstreamConnect(c codec.UpstreamConnect) {
 // about once a second.
 func (o *Observer) Tick(now time.Time) {
 	o.emit(o.tracker.Tick(now))
+	for _, tick := range o.tickers {
+		tick(now)
+	}
 }
 
 func (o *Observer) emit(events []track.Event) {

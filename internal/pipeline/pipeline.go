@@ -37,6 +37,12 @@ type Config struct {
 	// RetainMaxBytes > 0 keeps the accepted resources for /debug/config, up
 	// to that many bytes (--retain-resources, --retain-max-bytes).
 	RetainMaxBytes int64
+	// CheckReferences keeps each stream's reference graph and reports the
+	// references that dangle (--check-references); ReferencesGrace is how
+	// long a proxy may wait for what it refers to first
+	// (export.DefaultReferencesGrace when 0).
+	CheckReferences bool
+	ReferencesGrace time.Duration
 	// Capture, when set, receives every frame; the pipeline closes it.
 	Capture *capture.Writer
 	// OutputQueueBytes bounds, for each output that does I/O (the capture,
@@ -60,6 +66,8 @@ type Pipeline struct {
 	Capture  *export.Capture     // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
 	Upstream *export.UpstreamHealth
+	// References is nil without Config.CheckReferences.
+	References *export.References
 	// captureFile is Config.Capture, whose files /debug/capture lists.
 	captureFile *capture.Writer
 	relay       atomic.Pointer[tap.Server]
@@ -98,6 +106,10 @@ func New(cfg Config) (*Pipeline, error) {
 		p.Retained = export.NewConfigStore(cfg.RetainMaxBytes, cfg.OutputQueueBytes, log)
 		dropped["config"] = p.Retained.Dropped
 	}
+	if cfg.CheckReferences {
+		// Made once the metrics' registry exists, below.
+		dropped["references"] = func() uint64 { return p.References.Dropped() }
+	}
 	if cfg.Capture != nil {
 		p.Capture = export.NewCapture(cfg.Capture, log, cfg.OutputQueueBytes)
 		p.captureFile = cfg.Capture
@@ -119,6 +131,10 @@ func New(cfg Config) (*Pipeline, error) {
 	}, export.RelayStatsFunc(p.relayStats))
 	p.Upstream = export.NewUpstreamHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
+	if cfg.CheckReferences {
+		p.References = export.NewReferences(export.ReferencesConfig{Grace: cfg.ReferencesGrace, QueueBytes: cfg.OutputQueueBytes,
+			Logger: log, Registry: p.Metrics.Registry(), Tracing: p.Tracing})
+	}
 	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics, p.Upstream}
 	if p.Tracing != nil {
 		sinks = append(sinks, p.Tracing)
@@ -126,15 +142,25 @@ func New(cfg Config) (*Pipeline, error) {
 	if p.Retained != nil {
 		sinks = append(sinks, p.Retained)
 	}
+	if p.References != nil {
+		sinks = append(sinks, p.References)
+	}
 	sinks = append(sinks, cfg.Sinks...)
 	p.Tracker = track.New(cfg.Detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
 	p.Observer = NewObserver(p.Tracker, sinks...)
+	if p.References != nil {
+		p.Observer.tickers = append(p.Observer.tickers, p.References.Tick)
+	}
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
 		// After the tracker: a push's bytes are kept before its ACK is judged.
 		observers = append(observers, retainObserver{p.Retained})
+	}
+	if p.References != nil {
+		// After the tracker, as retaining: a push is queued before its answer.
+		observers = append(observers, referencesObserver{p.References})
 	}
 	if p.Capture != nil {
 		observers = append(observers, captureObserver{p.Capture})
@@ -180,6 +206,9 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
+	if p.References != nil {
+		pages["GET /debug/streams"] = export.DebugStreams(p.Tracker, p.Upstream, p.References)
+	}
 	if p.Capture != nil {
 		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.captureFile)
 	}
@@ -199,6 +228,11 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if p.Retained != nil {
 		if err := p.Retained.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("retained configuration: %w", err))
+		}
+	}
+	if p.References != nil {
+		if err := p.References.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("checking references: %w", err))
 		}
 	}
 	if p.Capture != nil {

@@ -41,6 +41,9 @@ type TapOptions struct {
 	RetainResources bool
 	// Capture, when set, is the capture file (--capture), for adstap inspect.
 	Capture string
+	// ReferencesGrace is --references-grace; 0 is its default. References
+	// are checked, as adstap run checks them by default.
+	ReferencesGrace time.Duration
 }
 
 // Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
@@ -73,6 +76,9 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		Detect:  opts.Detect,
 		Tracing: &export.TracingConfig{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
 		Sinks:   []track.Sink{tp.events},
+
+		CheckReferences: true,
+		ReferencesGrace: opts.ReferencesGrace,
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20
@@ -238,4 +244,26 @@ func (r *SpanRecorder) All() []sdktrace.ReadOnlySpan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.spans)
+}
+
+// WaitDangling polls /debug/streams until its dangling references meet cond,
+// and returns them, or fails when ctx ends first.
+func (tp *Tap) WaitDangling(ctx context.Context, cond func([]export.DanglingReference) bool) ([]export.DanglingReference, error) {
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	var last []export.DanglingReference
+	for {
+		page, err := tp.Streams()
+		if err == nil {
+			last = page.Dangling
+			if cond(last) {
+				return last, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("waiting for adstap's dangling references (last %+v): %w", last, ctx.Err())
+		case <-poll.C:
+		}
+	}
 }

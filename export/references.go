@@ -1,0 +1,404 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/mem"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/refgraph"
+	"github.com/adstap/adstap/track"
+)
+
+// DefaultReferencesGrace is how long a proxy may wait for what a resource
+// refers to (a listener's route configuration, a cluster's endpoints, a
+// secret) before the wait is a dangling reference: Envoy's default
+// initial_fetch_timeout, after which it stops waiting and serves without.
+const DefaultReferencesGrace = 15 * time.Second
+
+// References checks, for every stream, that what the client accepted refers
+// only to what it holds: it keeps each stream's reference graph (package
+// refgraph: names, not resources) and reports each dangling reference when
+// it starts and when it ends, in the live log, on /debug/streams, as metrics
+// and on spans.
+//
+// It reads pushes off the relay and off the tracker's lock: the wiring hands
+// it each frame's bytes by reference (Response, Request), which it scans on a
+// goroutine of its own, behind a bounded queue, and lets go of at once; the
+// tracker's verdicts (OnEvent) come through the same queue, so a push is
+// scanned before its answer is applied. What does not fit in the queue is
+// dropped and counted (adstap_output_dropped_total{output="references"}), and
+// the stream it belonged to is no longer checked, since its graph would be
+// wrong.
+type References struct {
+	grace   time.Duration
+	log     *slog.Logger
+	detail  bool
+	tracing *Tracing
+	q       *queue[refOp]
+
+	// resp and req are reused by the queue's goroutine.
+	resp codec.Response
+
+	mu      sync.Mutex
+	streams map[uint64]*refStream
+
+	open      *prometheus.GaugeVec
+	found     *prometheus.CounterVec
+	mbbWindow *prometheus.HistogramVec
+}
+
+type refStream struct {
+	graph *refgraph.Graph
+	node  string
+	// off says why the stream's references are no longer checked.
+	off string
+}
+
+type refOp struct {
+	kind     uint8
+	stream   uint64
+	delta    bool
+	data     mem.BufferSlice
+	push     track.Push
+	accepted bool
+	at       time.Time
+}
+
+const (
+	refOpen = iota
+	refResponse
+	refRequest
+	refAnswer
+	refClose
+	refLost // a frame of the stream was not checked
+	refTick
+)
+
+var _ track.Sink = (*References)(nil)
+
+// ReferencesConfig shapes the check.
+type ReferencesConfig struct {
+	// Grace is DefaultReferencesGrace when 0.
+	Grace time.Duration
+	// QueueBytes bounds the bytes of frames waiting to be scanned
+	// (DefaultOutputQueueBytes when 0).
+	QueueBytes int64
+	Logger     *slog.Logger
+	// Registry, when set, gets the metrics.
+	Registry *prometheus.Registry
+	// Tracing, when set, gets a span per check that changed something.
+	Tracing *Tracing
+}
+
+var mbbBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// NewReferences starts checking. Close stops it.
+func NewReferences(cfg ReferencesConfig) *References {
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultReferencesGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	_, human := cfg.Logger.Handler().(*Pretty)
+	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{},
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
+			Help: "References that dangle now, in what proxies accepted: a route or TCP proxy to a cluster they do not have, a listener waiting for a route configuration, an EDS cluster without endpoints or with none healthy, a secret never received."}, []string{"kind"}),
+		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adstap_dangling_references_total",
+			Help: "Dangling references found (see adstap_dangling_references)."}, []string{"kind"}),
+		mbbWindow: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "adstap_make_before_break_seconds",
+			Help:    "How long a proxy pointed at nothing when a control plane pushed a reference before its target within one push round (make-before-break broken).",
+			Buckets: mbbBuckets}, []string{"kind"}),
+	}
+	for _, k := range refgraph.Kinds {
+		r.open.WithLabelValues(string(k))
+		r.found.WithLabelValues(string(k))
+	}
+	for _, k := range []refgraph.Kind{refgraph.RouteCluster, refgraph.ListenerCluster} {
+		r.mbbWindow.WithLabelValues(string(k))
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
+	}
+	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "frames (their streams are no longer checked)"),
+		func(op refOp) { op.data.Free() }) // a frame dropped at Close's deadline gives its buffers back
+	return r
+}
+
+// Tick reports the references that have waited past the grace by now; call
+// it about once a second (the pipeline's clock does), so they are noticed
+// when no frame arrives.
+func (r *References) Tick(now time.Time) { r.q.put(refOp{kind: refTick, at: now}, 16, true) }
+
+// OpenStream starts checking a stream.
+func (r *References) OpenStream(id uint64, p codec.Protocol) {
+	if p != codec.Opaque {
+		r.q.put(refOp{kind: refOpen, stream: id, delta: p == codec.Delta}, 64, true)
+	}
+}
+
+// CloseStream forgets a stream.
+func (r *References) CloseStream(id uint64) { r.q.put(refOp{kind: refClose, stream: id}, 64, true) }
+
+// Response hands over a push's bytes, which References references (Ref) until
+// it has scanned them. It never waits.
+func (r *References) Response(id uint64, at time.Time, data mem.BufferSlice) {
+	r.frame(refResponse, id, at, data)
+}
+
+// Request hands over a request's bytes, as Response does.
+func (r *References) Request(id uint64, at time.Time, data mem.BufferSlice) {
+	r.frame(refRequest, id, at, data)
+}
+
+func (r *References) frame(kind uint8, id uint64, at time.Time, data mem.BufferSlice) {
+	data.Ref()
+	if !r.q.put(refOp{kind: kind, stream: id, at: at, data: data}, data.Len(), false) {
+		data.Free()
+		r.q.put(refOp{kind: refLost, stream: id}, 64, true)
+	}
+}
+
+// OnEvent takes the tracker's verdicts on pushes, and its gaps.
+func (r *References) OnEvent(e track.Event) {
+	switch e := e.(type) {
+	case track.PushEnded:
+		accepted := e.Result == track.ResultACK || e.Result == track.ResultSuperseded
+		if e.Result == track.ResultTimeout {
+			return // kept for a late answer
+		}
+		r.q.put(refOp{kind: refAnswer, stream: e.Push.StreamID, push: e.Push, accepted: accepted, at: e.At}, 256, true)
+	case track.LateAnswer:
+		r.q.put(refOp{kind: refAnswer, stream: e.Push.StreamID, push: e.Push, accepted: e.Result == track.ResultACK, at: e.At}, 256, true)
+	case track.ObservationGap:
+		r.q.put(refOp{kind: refLost, stream: e.StreamID}, 64, true)
+	}
+}
+
+// Dropped counts the frames dropped because the queue was full.
+func (r *References) Dropped() uint64 { return r.q.Dropped() }
+
+// Close stops checking, once what waits is done or ctx is done.
+func (r *References) Close(ctx context.Context) error {
+	return r.q.close(ctx)
+}
+
+func (r *References) do(op refOp) {
+	if op.data != nil {
+		defer op.data.Free()
+	}
+	if op.kind == refTick {
+		r.mu.Lock()
+		for id, st := range r.streams {
+			if st.off == "" {
+				r.report(id, st, nil, st.graph.Tick(op.at))
+			}
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.streams[op.stream]
+	switch op.kind {
+	case refOpen:
+		r.streams[op.stream] = &refStream{graph: refgraph.New(op.delta, r.grace)}
+		return
+	case refClose:
+		if st != nil {
+			r.forget(st)
+			delete(r.streams, op.stream)
+		}
+		return
+	}
+	if st == nil || st.off != "" {
+		return
+	}
+	switch op.kind {
+	case refResponse:
+		// Decoded again, here rather than on the tracker's goroutine: the
+		// envelope is a scan, and the resources are read only here.
+		if err := r.resp.DecodeBuffers(op.data, st.graph.Delta()); err == nil {
+			st.graph.Sent(&r.resp)
+		}
+	case refRequest:
+		var b []byte
+		if len(op.data) == 1 {
+			b = op.data[0].ReadOnlyData()
+		} else {
+			b = op.data.Materialize()
+		}
+		if req, err := codec.DecodeRequest(b, st.graph.Delta()); err == nil {
+			r.report(op.stream, st, nil, st.graph.Requested(req, op.at, 0))
+		}
+	case refAnswer:
+		if op.push.Node.ID != "" {
+			st.node = op.push.Node.ID
+		}
+		r.report(op.stream, st, &op.push, st.graph.Answered(op.push.TypeURL, op.push.Nonce, op.accepted, op.at, op.push.Round))
+	case refLost:
+		st.off = "frames of the stream went unchecked (a full queue or skipped observation): its reference graph would be wrong"
+		r.log.Warn(fmt.Sprintf("stream %d: references no longer checked: %s", op.stream, st.off), "stream", op.stream)
+		r.forget(st)
+	}
+}
+
+// forget takes a stream's findings out of the metrics. r.mu is held.
+func (r *References) forget(st *refStream) {
+	for _, f := range st.graph.Findings() {
+		r.open.WithLabelValues(string(f.Kind)).Dec()
+	}
+	st.graph = refgraph.New(st.graph.Delta(), r.grace)
+}
+
+// report tells the outputs what a check started and ended. r.mu is held.
+func (r *References) report(id uint64, st *refStream, p *track.Push, changes []refgraph.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	for _, c := range changes {
+		kind := string(c.Kind)
+		if c.Resolved {
+			r.open.WithLabelValues(kind).Dec()
+			if c.MakeBeforeBreak {
+				r.mbbWindow.WithLabelValues(kind).Observe(c.Window.Seconds())
+			}
+		} else {
+			r.open.WithLabelValues(kind).Inc()
+			r.found.WithLabelValues(kind).Inc()
+		}
+		r.logChange(id, st.node, c)
+	}
+	if r.tracing != nil {
+		r.tracing.references(id, st.node, p, changes)
+	}
+}
+
+// logChange writes a finding's line, e.g.
+//
+//	dangling reference on stream 3: route reviews of virtual host … sends 10% of its traffic to cluster outbound|9080|v2|reviews.default.svc.cluster.local, which the proxy does not have: those requests fail with 503 NC — from VirtualService default/reviews-split node=sidecar~…
+func (r *References) logChange(id uint64, node string, c refgraph.Change) {
+	var msg string
+	level := slog.LevelWarn
+	switch {
+	case c.Resolved && c.MakeBeforeBreak:
+		msg = fmt.Sprintf("make-before-break broken on stream %d: for %s, within one push round: %s (the control plane pushed the reference before its target)%s",
+			id, Latency(c.Window), c.ResolvedSummary(c.Present), objectOf(c.Finding))
+	case c.Resolved:
+		level = slog.LevelInfo
+		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s%s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present), objectOf(c.Finding))
+	default:
+		msg = fmt.Sprintf("dangling reference on stream %d: %s%s", id, c.Summary(), fixHint(c.Finding))
+	}
+	msg += nodeSuffix(node)
+	if !r.detail {
+		r.log.Log(context.Background(), level, msg)
+		return
+	}
+	facts := []any{"stream", id, "node", node, "kind", string(c.Kind), "owner_type", c.OwnerType, "owner", c.Owner,
+		"target", c.Target, "share", c.Share(), "resolved", c.Resolved}
+	if c.Route != "" || c.VirtualHost != "" {
+		facts = append(facts, "route_configuration", c.RouteConfig, "virtual_host", c.VirtualHost, "route", c.Route)
+	}
+	if c.Config != "" {
+		facts = append(facts, "istio_config", c.Config)
+	}
+	if c.Resolved {
+		facts = append(facts, "duration_ms", ms(c.Window), "make_before_break", c.MakeBeforeBreak)
+	}
+	r.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
+}
+
+// objectOf names the Istio object behind a finding: " — from
+// VirtualService default/reviews-split", or nothing.
+func objectOf(f refgraph.Finding) string {
+	if o, ok := origin.ParsePath(f.Config); ok {
+		return " — from " + o.String()
+	}
+	return ""
+}
+
+// fixHint names the Istio object behind a finding, and, for a subset cluster
+// istiod never made, the DestinationRule subset it makes it from.
+func fixHint(f refgraph.Finding) string {
+	var b strings.Builder
+	b.WriteString(objectOf(f))
+	if f.Kind == refgraph.RouteCluster || f.Kind == refgraph.ListenerCluster {
+		// outbound|9080|v2|reviews.default.svc.cluster.local
+		if p := strings.Split(f.Target, "|"); len(p) == 4 && p[0] == "outbound" && p[2] != "" {
+			fmt.Fprintf(&b, " (istiod makes that cluster from subset %s of a DestinationRule for %s: is it defined?)", p[2], p[3])
+		}
+	}
+	return b.String()
+}
+
+// DanglingReference is a dangling reference as /debug/streams shows it
+// (dangling_references).
+type DanglingReference struct {
+	Stream      uint64    `json:"stream"`
+	NodeID      string    `json:"node_id"`
+	Kind        string    `json:"kind"`
+	OwnerType   string    `json:"owner_type"`
+	Owner       string    `json:"owner"`
+	RouteConfig string    `json:"route_configuration,omitempty"`
+	VirtualHost string    `json:"virtual_host,omitempty"`
+	Route       string    `json:"route,omitempty"`
+	Target      string    `json:"target"`
+	Share       float64   `json:"share"`
+	Endpoints   int       `json:"endpoints,omitempty"`
+	IstioConfig *IstioRef `json:"istio_config,omitempty"`
+	Since       time.Time `json:"since"`
+	// Summary is the live log's sentence, with the object to fix.
+	Summary string `json:"summary"`
+}
+
+// IstioRef is an Istio object as the pages name it.
+type IstioRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	Kubectl   string `json:"kubectl"`
+}
+
+// Dangling returns the dangling references reported now, of every stream or
+// of one node's, by stream. What the tracker has judged by now is applied
+// first (within a second), so the page agrees with the streams it shows.
+func (r *References) Dangling(ctx context.Context, node string) []DanglingReference {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	r.q.flush(ctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []DanglingReference{}
+	for id, st := range r.streams {
+		if node != "" && st.node != node {
+			continue
+		}
+		for _, f := range st.graph.Findings() {
+			d := DanglingReference{Stream: id, NodeID: st.node, Kind: string(f.Kind), OwnerType: f.OwnerType, Owner: f.Owner,
+				RouteConfig: f.RouteConfig, VirtualHost: f.VirtualHost, Route: f.Route, Target: f.Target, Share: f.Share(),
+				Endpoints: f.Endpoints, Since: f.Since, Summary: f.Summary() + fixHint(f)}
+			if o, ok := origin.ParsePath(f.Config); ok {
+				d.IstioConfig = &IstioRef{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()}
+			}
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b DanglingReference) int {
+		if a.Stream != b.Stream {
+			return int(a.Stream) - int(b.Stream)
+		}
+		return strings.Compare(a.Summary, b.Summary)
+	})
+	return out
+}

@@ -1,0 +1,723 @@
+package refgraph
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unique"
+
+	"github.com/adstap/adstap/codec"
+)
+
+// Graph is the reference graph of one stream: what the client has accepted
+// of each type, as the names each resource refers to, and the references
+// that dangle. It is told each push as it is sent (Sent), the client's
+// requests (Requested) and each push's answer (Answered); it applies what the
+// client accepted and checks the references the change touched. Not safe for
+// concurrent use.
+type Graph struct {
+	delta bool
+	grace time.Duration
+
+	// nodes holds the clusters and the EDS assignments, by name: in a mesh
+	// each cluster's assignment bears its name, and one map entry for both
+	// is most of what a stream's graph holds.
+	nodes map[name]node
+	// byService lists the clusters whose assignment bears another name
+	// (eds_cluster_config.service_name), by that name; rare.
+	byService map[name][]name
+	routes    map[name][]routeRef // RDS route configurations
+	listeners map[name]listenerRefs
+	secrets   map[name]struct{}
+	// accepted marks the types the client has accepted a push of: a
+	// reference to a type it never received (it may take it from another
+	// stream) is not checked, but for those it waits for on this one.
+	accepted map[string]bool
+	// explicitClusters: the client asks for clusters by name (grpc-go does,
+	// from its routes), so a route's new cluster comes after the route.
+	explicitClusters bool
+	requested        map[string]bool
+
+	pending map[string][]*sentPush // by type URL, oldest first
+
+	open map[owner][]*openFinding
+	// openPeak is the most owners open has held since it was made: a Go
+	// map never shrinks, and a stream's initial sync opens a wait for the
+	// endpoints of every cluster, for moments.
+	openPeak int
+	// reported counts the findings reported now.
+	reported int
+}
+
+// node is a cluster, an EDS assignment, or both, under one name.
+type node struct {
+	config             name          // the cluster's Istio object
+	extra              *clusterExtra // nil for most clusters
+	endpoints, healthy int32         // the assignment's
+	flags              uint8
+}
+
+const (
+	isCluster uint8 = 1 << iota
+	// needsEndpoints: an EDS cluster whose assignment comes over this stream.
+	needsEndpoints
+	hasAssignment
+	// endpointsElsewhere: the assignment's endpoints come by another
+	// discovery (LEDS), uncounted.
+	endpointsElsewhere
+)
+
+// clusterExtra is what few clusters have: an assignment under another name,
+// secrets to come over the stream.
+type clusterExtra struct {
+	service name
+	secrets []name
+}
+
+// service is the name a cluster's assignment comes under.
+func (n *node) service(own name) name {
+	if n.extra != nil && n.extra.service != noName {
+		return n.extra.service
+	}
+	return own
+}
+
+func (n *node) secrets() []name {
+	if n.extra == nil {
+		return nil
+	}
+	return n.extra.secrets
+}
+
+// Delta reports whether the graph is a Delta stream's.
+func (g *Graph) Delta() bool { return g.delta }
+
+// owner is a resource that holds references.
+type owner struct {
+	typ byte // 'c' cluster, 'l' listener, 'r' route configuration
+	n   name
+}
+
+// openFinding is a finding while it lasts.
+type openFinding struct {
+	Finding
+	key      findingKey
+	reported bool
+	// immediate: the proxy uses the reference at once; else it waits for
+	// its target (a warming listener or cluster), which is only a problem
+	// once it has waited grace.
+	immediate bool
+	// target, ownerName: what present() looks up.
+	target name
+}
+
+type findingKey struct {
+	kind                         Kind
+	routeConfig, vhost, route, t name
+}
+
+// New returns the graph of a stream (delta: a Delta xDS stream). A
+// reference the client waits for (a listener's route configuration, a
+// cluster's endpoints, a secret) is reported once it has waited grace.
+func New(delta bool, grace time.Duration) *Graph {
+	return &Graph{
+		delta: delta, grace: grace,
+		nodes: map[name]node{}, byService: map[name][]name{}, routes: map[name][]routeRef{},
+		listeners: map[name]listenerRefs{}, secrets: map[name]struct{}{},
+		accepted: map[string]bool{}, requested: map[string]bool{}, pending: map[string][]*sentPush{},
+		open: map[owner][]*openFinding{},
+	}
+}
+
+// sentPush is a push's resources, scanned, until its answer.
+type sentPush struct {
+	nonce     string
+	replace   bool
+	removed   []name
+	resources []scanned
+}
+
+type scanned struct {
+	name       name
+	cluster    clusterRefs
+	listener   listenerRefs
+	routes     []routeRef
+	assignment assignment
+}
+
+// maxPending is how many unanswered pushes of one type the graph keeps; a
+// control plane does not send more than a couple before an answer.
+const maxPending = 4
+
+// checked reports whether the graph reads a type.
+func checked(typeURL string) bool {
+	switch typeURL {
+	case codec.TypeCluster, codec.TypeEndpoint, codec.TypeListener, codec.TypeRoute, codec.TypeSecret:
+		return true
+	}
+	return false
+}
+
+// Sent scans a push (its resources' bodies must stay valid only during the
+// call) and keeps what it refers to until its answer.
+func (g *Graph) Sent(resp *codec.Response) {
+	if !checked(resp.TypeURL) {
+		return
+	}
+	p := &sentPush{nonce: resp.Nonce, replace: !resp.Delta && (resp.TypeURL == codec.TypeListener || resp.TypeURL == codec.TypeCluster)}
+	for _, n := range resp.RemovedResources {
+		p.removed = append(p.removed, unique1(n))
+	}
+	p.resources = make([]scanned, 0, len(resp.Resources))
+	for i := range resp.Resources {
+		r := &resp.Resources[i]
+		if r.Heartbeat || len(r.Name) == 0 {
+			continue
+		}
+		s := scanned{name: intern(r.Name)}
+		// What cannot be read is kept by name, with the references read
+		// before the fault: the name alone keeps what refers to it from
+		// dangling.
+		switch resp.TypeURL {
+		case codec.TypeCluster:
+			s.cluster, _ = scanCluster(r.Body, s.name)
+		case codec.TypeListener:
+			s.listener, _ = scanListener(r.Body)
+			s.listener.clip()
+		case codec.TypeRoute:
+			s.routes, _ = scanRouteConfig(r.Body, s.name, nil)
+			s.routes = slices.Clip(s.routes)
+		case codec.TypeEndpoint:
+			s.assignment, _ = scanAssignment(r.Body)
+		}
+		p.resources = append(p.resources, s)
+	}
+	q := append(g.pending[resp.TypeURL], p)
+	if len(q) > maxPending {
+		q = q[len(q)-maxPending:]
+	}
+	g.pending[resp.TypeURL] = q
+}
+
+func unique1(s string) name { return intern([]byte(s)) }
+
+// Requested applies what a request says of the client's subscription: in
+// SotW its names are what it wants (others of the type are dropped, but for
+// a wildcard); in Delta it drops what it unsubscribes from.
+func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Change {
+	if !checked(req.TypeURL) {
+		return nil
+	}
+	first := !g.requested[req.TypeURL]
+	g.requested[req.TypeURL] = true
+	var drop func(name) bool
+	if req.Delta {
+		if first && req.TypeURL == codec.TypeCluster {
+			g.explicitClusters = len(req.Subscribe) > 0 && !slices.Contains(req.Subscribe, "*")
+		}
+		if len(req.Unsubscribe) == 0 {
+			return nil
+		}
+		gone := map[name]bool{}
+		for _, n := range req.Unsubscribe {
+			gone[unique1(n)] = true
+		}
+		drop = func(n name) bool { return gone[n] }
+	} else {
+		wildcard := len(req.ResourceNames) == 0 || slices.Contains(req.ResourceNames, "*")
+		if req.TypeURL == codec.TypeCluster {
+			g.explicitClusters = !wildcard
+		}
+		if wildcard {
+			return nil
+		}
+		want := make(map[name]bool, len(req.ResourceNames))
+		for _, n := range req.ResourceNames {
+			want[unique1(n)] = true
+		}
+		drop = func(n name) bool { return !want[n] }
+	}
+	var ch changeSet
+	g.remove(req.TypeURL, drop, &ch)
+	g.recheck(&ch, at, round)
+	return ch.out
+}
+
+// Answered applies the push of a type with a nonce when the client
+// accepted it (an ACK, or a newer push superseding it, which the tracker
+// assumes applied), forgets it when it was rejected or its stream ended, and
+// returns what the change started and resolved. A push that timed out is kept
+// for a late answer.
+func (g *Graph) Answered(typeURL, nonce string, accepted bool, at time.Time, round uint64) []Change {
+	q := g.pending[typeURL]
+	i := slices.IndexFunc(q, func(p *sentPush) bool { return p.nonce == nonce })
+	if i < 0 {
+		return nil
+	}
+	p := q[i]
+	g.pending[typeURL] = slices.Delete(q, i, i+1)
+	if !accepted {
+		return nil
+	}
+	var ch changeSet
+	g.apply(typeURL, p, &ch)
+	g.recheck(&ch, at, round)
+	return ch.out
+}
+
+// changeSet gathers what one change touched, then what it started and ended.
+type changeSet struct {
+	owners              map[owner]bool
+	allClusters         bool // every cluster's endpoints and secrets
+	allListeners        bool
+	allRoutes           bool
+	removedOwners       []owner
+	out                 []Change
+	clustersChanged     bool
+	routeConfigsChanged bool
+}
+
+func (c *changeSet) touch(o owner) {
+	if c.owners == nil {
+		c.owners = map[owner]bool{}
+	}
+	c.owners[o] = true
+}
+
+// apply makes an accepted push part of the client's state.
+func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
+	if !g.accepted[typeURL] {
+		g.accepted[typeURL] = true
+		// A type now checked for the first time: every reference to it.
+		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
+	}
+	if p.replace {
+		keep := make(map[name]bool, len(p.resources))
+		for _, r := range p.resources {
+			keep[r.name] = true
+		}
+		g.remove(typeURL, func(n name) bool { return !keep[n] }, ch)
+	}
+	if len(p.removed) > 0 {
+		gone := make(map[name]bool, len(p.removed))
+		for _, n := range p.removed {
+			gone[n] = true
+		}
+		g.remove(typeURL, func(n name) bool { return gone[n] }, ch)
+	}
+	for _, r := range p.resources {
+		switch typeURL {
+		case codec.TypeCluster:
+			n := g.nodes[r.name]
+			if n.flags&isCluster == 0 {
+				ch.clustersChanged = true
+			}
+			g.unindex(r.name, &n)
+			n.flags &^= needsEndpoints
+			n.flags |= isCluster
+			n.config, n.extra = r.cluster.config, nil
+			if r.cluster.endpoints != noName {
+				n.flags |= needsEndpoints
+			}
+			if (r.cluster.endpoints != noName && r.cluster.endpoints != r.name) || len(r.cluster.secrets) > 0 {
+				n.extra = &clusterExtra{secrets: r.cluster.secrets}
+				if r.cluster.endpoints != r.name {
+					n.extra.service = r.cluster.endpoints
+					g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
+				}
+			}
+			g.nodes[r.name] = n
+			ch.touch(owner{'c', r.name})
+		case codec.TypeListener:
+			g.listeners[r.name] = r.listener
+			ch.touch(owner{'l', r.name})
+		case codec.TypeRoute:
+			if _, ok := g.routes[r.name]; !ok {
+				ch.routeConfigsChanged = true
+			}
+			g.routes[r.name] = r.routes
+			ch.touch(owner{'r', r.name})
+		case codec.TypeEndpoint:
+			n := g.nodes[r.name]
+			n.flags |= hasAssignment
+			n.flags &^= endpointsElsewhere
+			if r.assignment.elsewhere {
+				n.flags |= endpointsElsewhere
+			}
+			n.endpoints, n.healthy = r.assignment.endpoints, r.assignment.healthy
+			g.nodes[r.name] = n
+			g.touchUsers(r.name, ch)
+		case codec.TypeSecret:
+			if _, ok := g.secrets[r.name]; !ok {
+				ch.allClusters, ch.allListeners = true, true
+			}
+			g.secrets[r.name] = struct{}{}
+		}
+	}
+}
+
+// remove drops the resources of a type that drop selects.
+func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
+	switch typeURL {
+	case codec.TypeCluster:
+		for n, x := range g.nodes {
+			if x.flags&isCluster != 0 && drop(n) {
+				g.unindex(n, &x)
+				x.flags &^= isCluster | needsEndpoints
+				x.config, x.extra = noName, nil
+				g.store(n, x)
+				ch.clustersChanged = true
+				ch.removedOwners = append(ch.removedOwners, owner{'c', n})
+			}
+		}
+	case codec.TypeListener:
+		for n := range g.listeners {
+			if drop(n) {
+				delete(g.listeners, n)
+				ch.removedOwners = append(ch.removedOwners, owner{'l', n})
+			}
+		}
+	case codec.TypeRoute:
+		for n := range g.routes {
+			if drop(n) {
+				delete(g.routes, n)
+				ch.routeConfigsChanged = true
+				ch.removedOwners = append(ch.removedOwners, owner{'r', n})
+			}
+		}
+	case codec.TypeEndpoint:
+		for n, x := range g.nodes {
+			if x.flags&hasAssignment != 0 && drop(n) {
+				x.flags &^= hasAssignment | endpointsElsewhere
+				x.endpoints, x.healthy = 0, 0
+				g.store(n, x)
+				g.touchUsers(n, ch)
+			}
+		}
+	case codec.TypeSecret:
+		for n := range g.secrets {
+			if drop(n) {
+				delete(g.secrets, n)
+				ch.allClusters, ch.allListeners = true, true
+			}
+		}
+	}
+}
+
+// store keeps a node, or forgets it when it is neither cluster nor
+// assignment.
+func (g *Graph) store(n name, x node) {
+	if x.flags&(isCluster|hasAssignment) == 0 {
+		delete(g.nodes, n)
+		return
+	}
+	g.nodes[n] = x
+}
+
+// unindex takes a cluster out of byService.
+func (g *Graph) unindex(n name, x *node) {
+	if x.extra == nil || x.extra.service == noName {
+		return
+	}
+	users := slices.DeleteFunc(g.byService[x.extra.service], func(u name) bool { return u == n })
+	if len(users) == 0 {
+		delete(g.byService, x.extra.service)
+	} else {
+		g.byService[x.extra.service] = users
+	}
+}
+
+// touchUsers marks for a check the clusters whose endpoints an assignment
+// holds.
+func (g *Graph) touchUsers(service name, ch *changeSet) {
+	if x, ok := g.nodes[service]; ok && x.flags&needsEndpoints != 0 && x.service(service) == service {
+		ch.touch(owner{'c', service})
+	}
+	for _, c := range g.byService[service] {
+		ch.touch(owner{'c', c})
+	}
+}
+
+// recheck checks the owners a change touched and gathers what started and
+// ended.
+func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
+	for _, o := range ch.removedOwners {
+		g.settle(o, nil, at, round, ch)
+	}
+	if ch.clustersChanged {
+		ch.allListeners, ch.allRoutes = true, true
+	}
+	if ch.routeConfigsChanged {
+		ch.allListeners = true
+	}
+	if ch.allClusters {
+		for n, x := range g.nodes {
+			if x.flags&isCluster != 0 {
+				ch.touch(owner{'c', n})
+			}
+		}
+	}
+	if ch.allListeners {
+		for n := range g.listeners {
+			ch.touch(owner{'l', n})
+		}
+	}
+	if ch.allRoutes {
+		for n := range g.routes {
+			ch.touch(owner{'r', n})
+		}
+	}
+	for o := range ch.owners {
+		g.settle(o, g.check(o, nil), at, round, ch)
+	}
+	g.openPeak = max(g.openPeak, len(g.open))
+	if len(g.open) == 0 && g.openPeak > 64 {
+		g.open, g.openPeak = map[owner][]*openFinding{}, 0
+	}
+	slices.SortFunc(ch.out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
+}
+
+// check returns the dangling references of an owner, Since and Round unset.
+func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
+	switch o.typ {
+	case 'c':
+		c, ok := g.nodes[o.n]
+		if !ok || c.flags&isCluster == 0 {
+			return out
+		}
+		if c.flags&needsEndpoints != 0 && !istioOwn(o.n.Value()) {
+			service := c.service(o.n)
+			a := g.nodes[service]
+			switch {
+			case a.flags&hasAssignment == 0:
+				f := Finding{Kind: ClusterEndpoints, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value()}
+				out = append(out, &openFinding{Finding: f, target: service})
+			case a.healthy == 0 && a.flags&endpointsElsewhere == 0:
+				f := Finding{Kind: ClusterUnhealthy, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value(), Endpoints: int(a.endpoints)}
+				out = append(out, &openFinding{Finding: f, target: service, immediate: true})
+			}
+		}
+		if secrets := c.secrets(); len(secrets) > 0 {
+			out = g.checkSecrets(Finding{OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config)}, secrets, out)
+		}
+	case 'l':
+		l, ok := g.listeners[o.n]
+		if !ok {
+			return out
+		}
+		base := Finding{OwnerType: "lds", Owner: o.n.Value(), Config: str(l.config)}
+		for _, rc := range l.routeConfigs {
+			if _, ok := g.routes[rc]; !ok {
+				f := base
+				f.Kind, f.Target = ListenerRoute, rc.Value()
+				out = append(out, &openFinding{Finding: f, target: rc})
+			}
+		}
+		out = g.checkRoutes(base, l.routes, out)
+		if g.accepted[codec.TypeCluster] {
+			for _, t := range l.tcp {
+				if g.hasCluster(t.cluster) || (t.total != 0 && t.weight == 0) {
+					continue
+				}
+				f := base
+				f.Kind, f.Target, f.Weight, f.TotalWeight = ListenerCluster, t.cluster.Value(), t.weight, t.total
+				out = append(out, &openFinding{Finding: f, target: t.cluster, immediate: !g.explicitClusters})
+			}
+		}
+		out = g.checkSecrets(base, l.secrets, out)
+	case 'r':
+		refs, ok := g.routes[o.n]
+		if !ok {
+			return out
+		}
+		out = g.checkRoutes(Finding{OwnerType: "rds", Owner: o.n.Value()}, refs, out)
+	}
+	return out
+}
+
+func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []*openFinding) []*openFinding {
+	if !g.accepted[codec.TypeCluster] {
+		return out
+	}
+	for _, r := range refs {
+		if g.hasCluster(r.cluster) || (r.total != 0 && r.weight == 0) || g.istiodPort80(r) {
+			continue
+		}
+		f := base
+		f.Kind, f.Target, f.Weight, f.TotalWeight = RouteCluster, r.cluster.Value(), r.weight, r.total
+		f.RouteConfig, f.VirtualHost, f.Route = str(r.routeConfig), str(r.virtualHost), str(r.route)
+		if c := str(r.config); c != "" {
+			f.Config = c
+		}
+		out = append(out, &openFinding{Finding: f, target: r.cluster, immediate: !g.explicitClusters})
+	}
+	return out
+}
+
+func (g *Graph) checkSecrets(base Finding, secrets []name, out []*openFinding) []*openFinding {
+	for _, s := range secrets {
+		if _, ok := g.secrets[s]; !ok {
+			f := base
+			f.Kind, f.Target = Secret, s.Value()
+			out = append(out, &openFinding{Finding: f, target: s})
+		}
+	}
+	return out
+}
+
+func (g *Graph) hasCluster(n name) bool {
+	if x, ok := g.nodes[n]; ok && x.flags&isCluster != 0 {
+		return true
+	}
+	return istioOwn(n.Value())
+}
+
+// istiodPort80 reports whether a route is one istiod puts in its port-80
+// route configuration for a VirtualService whose host has no service on port
+// 80: istiod gives every VirtualService a virtual host HOST:80 there
+// (pilot/pkg/networking/core/httproute.go, "hack to keep consistent with
+// previous behavior"), routed to outbound|80|SUBSET|HOST clusters it never
+// makes, since nothing serves HOST on port 80. A request would have to call
+// HOST on a port it does not serve; the proxy has no outbound|80||HOST.
+func (g *Graph) istiodPort80(r routeRef) bool {
+	if str(r.routeConfig) != "80" {
+		return false
+	}
+	host, ok := strings.CutSuffix(str(r.virtualHost), ":80")
+	if !ok {
+		return false
+	}
+	p := strings.Split(r.cluster.Value(), "|")
+	if len(p) != 4 || p[0] != "outbound" || p[1] != "80" || p[3] != host {
+		return false
+	}
+	return !g.hasCluster(unique.Make("outbound|80||" + host))
+}
+
+// istioOwn reports whether a cluster is one istiod makes for its own
+// purposes, which a route may name whether or not it was sent.
+func istioOwn(cluster string) bool {
+	return cluster == "BlackHoleCluster" || cluster == "PassthroughCluster" || strings.HasPrefix(cluster, "InboundPassthroughCluster")
+}
+
+// present reports whether a finding's target is there now.
+func (g *Graph) present(f *openFinding) bool {
+	switch f.Kind {
+	case RouteCluster, ListenerCluster:
+		return g.hasCluster(f.target)
+	case ListenerRoute:
+		_, ok := g.routes[f.target]
+		return ok
+	case ClusterEndpoints:
+		return g.nodes[f.target].flags&hasAssignment != 0
+	case ClusterUnhealthy:
+		a := g.nodes[f.target]
+		return a.flags&hasAssignment != 0 && (a.healthy > 0 || a.flags&endpointsElsewhere != 0)
+	case Secret:
+		_, ok := g.secrets[f.target]
+		return ok
+	}
+	return false
+}
+
+// settle replaces an owner's open findings with those found now.
+func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64, ch *changeSet) {
+	old := g.open[o]
+	for _, f := range found {
+		kind := f.Kind
+		if kind == ClusterEndpoints {
+			// One finding while a cluster has no usable endpoints, whether
+			// its assignment is empty or, re-subscribed, on its way again.
+			kind = ClusterUnhealthy
+		}
+		f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
+	}
+	for _, f := range old {
+		if slices.ContainsFunc(found, func(n *openFinding) bool { return n.key == f.key }) {
+			continue
+		}
+		if f.reported {
+			g.reported--
+			c := Change{Finding: f.Finding, Resolved: true, At: at, Present: g.present(f), Window: at.Sub(f.Since)}
+			c.MakeBeforeBreak = f.immediate && c.Present && f.Round == round && round != 0
+			ch.out = append(ch.out, c)
+		}
+	}
+	next := found[:0]
+	for _, f := range found {
+		if i := slices.IndexFunc(old, func(o *openFinding) bool { return o.key == f.key }); i >= 0 {
+			// The same reference still dangles: it keeps its start, and
+			// takes what the new push says of it (its weight, its object).
+			prev := old[i]
+			prev.Weight, prev.TotalWeight, prev.Endpoints, prev.Config = f.Weight, f.TotalWeight, f.Endpoints, f.Config
+			if !prev.reported {
+				// Not said yet: what it is now, reported at once if the
+				// proxy uses it at once.
+				prev.Kind, prev.immediate = f.Kind, f.immediate
+				if f.immediate {
+					prev.reported = true
+					g.reported++
+					ch.out = append(ch.out, Change{Finding: prev.Finding, At: at})
+				}
+			}
+			next = append(next, prev)
+			continue
+		}
+		f.Since, f.Round = at, round
+		if f.immediate {
+			f.reported = true
+			g.reported++
+			ch.out = append(ch.out, Change{Finding: f.Finding, At: at})
+		}
+		next = append(next, f)
+	}
+	if len(next) == 0 {
+		delete(g.open, o)
+		return
+	}
+	g.open[o] = next
+}
+
+// Tick reports the references that have waited for their target longer than
+// the grace by now.
+func (g *Graph) Tick(now time.Time) []Change {
+	var out []Change
+	for _, fs := range g.open {
+		for _, f := range fs {
+			if !f.reported && now.Sub(f.Since) >= g.grace {
+				f.reported = true
+				g.reported++
+				out = append(out, Change{Finding: f.Finding, At: now})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
+	return out
+}
+
+// Findings returns the findings reported now, in a stable order.
+func (g *Graph) Findings() []Finding {
+	out := make([]Finding, 0, g.reported)
+	for _, fs := range g.open {
+		for _, f := range fs {
+			if f.reported {
+				out = append(out, f.Finding)
+			}
+		}
+	}
+	slices.SortFunc(out, compareFindings)
+	return out
+}
+
+// Reported is how many findings are reported now.
+func (g *Graph) Reported() int { return g.reported }
+
+func compareFindings(a, b Finding) int {
+	for _, c := range [][2]string{{string(a.Kind), string(b.Kind)}, {a.OwnerType, b.OwnerType}, {a.Owner, b.Owner},
+		{a.RouteConfig, b.RouteConfig}, {a.VirtualHost, b.VirtualHost}, {a.Route, b.Route}, {a.Target, b.Target}} {
+		if n := strings.Compare(c[0], c[1]); n != 0 {
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,557 @@
+package refgraph_test
+
+import (
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregate "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tls "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/refgraph"
+)
+
+// Istio's objects, as istiod stamps them.
+const (
+	splitVS  = "/apis/networking.istio.io/v1/namespaces/default/virtual-service/reviews-split"
+	reviewDR = "/apis/networking.istio.io/v1/namespaces/default/destination-rule/reviews"
+	v1       = "outbound|9080|v1|reviews.default.svc.cluster.local"
+	v2       = "outbound|9080|v2|reviews.default.svc.cluster.local"
+	vhost    = "reviews.default.svc.cluster.local:9080"
+)
+
+func mustAny(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func stamp(path string) *core.Metadata {
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": {Fields: map[string]*structpb.Value{"config": structpb.NewStringValue(path)}}}}
+}
+
+var ads = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}}
+
+// elsewhere is a config source that is not this stream (Istio's SDS: the
+// agent's sds-grpc cluster).
+var elsewhere = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: &core.ApiConfigSource{
+	ApiType: core.ApiConfigSource_GRPC, GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: "sds-grpc"}}}},
+}}}
+
+func edsCluster(name, config string) *clusterv3.Cluster {
+	c := &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads, ServiceName: name}}
+	if config != "" {
+		c.Metadata = stamp(config)
+	}
+	return c
+}
+
+func staticCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}}
+}
+
+func withSecret(t *testing.T, c *clusterv3.Cluster, secret string, from *core.ConfigSource) *clusterv3.Cluster {
+	ctx := &tls.UpstreamTlsContext{CommonTlsContext: &tls.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tls.SdsSecretConfig{{Name: secret, SdsConfig: from}},
+	}}
+	c.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(t, ctx)}}
+	return c
+}
+
+func cla(name string, health ...core.HealthStatus) *endpoint.ClusterLoadAssignment {
+	var lbs []*endpoint.LbEndpoint
+	for _, h := range health {
+		lbs = append(lbs, &endpoint.LbEndpoint{HealthStatus: h, HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{}}})
+	}
+	a := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	if len(lbs) > 0 {
+		a.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: lbs}}
+	}
+	return a
+}
+
+func routeTo(name, cluster, config string) *route.Route {
+	r := &route.Route{Name: name, Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster}}}}
+	if config != "" {
+		r.Metadata = stamp(config)
+	}
+	return r
+}
+
+func split(name, config string, weights ...any) *route.Route {
+	var cws []*route.WeightedCluster_ClusterWeight
+	for i := 0; i < len(weights); i += 2 {
+		cws = append(cws, &route.WeightedCluster_ClusterWeight{Name: weights[i].(string), Weight: wrapperspb.UInt32(uint32(weights[i+1].(int)))})
+	}
+	return &route.Route{Name: name, Metadata: stamp(config), Action: &route.Route_Route{Route: &route.RouteAction{
+		ClusterSpecifier: &route.RouteAction_WeightedClusters{WeightedClusters: &route.WeightedCluster{Clusters: cws}}}}}
+}
+
+func routeConfig(name string, routes ...*route.Route) *route.RouteConfiguration {
+	return &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{Name: vhost, Domains: []string{"*"}, Routes: routes}}}
+}
+
+func httpListener(t *testing.T, name string, manager *hcm.HttpConnectionManager) *listener.Listener {
+	return &listener.Listener{Name: name, FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+		Name: "envoy.filters.network.http_connection_manager", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(t, manager)}}}}}}
+}
+
+func rdsListener(t *testing.T, name, rc string) *listener.Listener {
+	return httpListener(t, name, &hcm.HttpConnectionManager{RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{ConfigSource: ads, RouteConfigName: rc}}})
+}
+
+func inlineListener(t *testing.T, name string, rc *route.RouteConfiguration) *listener.Listener {
+	return httpListener(t, name, &hcm.HttpConnectionManager{RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: rc}})
+}
+
+func tcpListener(t *testing.T, name, cluster string) *listener.Listener {
+	p := &tcp.TcpProxy{StatPrefix: name, ClusterSpecifier: &tcp.TcpProxy_Cluster{Cluster: cluster}}
+	return &listener.Listener{Name: name, FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+		Name: "envoy.filters.network.tcp_proxy", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(t, p)}}}}}}
+}
+
+// step is one thing that happens to a stream.
+type step struct {
+	typeURL string
+	res     []proto.Message
+	removed []string // Delta
+	nack    bool
+	// request, when set, is a request instead of a push: SotW names or
+	// Delta unsubscriptions.
+	request []string
+	tick    time.Duration // a tick this long after the stream's start, instead
+	round   uint64
+	at      time.Duration
+}
+
+func cds(round uint64, res ...proto.Message) step {
+	return step{typeURL: codec.TypeCluster, res: res, round: round}
+}
+func eds(round uint64, res ...proto.Message) step {
+	return step{typeURL: codec.TypeEndpoint, res: res, round: round}
+}
+func lds(round uint64, res ...proto.Message) step {
+	return step{typeURL: codec.TypeListener, res: res, round: round}
+}
+func rds(round uint64, res ...proto.Message) step {
+	return step{typeURL: codec.TypeRoute, res: res, round: round}
+}
+
+var start = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+const grace = 15 * time.Second
+
+// run feeds the steps to a graph, each push sent and answered at once, and
+// returns the changes of the last step.
+func run(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Change) {
+	g, last, _ := runAll(t, delta, steps)
+	return g, last
+}
+
+// runAll is run, returning also every step's changes, in order.
+func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, all []refgraph.Change) {
+	t.Helper()
+	g = refgraph.New(delta, grace)
+	for i, s := range steps {
+		at := start.Add(s.at)
+		if s.at == 0 {
+			at = start.Add(time.Duration(i) * time.Millisecond)
+		}
+		switch {
+		case s.tick > 0:
+			last = g.Tick(start.Add(s.tick))
+		case s.request != nil:
+			req := &codec.Request{Delta: delta, TypeURL: s.typeURL}
+			if delta {
+				req.Unsubscribe = s.request
+			} else {
+				req.ResourceNames = s.request
+			}
+			last = g.Requested(req, at, s.round)
+		default:
+			nonce := string(rune('a' + i))
+			g.Sent(response(t, delta, s.typeURL, nonce, s.removed, s.res))
+			last = g.Answered(s.typeURL, nonce, !s.nack, at, s.round)
+		}
+		all = append(all, last...)
+	}
+	return g, last, all
+}
+
+// response encodes a push as a control plane sends it and decodes its
+// envelope as the tap does.
+func response(t *testing.T, delta bool, typeURL, nonce string, removed []string, res []proto.Message) *codec.Response {
+	t.Helper()
+	var b []byte
+	var err error
+	if delta {
+		m := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, RemovedResources: removed}
+		for _, r := range res {
+			m.Resources = append(m.Resources, &discovery.Resource{Name: nameOf(r), Version: "1", Resource: mustAny(t, r)})
+		}
+		b, err = proto.Marshal(m)
+	} else {
+		m := &discovery.DiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, VersionInfo: "1"}
+		for _, r := range res {
+			m.Resources = append(m.Resources, mustAny(t, r))
+		}
+		b, err = proto.Marshal(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp codec.Response
+	if err := resp.Decode(b, delta); err != nil {
+		t.Fatal(err)
+	}
+	return &resp
+}
+
+func nameOf(m proto.Message) string {
+	return m.ProtoReflect().Get(m.ProtoReflect().Descriptor().Fields().ByNumber(1)).String()
+}
+
+// brief is what the tests compare of a finding.
+type brief struct {
+	Kind                   refgraph.Kind
+	Owner, Route, Target   string
+	Share, Config          string
+	Resolved, Present, MBB bool
+	Window                 time.Duration
+	Endpoints              int
+}
+
+func briefs(changes []refgraph.Change) []brief {
+	var out []brief
+	for _, c := range changes {
+		b := brief{Kind: c.Kind, Owner: c.OwnerType + "/" + c.Owner, Route: c.Route, Target: c.Target, Share: c.ShareText(),
+			Config: c.Config, Resolved: c.Resolved, Present: c.Present, MBB: c.MakeBeforeBreak, Endpoints: c.Endpoints}
+		if c.MakeBeforeBreak {
+			b.Window = c.Window
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func findingBriefs(fs []refgraph.Finding) []brief {
+	var cs []refgraph.Change
+	for _, f := range fs {
+		cs = append(cs, refgraph.Change{Finding: f})
+	}
+	return briefs(cs)
+}
+
+func TestGraph(t *testing.T) {
+	leakcheck.Check(t)
+	reviews := func() []proto.Message {
+		return []proto.Message{edsCluster(v1, reviewDR)}
+	}
+	tests := []struct {
+		name  string
+		delta bool
+		steps []step
+		// want is what the last step started and ended; open what is
+		// reported after it; all, when set, what every step did.
+		want, open, all []brief
+	}{{
+		name: "a weighted route to a cluster never sent: its share and VirtualService",
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_HEALTHY)),
+			rds(2, routeConfig("9080", split("reviews", splitVS, v1, 90, v2, 10))),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "reviews", Target: v2, Share: "10%", Config: splitVS}},
+		open: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "reviews", Target: v2, Share: "10%", Config: splitVS}},
+	}, {
+		name: "the cluster arrives in a later round: resolved",
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_HEALTHY)),
+			rds(2, routeConfig("9080", split("reviews", splitVS, v1, 90, v2, 10))),
+			cds(3, edsCluster(v1, reviewDR), edsCluster(v2, reviewDR)),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "reviews", Target: v2, Share: "10%", Config: splitVS, Resolved: true, Present: true}},
+	}, {
+		name: "the cluster arrives in the same round: make-before-break broken, with the window",
+		steps: []step{
+			cds(1, reviews()...),
+			{typeURL: codec.TypeRoute, res: []proto.Message{routeConfig("9080", routeTo("all", v2, splitVS))}, round: 2, at: time.Second},
+			{typeURL: codec.TypeCluster, res: []proto.Message{edsCluster(v1, reviewDR), edsCluster(v2, reviewDR)}, round: 2, at: time.Second + 40*time.Millisecond},
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "all", Target: v2, Share: "all", Config: splitVS, Resolved: true, Present: true, MBB: true, Window: 40 * time.Millisecond}},
+	}, {
+		name: "the route is dropped: resolved, the reference gone",
+		steps: []step{
+			cds(1, reviews()...),
+			rds(2, routeConfig("9080", split("reviews", splitVS, v1, 90, v2, 10))),
+			rds(3, routeConfig("9080", routeTo("reviews", v1, splitVS))),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "reviews", Target: v2, Share: "10%", Config: splitVS, Resolved: true}},
+	}, {
+		name: "references that need no cluster of the proxy's: Istio's own, cluster_header, redirects, direct responses, zero weights",
+		steps: []step{
+			cds(1, reviews()...),
+			rds(2, routeConfig("80",
+				routeTo("block", "BlackHoleCluster", ""), routeTo("pass", "PassthroughCluster", ""),
+				routeTo("in", "InboundPassthroughClusterIpv4", ""),
+				&route.Route{Name: "header", Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_ClusterHeader{ClusterHeader: "x-cluster"}}}},
+				&route.Route{Name: "redirect", Action: &route.Route_Redirect{Redirect: &route.RedirectAction{HostRedirect: "example.com"}}},
+				&route.Route{Name: "direct", Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 404}}},
+				split("canary", splitVS, v1, 100, v2, 0))),
+		},
+	}, {
+		name: "istiod's port-80 virtual hosts for VirtualServices whose host has no port 80",
+		steps: []step{
+			cds(1, reviews()...),
+			rds(2, &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{{Name: "svc.default.svc.cluster.local:80",
+				Routes: []*route.Route{split("r", splitVS, "outbound|80|v1|svc.default.svc.cluster.local", 80, "outbound|80|v2|svc.default.svc.cluster.local", 20)}}}}),
+		},
+	}, {
+		name: "a subset missing on a port-80 service is flagged",
+		steps: []step{
+			cds(1, edsCluster("outbound|80||svc.default.svc.cluster.local", ""), edsCluster("outbound|80|v1|svc.default.svc.cluster.local", reviewDR)),
+			rds(2, &route.RouteConfiguration{Name: "80", VirtualHosts: []*route.VirtualHost{{Name: "svc.default.svc.cluster.local:80",
+				Routes: []*route.Route{split("r", splitVS, "outbound|80|v1|svc.default.svc.cluster.local", 80, "outbound|80|v2|svc.default.svc.cluster.local", 20)}}}}),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/80", Route: "r", Target: "outbound|80|v2|svc.default.svc.cluster.local", Share: "20%", Config: splitVS}},
+	}, {
+		name: "a route configuration inline in a listener",
+		steps: []step{
+			cds(1, reviews()...),
+			lds(2, inlineListener(t, "0.0.0.0_9080", routeConfig("inline", routeTo("r", v2, splitVS)))),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "lds/0.0.0.0_9080", Route: "r", Target: v2, Share: "all", Config: splitVS}},
+	}, {
+		name: "no cluster accepted yet on the stream: routes are not checked",
+		steps: []step{
+			rds(1, routeConfig("9080", routeTo("r", v2, splitVS))),
+		},
+	}, {
+		name: "a TCP proxy to a cluster not in CDS",
+		steps: []step{
+			cds(1, reviews()...),
+			lds(2, tcpListener(t, "10.0.0.1_3306", "outbound|3306||mysql.default.svc.cluster.local")),
+		},
+		want: []brief{{Kind: refgraph.ListenerCluster, Owner: "lds/10.0.0.1_3306", Target: "outbound|3306||mysql.default.svc.cluster.local", Share: "all"}},
+	}, {
+		name: "a TCP proxy's weighted cluster not in CDS, with its share",
+		steps: []step{
+			cds(1, reviews()...),
+			lds(2, &listener.Listener{Name: "0.0.0.0_3306", FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+				Name: "envoy.filters.network.tcp_proxy", ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(t, &tcp.TcpProxy{StatPrefix: "mysql",
+					ClusterSpecifier: &tcp.TcpProxy_WeightedClusters{WeightedClusters: &tcp.TcpProxy_WeightedCluster{Clusters: []*tcp.TcpProxy_WeightedCluster_ClusterWeight{
+						{Name: v1, Weight: 70}, {Name: "mysql-canary", Weight: 30}}}}})}}}}}}),
+		},
+		want: []brief{{Kind: refgraph.ListenerCluster, Owner: "lds/0.0.0.0_3306", Target: "mysql-canary", Share: "30%"}},
+	}, {
+		name:  "a listener waits for its route configuration: nothing within the grace",
+		steps: []step{lds(1, rdsListener(t, "0.0.0.0_9080", "9080")), {tick: grace - time.Second}},
+	}, {
+		name:  "a listener's route configuration never came: reported past the grace",
+		steps: []step{lds(1, rdsListener(t, "0.0.0.0_9080", "9080")), {tick: grace}},
+		want:  []brief{{Kind: refgraph.ListenerRoute, Owner: "lds/0.0.0.0_9080", Target: "9080", Share: "all"}},
+		open:  []brief{{Kind: refgraph.ListenerRoute, Owner: "lds/0.0.0.0_9080", Target: "9080", Share: "all"}},
+	}, {
+		name:  "the route configuration comes within the grace: never reported",
+		steps: []step{lds(1, rdsListener(t, "0.0.0.0_9080", "9080")), rds(1, routeConfig("9080")), {tick: grace}},
+	}, {
+		name:  "an EDS cluster whose assignment never came",
+		steps: []step{cds(1, reviews()...), {tick: grace}},
+		want:  []brief{{Kind: refgraph.ClusterEndpoints, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name:  "an EDS cluster with no endpoint: 503 UH at once, with its DestinationRule",
+		steps: []step{cds(1, reviews()...), eds(1, cla(v1))},
+		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name:  "an EDS cluster whose endpoints are all unhealthy",
+		steps: []step{cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_UNHEALTHY, core.HealthStatus_DRAINING))},
+		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR, Endpoints: 2}},
+	}, {
+		name:  "a healthy endpoint arrives",
+		steps: []step{cds(1, reviews()...), eds(1, cla(v1)), eds(2, cla(v1, core.HealthStatus_UNHEALTHY, core.HealthStatus_DEGRADED))},
+		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR, Resolved: true, Present: true}},
+	}, {
+		name:  "Delta: an empty assignment unsubscribed and sent again is one finding",
+		delta: true,
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1)),
+			{typeURL: codec.TypeEndpoint, request: []string{v1}, round: 2},
+			eds(2, cla(v1)),
+			{tick: time.Hour},
+		},
+		all:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+		open: []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name:  "a cluster waiting for its assignment gets an empty one: reported at once",
+		steps: []step{cds(1, reviews()...), eds(1, cla(v1))},
+		want:  []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name: "an assignment under the cluster's service_name",
+		steps: []step{
+			cds(1, &clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+				EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads, ServiceName: "svc"}}),
+			eds(1, cla("c", core.HealthStatus_HEALTHY)),
+			eds(2, cla("svc")),
+		},
+		want: []brief{{Kind: refgraph.ClusterUnhealthy, Owner: "cds/c", Target: "svc", Share: "all"}},
+	}, {
+		name: "clusters that need no endpoints from the stream: static, original destination, aggregate, EDS from elsewhere, Istio's own",
+		steps: []step{cds(1,
+			staticCluster("BlackHoleCluster"),
+			&clusterv3.Cluster{Name: "PassthroughCluster", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}},
+			&clusterv3.Cluster{Name: "agg", ClusterDiscoveryType: &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
+				Name: "envoy.clusters.aggregate", TypedConfig: mustAny(t, &aggregate.ClusterConfig{Clusters: []string{"a", "b"}})}}},
+			&clusterv3.Cluster{Name: "remote", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+				EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: elsewhere}},
+		), {tick: grace}},
+	}, {
+		name:  "a secret to come over the stream never came",
+		steps: []step{cds(1, withSecret(t, staticCluster("mtls"), "default", ads)), {tick: grace}},
+		want:  []brief{{Kind: refgraph.Secret, Owner: "cds/mtls", Target: "default", Share: "all"}},
+	}, {
+		name:  "a secret from the agent's SDS (another stream) is not checked",
+		steps: []step{cds(1, withSecret(t, staticCluster("mtls"), "default", elsewhere)), {tick: grace}},
+	}, {
+		name: "a NACKed push is not applied",
+		steps: []step{
+			cds(1, reviews()...),
+			{typeURL: codec.TypeRoute, res: []proto.Message{routeConfig("9080", routeTo("r", v2, splitVS))}, nack: true, round: 2},
+		},
+	}, {
+		name: "SotW: a cluster missing from a CDS push is removed; the route to it dangles",
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR), edsCluster(v2, reviewDR)),
+			rds(1, routeConfig("9080", routeTo("r", v2, splitVS))),
+			cds(2, edsCluster(v1, reviewDR)),
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "r", Target: v2, Share: "all", Config: splitVS}},
+	}, {
+		name:  "Delta: a cluster left out of a push stays",
+		delta: true,
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR), edsCluster(v2, reviewDR)),
+			rds(1, routeConfig("9080", routeTo("r", v2, splitVS))),
+			cds(2, edsCluster(v1, reviewDR)),
+		},
+	}, {
+		name:  "Delta: a removed cluster makes the route dangle",
+		delta: true,
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR), edsCluster(v2, reviewDR)),
+			rds(1, routeConfig("9080", routeTo("r", v2, splitVS))),
+			{typeURL: codec.TypeCluster, removed: []string{v2}, round: 2},
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "r", Target: v2, Share: "all", Config: splitVS}},
+	}, {
+		name:  "Delta: a removed route configuration resolves its findings",
+		delta: true,
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR)),
+			rds(1, routeConfig("9080", routeTo("r", v2, splitVS))),
+			{typeURL: codec.TypeRoute, removed: []string{"9080"}, round: 2},
+		},
+		want: []brief{{Kind: refgraph.RouteCluster, Owner: "rds/9080", Route: "r", Target: v2, Share: "all", Config: splitVS, Resolved: true}},
+	}, {
+		name:  "Delta: unsubscribing from an assignment leaves the cluster without endpoints",
+		delta: true,
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_HEALTHY)),
+			{typeURL: codec.TypeEndpoint, request: []string{v1}, round: 2, at: time.Second},
+			{tick: time.Second + grace},
+		},
+		want: []brief{{Kind: refgraph.ClusterEndpoints, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name: "SotW: an EDS request without a name drops its assignment",
+		steps: []step{
+			cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_HEALTHY), cla("other", core.HealthStatus_HEALTHY)),
+			{typeURL: codec.TypeEndpoint, request: []string{"other"}, round: 2, at: time.Second},
+			{tick: time.Second + grace},
+		},
+		want: []brief{{Kind: refgraph.ClusterEndpoints, Owner: "cds/" + v1, Target: v1, Share: "all", Config: reviewDR}},
+	}, {
+		name: "clusters asked for by name (grpc-go): a route's cluster may come after the route, within the grace",
+		steps: []step{
+			{typeURL: codec.TypeCluster, request: []string{v1}},
+			cds(1, reviews()...),
+			rds(2, routeConfig("9080", routeTo("r", v2, splitVS))),
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, got, all := runAll(t, tt.delta, tt.steps)
+			if tt.all != nil {
+				if diff := cmp.Diff(tt.all, briefs(all)); diff != "" {
+					t.Errorf("every step's changes (-want +got):\n%s", diff)
+				}
+			}
+			if diff := cmp.Diff(tt.want, briefs(got)); diff != "" {
+				t.Errorf("the last step's changes (-want +got):\n%s", diff)
+			}
+			if tt.open != nil {
+				if diff := cmp.Diff(tt.open, findingBriefs(g.Findings())); diff != "" {
+					t.Errorf("open findings (-want +got):\n%s", diff)
+				}
+			}
+			if n := len(g.Findings()); n != g.Reported() {
+				t.Errorf("Reported() = %d, Findings() has %d", g.Reported(), n)
+			}
+		})
+	}
+}
+
+// TestGraphTimedOutPushIsAppliedOnItsLateACK: a push that timed out is kept
+// for its late answer; a NACK forgets it.
+func TestGraphLateAnswer(t *testing.T) {
+	leakcheck.Check(t)
+	g := refgraph.New(false, grace)
+	g.Sent(response(t, false, codec.TypeCluster, "c1", nil, []proto.Message{edsCluster(v1, reviewDR)}))
+	g.Answered(codec.TypeCluster, "c1", true, start, 1)
+	g.Sent(response(t, false, codec.TypeRoute, "r1", nil, []proto.Message{routeConfig("9080", routeTo("r", v2, splitVS))}))
+	g.Sent(response(t, false, codec.TypeRoute, "r2", nil, []proto.Message{routeConfig("9080", routeTo("r", v1, splitVS))}))
+	if got := g.Answered(codec.TypeRoute, "r2", false, start, 2); len(got) != 0 {
+		t.Errorf("a NACK changed %v", briefs(got))
+	}
+	got := g.Answered(codec.TypeRoute, "r1", true, start.Add(time.Minute), 2)
+	if len(got) != 1 || got[0].Target != v2 || got[0].Resolved {
+		t.Errorf("the late ACK of r1 gave %v, want the route to %s", briefs(got), v2)
+	}
+	if got := g.Answered(codec.TypeRoute, "r1", true, start.Add(time.Minute), 2); len(got) != 0 {
+		t.Errorf("a second answer to r1 changed %v", briefs(got))
+	}
+}
+
+// TestSummaries: the sentences the outputs show.
+func TestSummaries(t *testing.T) {
+	leakcheck.Check(t)
+	f := refgraph.Finding{Kind: refgraph.RouteCluster, OwnerType: "rds", Owner: "9080", RouteConfig: "9080", VirtualHost: vhost, Route: "reviews", Target: v2, Weight: 10, TotalWeight: 100}
+	want := "route reviews of virtual host " + vhost + " in route configuration 9080 sends 10% of its traffic to cluster " + v2 + ", which the proxy does not have: those requests fail with 503 NC"
+	if got := f.Summary(); got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+	f.Weight, f.TotalWeight = 1, 3
+	if got := f.ShareText(); got != "33.3%" {
+		t.Errorf("ShareText() = %q, want 33.3%%", got)
+	}
+	for _, k := range refgraph.Kinds {
+		if s := (refgraph.Finding{Kind: k, Owner: "o", Target: "t"}).Summary(); s == "" || s == string(k)+" o -> t" {
+			t.Errorf("kind %s has no sentence: %q", k, s)
+		}
+	}
+}
