@@ -362,7 +362,10 @@ func TestReadSentNamesTheFileAndRecordOfBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.SplitAfter(string(b), "\n")
+	var lines []string // the file's records
+	for _, r := range splitRecords(t, b) {
+		lines = append(lines, string(r))
+	}
 	dir := t.TempDir()
 
 	corrupt := filepath.Join(dir, "corrupt.jsonl")
