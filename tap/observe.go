@@ -7,20 +7,52 @@ import (
 
 // byteBudget bounds the bytes held by every observation queue of a tap
 // together, so a slow observer costs a bounded amount of memory.
+//
+// A frame larger than the whole bound is still taken when nothing else is
+// held, and then alone: nothing else fits until it is given back. Its
+// buffers are the ones the relay received it in and holds while it
+// forwards it, so observing it adds no copy; it only keeps them until it is
+// observed. Without this, a push larger than --observe-queue-bytes (the
+// injection template's 64 MiB) would never be observed, tracked or
+// captured, however idle the tap. So the queues hold at most the bound, or
+// one frame larger than it; overBound counts the frames taken so.
 type byteBudget struct {
-	limit int64
-	used  atomic.Int64
+	limit     int64
+	used      atomic.Int64
+	overBound atomic.Uint64
 }
 
 func (b *byteBudget) take(n int) bool {
-	if b.used.Add(int64(n)) > b.limit {
-		b.used.Add(-int64(n))
-		return false
+	for {
+		used := b.used.Load()
+		next := used + int64(n)
+		if next > b.limit && used != 0 {
+			return false
+		}
+		if b.used.CompareAndSwap(used, next) {
+			if next > b.limit {
+				b.overBound.Add(1)
+			}
+			return true
+		}
 	}
-	return true
 }
 
 func (b *byteBudget) give(n int) { b.used.Add(-int64(n)) }
+
+// ObserveQueue is what the observation queues hold.
+type ObserveQueue struct {
+	Bytes int64 // held now, over every stream
+	// OverBound counts the frames larger than Config.ObserveQueueBytes
+	// queued alone, when nothing else was held (see Config).
+	OverBound uint64
+}
+
+// ObserveQueue reports what the observation queues hold now, and how many
+// frames over their bound they took.
+func (s *Server) ObserveQueue() ObserveQueue {
+	return ObserveQueue{Bytes: s.budget.used.Load(), OverBound: s.budget.overBound.Load()}
+}
 
 // observePool runs the observer for every stream of a tap on a few
 // long-lived goroutines, its workers. A stream with something to tell the
