@@ -103,7 +103,7 @@ func TestGiveBack(t *testing.T) {
 		{100, 20, false, 0, "the first sample sets the floor"},
 		{300, 150, false, 0, "grew while busy"},
 		{300, 150, true, 40, "idle after growing"},
-		{301, 70, false, 0, "idle, but grew by less than 32 MiB over the 40 MiB floor"},
+		{301, 54, false, 0, "idle, but grew by less than 16 MiB over the 40 MiB floor"},
 		{400, 200, false, 0, "busy"},
 		{400, 160, true, 400, "idle, 120 MiB over the floor"},
 		{600, 480, false, 0, "busy"},

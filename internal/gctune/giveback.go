@@ -21,7 +21,7 @@ import (
 // victim caches, the second frees them — and returns the free pages
 // (debug.FreeOSMemory). A busy tap is never idle, so it never pays for it.
 const (
-	GiveBackGrowth = 32 << 20
+	GiveBackGrowth = 16 << 20
 	IdleAlloc      = 1 << 20
 )
 
