@@ -76,6 +76,16 @@ func perStreamOf(r Result) float64 {
 	return float64(r.Settled.RSS-r.Idle.RSS) / float64(r.Streams)
 }
 
+// footprintOf is W7's memory of the i-th push, as of says.
+func footprintOf(i int, of func(Footprint) int64) func(Result) float64 {
+	return func(r Result) float64 {
+		if i >= len(r.Footprints) {
+			return 0
+		}
+		return float64(of(r.Footprints[i]))
+	}
+}
+
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
@@ -137,6 +147,30 @@ func (r *Report) Targets() []Target {
 	c6 := r.paired("W6", TapFull, Relay, wallOf)
 	add("W6 fan-out convergence (first send → last ACK), tap-full / pass-through relay", "≤ 1.10×", okFull6 && okRelay6,
 		fmt.Sprintf("%.2f× (%s vs %s)", c6, fmtDur(full6.Wall), fmtDur(relay6.Wall)), c6 <= 1.10)
+
+	relay7, okRelay7 := r.summary("W7", Relay)
+	side7, okSide7 := r.summary("W7", Sidecar)
+	if !okRelay7 || !okSide7 {
+		add("W7 RSS after sync and after idle of one stream's large CDS push, adstap with the template's flags (capture on) / pass-through relay", "≤ 1.3×", false, "", false)
+	}
+	for i, f := range relay7.Footprints {
+		if !okSide7 || i >= len(side7.Footprints) {
+			break
+		}
+		s := side7.Footprints[i]
+		for _, when := range []struct {
+			name string
+			of   func(Footprint) int64
+			a, b int64
+		}{
+			{"after sync", func(f Footprint) int64 { return f.Synced.RSS }, s.Synced, f.Synced},
+			{"after idle", func(f Footprint) int64 { return f.Idle.RSS }, s.Idle, f.Idle},
+		} {
+			m := r.paired("W7", Sidecar, Relay, footprintOf(i, when.of))
+			add(fmt.Sprintf("W7 RSS %s of one stream's %s CDS push, adstap with the template's flags (capture on) / pass-through relay", when.name, sizeMB(f.PushBytes)),
+				"≤ 1.3×", okRelay7 && okSide7, fmt.Sprintf("%.2f× (%s vs %s)", m, fmtBytes(when.a), fmtBytes(when.b)), m <= 1.3)
+		}
+	}
 
 	if r.Codec != nil {
 		gbs := r.Codec.MBPerSec / 1000
@@ -237,6 +271,10 @@ func (r *Report) Markdown() string {
 		}
 	}
 
+	if relay, ok := r.summary("W7", Relay); ok {
+		b.WriteString(r.footprintTable(relay))
+	}
+
 	if r.Codec != nil {
 		c := r.Codec
 		fmt.Fprintf(&b, "\n### Codec micro-benchmark\n\n`go test -run '^$' -bench '^BenchmarkDecodeCDS10MB$' -benchmem -cpu 1 -count %d ./codec/`, median of %d:\n\n", c.Runs, c.Runs)
@@ -266,8 +304,43 @@ func (r *Report) detail(id string, p Path, s Summary) string {
 			fmtBytes(s.IdleRSS), fmtBytes(s.SettledRSS), s.PerStreamRSS/1e3, s.PerStreamLive/1e3, s.PerStreamGoroutines, s.PerStreamFDs)
 	case "W6":
 		return fmt.Sprintf("**converged in %s** (first send → last ACK); per stream p50 %s, p99 %s", fmtDur(s.Wall), fmtDur(s.P50), fmtDur(s.P99))
+	case "W7":
+		var parts []string
+		for _, f := range s.Footprints {
+			parts = append(parts, fmt.Sprintf("%s: RSS **%s** synced, **%s** idle (peak %s)", sizeMB(f.PushBytes), fmtBytes(f.Synced), fmtBytes(f.Idle), fmtBytes(f.Peak)))
+		}
+		return strings.Join(parts, "; ")
 	}
 	return ""
+}
+
+// footprintTable is W7 as the sidecar's cost: per push size, the relay's
+// RSS against adstap's, with and without its capture.
+func (r *Report) footprintTable(relay Summary) string {
+	var b strings.Builder
+	b.WriteString("\n### W7: the sidecar's footprint\n\n")
+	b.WriteString("One proxy's stream, synced with one CDS push and ACKed, then idle; a middle started afresh for each push. adstap is the binary itself, with the injection template's flags and environment and GOMEMLIMIT as the template's memory limit gives it (internal/gctune). RSS after sync is read once the upstream has the ACK; after idle, once the stream has been idle for the workload's idle time. Ratios are medians of the ratios within each repetition.\n\n")
+	b.WriteString("| CDS push | adstap | relay RSS synced · idle | adstap RSS synced · idle | ratio synced · idle | peak RSS relay · adstap |\n|---|---|---:|---:|---:|---:|\n")
+	for _, p := range []struct {
+		path Path
+		name string
+	}{{Sidecar, "template's flags"}, {SidecarNoCapture, "without --capture"}} {
+		s, ok := r.summary("W7", p.path)
+		if !ok {
+			continue
+		}
+		for i, f := range relay.Footprints {
+			if i >= len(s.Footprints) {
+				break
+			}
+			t := s.Footprints[i]
+			synced := r.paired("W7", p.path, Relay, footprintOf(i, func(f Footprint) int64 { return f.Synced.RSS }))
+			idle := r.paired("W7", p.path, Relay, footprintOf(i, func(f Footprint) int64 { return f.Idle.RSS }))
+			fmt.Fprintf(&b, "| %s | %s | %s · %s | %s · %s | %.2f× · %.2f× | %s · %s |\n", sizeMB(f.PushBytes), p.name,
+				fmtBytes(f.Synced), fmtBytes(f.Idle), fmtBytes(t.Synced), fmtBytes(t.Idle), synced, idle, fmtBytes(f.Peak), fmtBytes(t.Peak))
+		}
+	}
+	return b.String()
 }
 
 func orDash(s string) string {
