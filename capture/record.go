@@ -1,12 +1,15 @@
-// Package capture writes relayed xDS streams to rotating JSON Lines files and reads them back.
+// Package capture writes relayed xDS streams to rotating capture files — a JSON line per record, a frame's message in raw bytes after its line — and reads them back.
 package capture
 
 import (
 	"time"
 )
 
-// FormatVersion is written in every file's first record.
-const FormatVersion = 1
+// FormatVersion is written in every file's first record. Format 1 held
+// each frame's message in base64 inside its JSON line; format 2 writes it
+// raw after the line, its length in the line (docs/capture.md). The reader
+// reads both.
+const FormatVersion = 2
 
 // Record kinds.
 const (
@@ -17,7 +20,7 @@ const (
 	KindGap     = "gap"     // frames relayed but not captured (the observation queue, or the capture's own, was full)
 )
 
-// Record is one line of a capture file. Fields are set by kind; see docs/capture.md.
+// Record is one record of a capture file. Fields are set by kind; see docs/capture.md.
 type Record struct {
 	Time time.Time `json:"time"`
 	Kind string    `json:"kind"`
@@ -43,7 +46,8 @@ type Record struct {
 	Node      string `json:"node,omitempty"`
 	TypeURL   string `json:"type_url,omitempty"`
 	Size      int    `json:"size,omitempty"`
-	// Message is the frame's bytes (base64 in JSON); with Redacted set,
+	// Message is the frame's bytes: in format 2 written raw after the
+	// record's line, in format 1 in base64 inside it. With Redacted set,
 	// secret material in it was replaced (package redact), so it differs
 	// from what crossed the wire.
 	Message  []byte `json:"msg,omitempty"`
@@ -55,4 +59,11 @@ type Record struct {
 
 	// gap
 	Skipped int `json:"skipped,omitempty"`
+}
+
+// line is a record's JSON line in format 2: the record but its message,
+// and the length of the message written raw after the line.
+type line struct {
+	Record
+	Len int `json:"len,omitempty"`
 }

@@ -143,7 +143,7 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 		case rd.bytesField(reqResourceNames):
 			r.ResourceNames = append(r.ResourceNames, names.text(rd.b))
 		case rd.bytesField(reqTypeURL):
-			r.TypeURL = internTypeURL(rd.b)
+			r.TypeURL = InternTypeURL(rd.b)
 		case rd.bytesField(reqResponseNonce):
 			r.ResponseNonce = Text(rd.b)
 		case rd.bytesField(reqErrorDetail):
@@ -173,7 +173,7 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 				return fmt.Errorf("node: %w", err)
 			}
 		case rd.bytesField(dreqTypeURL):
-			r.TypeURL = internTypeURL(rd.b)
+			r.TypeURL = InternTypeURL(rd.b)
 		case rd.bytesField(dreqSubscribe):
 			r.Subscribe = append(r.Subscribe, subscribe.text(rd.b))
 		case rd.bytesField(dreqUnsubscribe):
@@ -516,7 +516,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 		r.growResources(respResources)
 		r.Resources = append(r.Resources, res)
 	case respTypeURL:
-		r.TypeURL = internTypeURL(b)
+		r.TypeURL = InternTypeURL(b)
 	case respNonce:
 		r.Nonce = Text(b)
 	case respControlPlane:
@@ -537,7 +537,7 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 		r.growResources(drespResources)
 		r.Resources = append(r.Resources, res)
 	case drespTypeURL:
-		r.TypeURL = internTypeURL(b)
+		r.TypeURL = InternTypeURL(b)
 	case drespNonce:
 		r.Nonce = Text(b)
 	case drespRemovedResources:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/cespare/xxhash/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -137,7 +138,7 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("reused Response differs from a fresh one (-fresh +reused):\n%s", diff)
 				}
 			}
-			sameAsDecode(t, data, chunk(data, 1+len(data)%17), delta, nil)
+			sameAsDecode(t, data, xdstest.Chunk(data, 1+len(data)%17), delta, nil)
 			if delta {
 				checkDeltaRequest(t, data, req, reqErr)
 				checkDeltaResponse(t, data, &fresh, respErr)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/xdstest"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -40,35 +41,6 @@ func cut(b []byte, at ...int) [][]byte {
 		prev = i
 	}
 	return append(segs, own(b[prev:]))
-}
-
-// chunk splits b into segments of the given sizes in turn, the last one
-// taking what is left; a size of 0 makes an empty segment.
-func chunk(b []byte, sizes ...int) [][]byte {
-	var segs [][]byte
-	for i := 0; len(b) > 0; i++ {
-		n := min(sizes[i%len(sizes)], len(b))
-		segs = append(segs, own(b[:n]))
-		b = b[n:]
-	}
-	return segs
-}
-
-// randomSizes are uneven segment sizes from 1 byte to 40 KB, some of them 0.
-func randomSizes(seed uint64, n int) []int {
-	rng := rand.New(rand.NewPCG(seed, seed))
-	sizes := make([]int, n)
-	for i := range sizes {
-		switch rng.IntN(4) {
-		case 0:
-			sizes[i] = rng.IntN(3) // empty and tiny segments
-		case 1:
-			sizes[i] = 1 + rng.IntN(64) // headers cut anywhere
-		default:
-			sizes[i] = 1 + rng.IntN(40<<10)
-		}
-	}
-	return sizes
 }
 
 // describe names a split for failure messages.
@@ -282,7 +254,7 @@ func TestDecodeSegmentsEveryCut(t *testing.T) {
 				sameAsDecode(t, in, cut(in, i, i, i), tt.delta, &reused) // empty segments at the cut
 			}
 			for size := 1; size <= 24; size++ {
-				sameAsDecode(t, in, chunk(in, size), tt.delta, &reused)
+				sameAsDecode(t, in, xdstest.Chunk(in, size), tt.delta, &reused)
 			}
 			// A short middle segment: a header or a value cut twice.
 			for i := range len(in) + 1 {
@@ -358,13 +330,13 @@ func TestDecodeSegmentsLarge(t *testing.T) {
 		name  string
 		split func([]byte) [][]byte
 	}{
-		{"1 byte", func(b []byte) [][]byte { return chunk(b, 1) }},
-		{"16 KB", func(b []byte) [][]byte { return chunk(b, 16<<10) }},
+		{"1 byte", func(b []byte) [][]byte { return xdstest.Chunk(b, 1) }},
+		{"16 KB", func(b []byte) [][]byte { return xdstest.Chunk(b, 16<<10) }},
 		// gRPC's first buffer is shorter by the 5-byte message header.
-		{"gRPC frames", func(b []byte) [][]byte { return chunk(b, 16<<10-5, 16<<10) }},
-		{"uneven 1", func(b []byte) [][]byte { return chunk(b, randomSizes(1, 200)...) }},
-		{"uneven 2", func(b []byte) [][]byte { return chunk(b, randomSizes(2, 200)...) }},
-		{"uneven 3", func(b []byte) [][]byte { return chunk(b, randomSizes(3, 200)...) }},
+		{"gRPC frames", func(b []byte) [][]byte { return xdstest.Chunk(b, 16<<10-5, 16<<10) }},
+		{"uneven 1", func(b []byte) [][]byte { return xdstest.Chunk(b, xdstest.RandomSizes(1, 200)...) }},
+		{"uneven 2", func(b []byte) [][]byte { return xdstest.Chunk(b, xdstest.RandomSizes(2, 200)...) }},
+		{"uneven 3", func(b []byte) [][]byte { return xdstest.Chunk(b, xdstest.RandomSizes(3, 200)...) }},
 		{"random cuts", func(b []byte) [][]byte {
 			rng := rand.New(rand.NewPCG(4, 4))
 			at := make([]int, 50)
@@ -439,8 +411,8 @@ func TestDecodeSegmentsErrors(t *testing.T) {
 				sameAsDecode(t, tt.in, cut(tt.in, i), tt.delta, &reused)
 				sameAsDecode(t, tt.in, cut(tt.in, i, i), tt.delta, &reused)
 			}
-			sameAsDecode(t, tt.in, chunk(tt.in, 1), tt.delta, &reused)
-			sameAsDecode(t, tt.in, chunk(tt.in, 3, 0, 2), tt.delta, &reused)
+			sameAsDecode(t, tt.in, xdstest.Chunk(tt.in, 1), tt.delta, &reused)
+			sameAsDecode(t, tt.in, xdstest.Chunk(tt.in, 3, 0, 2), tt.delta, &reused)
 		})
 	}
 	// Every prefix of a valid frame is either a shorter valid frame or cut
@@ -453,7 +425,7 @@ func TestDecodeSegmentsErrors(t *testing.T) {
 				for _, at := range []int{n / 2, max(n-1, 0), max(n-3, 0), min(7, n)} {
 					sameAsDecode(t, in, cut(in, at), tt.delta, &reused)
 				}
-				sameAsDecode(t, in, chunk(in, 5), tt.delta, &reused)
+				sameAsDecode(t, in, xdstest.Chunk(in, 5), tt.delta, &reused)
 			}
 		})
 	}
@@ -465,7 +437,7 @@ func TestDecodeSegmentsCopiesOnlyStraddlers(t *testing.T) {
 	leakcheck.Check(t)
 	const segment = 16 << 10
 	in := cdsPush(t, 60)
-	segs := chunk(in, segment)
+	segs := xdstest.Chunk(in, segment)
 	var r codec.Response
 	if err := r.DecodeSegments(segs, false); err != nil {
 		t.Fatal(err)
@@ -520,13 +492,13 @@ func TestDecodeSegmentsArenaGrowth(t *testing.T) {
 	leakcheck.Check(t)
 	small, large := cdsPush(t, 20), cdsPush(t, 1000)
 	var r codec.Response
-	sameAsDecode(t, large, chunk(large, 1000), false, &r)
+	sameAsDecode(t, large, xdstest.Chunk(large, 1000), false, &r)
 	r = codec.Response{}
-	sameAsDecode(t, small, chunk(small, 1000), false, &r)
-	sameAsDecode(t, large, chunk(large, 100), false, &r)
+	sameAsDecode(t, small, xdstest.Chunk(small, 1000), false, &r)
+	sameAsDecode(t, large, xdstest.Chunk(large, 100), false, &r)
 	// 1-byte segments: every field is copied, the whole message through
 	// the arena.
-	sameAsDecode(t, large, chunk(large, 1), false, &r)
+	sameAsDecode(t, large, xdstest.Chunk(large, 1), false, &r)
 }
 
 func TestDecodeBuffers(t *testing.T) {
@@ -542,7 +514,7 @@ func TestDecodeBuffers(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var data mem.BufferSlice
-			for _, s := range chunk(tt.in, 16<<10-5, 16<<10) {
+			for _, s := range xdstest.Chunk(tt.in, 16<<10-5, 16<<10) {
 				data = append(data, mem.SliceBuffer(s))
 			}
 			var want, got codec.Response
@@ -574,7 +546,7 @@ func segmentsOf(data, sizes []byte) [][]byte {
 	if !slices.ContainsFunc(lens, func(n int) bool { return n > 0 }) {
 		lens = []int{1}
 	}
-	return chunk(data, lens...)
+	return xdstest.Chunk(data, lens...)
 }
 
 // FuzzSegmentedDecode cuts every input into segments as sizes says: whatever

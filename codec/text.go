@@ -42,7 +42,7 @@ func TypeURLOf(b []byte, delta, response bool) string {
 	typeURL := ""
 	for rd.next() {
 		if rd.bytesField(num) {
-			typeURL = internTypeURL(rd.b) // the last one wins, as in protobuf
+			typeURL = InternTypeURL(rd.b) // the last one wins, as in protobuf
 		}
 	}
 	if rd.err != nil {

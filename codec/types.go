@@ -110,9 +110,10 @@ func TypeName(typeURL string) string {
 	return typeURL[strings.LastIndexByte(typeURL, '/')+1:]
 }
 
-// internTypeURL returns a constant for the type URLs that fill almost every
-// frame, so that decoding a response does not allocate one each time.
-func internTypeURL(b []byte) string {
+// InternTypeURL returns the type URL b holds (made printable, as Text
+// makes it): a constant for the type URLs that fill almost every frame, so
+// that reading one does not allocate each time.
+func InternTypeURL(b []byte) string {
 	switch string(b) {
 	case TypeCluster:
 		return TypeCluster

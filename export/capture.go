@@ -1,10 +1,12 @@
 package export
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 
-	"context"
+	"google.golang.org/grpc/mem"
+
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
@@ -15,22 +17,45 @@ import (
 // the file. It is handed records as the relay saw them — headers and
 // messages unredacted — and queues them; a goroutine of its own redacts and
 // writes them, so neither redaction nor a slow disk or pipe ever holds up
-// the relay or the tracker. Frames that do not fit in the queue are dropped,
-// counted (adstap_output_dropped_total{output="capture"}) and marked in the
-// file by a gap record.
+// the relay or the tracker.
+//
+// A frame's message is never copied: the Capture holds a reference to the
+// buffers gRPC received it in (mem.BufferSlice) from the moment it is
+// queued until it is written, straight from those buffers, secrets cut
+// around, and then lets them go. The queue holds at most maxQueueBytes of
+// referenced messages; beyond them it holds one frame larger than that
+// bound, so a push bigger than the queue (a 40 MB CDS push, the queue 16
+// MiB) is captured rather than lost, one at a time. Frames that do not fit
+// are dropped, counted (adstap_output_dropped_total{output="capture"}) and
+// marked in the file by a gap record.
 type Capture struct {
 	w   *capture.Writer
 	log *slog.Logger
-	q   *queue[capture.Record]
+	q   *queue[captured]
 
 	// gaps counts, per stream, the frames dropped since its last queued
-	// record: the next one is preceded by a gap record.
+	// record: the next one is preceded by a gap record. large is the size
+	// of the frame held beyond the queue's bound, 0 when none is.
 	gapMu sync.Mutex
 	gaps  map[uint64]int
+	large int
 
 	// Used by the queue's goroutine only.
 	streams map[uint64]capturedStream
 	failed  bool
+	scan    redact.Scanner
+	segs    [][]byte // the buffers of the frame being written
+	pieces  [][]byte // what is written of them, secrets cut around
+}
+
+// captured is one record waiting in the queue.
+type captured struct {
+	rec capture.Record
+	// data is a frame's message, held by reference; nil for other records
+	// and for a frame whose message is rec.Message.
+	data mem.BufferSlice
+	// large: the frame is the one held beyond the queue's bound.
+	large bool
 }
 
 // capturedStream is what a frame's record needs from its stream's open.
@@ -45,42 +70,81 @@ type capturedStream struct {
 const recordOverhead = 256
 
 // NewCapture records to w, with at most maxQueueBytes of records waiting
-// (DefaultOutputQueueBytes when 0). Close it to write out what waits.
+// (DefaultOutputQueueBytes when 0), and one frame larger than that. Close
+// it to write out what waits.
 func NewCapture(w *capture.Writer, log *slog.Logger, maxQueueBytes int64) *Capture {
 	c := &Capture{w: w, log: log, gaps: map[uint64]int{}, streams: map[uint64]capturedStream{}}
-	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"))
+	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"), c.release)
 	return c
 }
 
-// Record queues r. r is a KindOpen, KindFrame, KindGap or KindClose record,
-// unredacted; a frame's Message is the whole message as it crossed the tap,
-// and Record owns it. It never waits: a frame that does not fit is dropped.
+// Record queues r, a KindOpen, KindGap or KindClose record, unredacted, or
+// a KindFrame record whose Message is the whole message as it crossed the
+// tap, which Record then owns. It never waits: a frame that does not fit
+// is dropped.
 func (c *Capture) Record(r capture.Record) {
 	if r.Kind != capture.KindFrame {
 		// Small, and the file makes no sense without them.
-		c.put(r, recordOverhead, true)
+		c.put(captured{rec: r}, recordOverhead, true)
 		return
 	}
-	c.put(r, len(r.Message)+recordOverhead, false)
+	c.put(captured{rec: r}, len(r.Message)+recordOverhead, false)
 }
 
-func (c *Capture) put(r capture.Record, size int, must bool) {
+// Frame queues a KindFrame record whose message is data, the buffers the
+// relay received it in. Frame takes over one reference to them — the
+// caller takes it (data.Ref) — and lets it go once the frame is written or
+// dropped. It never waits.
+func (c *Capture) Frame(r capture.Record, data mem.BufferSlice) {
+	c.put(captured{rec: r, data: data}, data.Len()+recordOverhead, false)
+}
+
+func (c *Capture) put(it captured, size int, must bool) {
 	c.gapMu.Lock()
 	defer c.gapMu.Unlock()
-	if n := c.gaps[r.Stream]; n > 0 {
-		if !c.q.put(capture.Record{Time: r.Time, Kind: capture.KindGap, Stream: r.Stream, Skipped: n}, recordOverhead, must) {
-			if r.Kind == capture.KindFrame {
-				c.gaps[r.Stream]++
+	frame, stream := it.rec.Kind == capture.KindFrame, it.rec.Stream
+	if n := c.gaps[stream]; n > 0 {
+		if !c.q.put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: n}}, recordOverhead, must) {
+			if frame {
+				c.gaps[stream]++
+				it.data.Free()
 			}
 			return
 		}
-		delete(c.gaps, r.Stream)
+		delete(c.gaps, stream)
 	}
-	if !c.q.put(r, size, must) && r.Kind == capture.KindFrame {
-		c.gaps[r.Stream]++
+	var queued bool
+	switch {
+	case frame && int64(size) > c.q.maxBytes:
+		// Larger than the whole queue: held beyond it, alone.
+		if c.large == 0 {
+			it.large = true
+			if queued = c.q.put(it, recordOverhead, true); queued {
+				c.large = size
+			}
+		}
+	default:
+		queued = c.q.put(it, size, must)
 	}
-	if r.Kind == capture.KindClose {
-		delete(c.gaps, r.Stream)
+	if !queued && frame {
+		c.gaps[stream]++
+		it.data.Free()
+	}
+	if it.rec.Kind == capture.KindClose {
+		delete(c.gaps, stream)
+	}
+}
+
+// release lets go of what a record held, written or dropped.
+func (c *Capture) release(it captured) {
+	if it.data == nil {
+		return
+	}
+	it.data.Free()
+	if it.large {
+		c.gapMu.Lock()
+		c.large = 0
+		c.gapMu.Unlock()
 	}
 }
 
@@ -101,58 +165,92 @@ func (c *Capture) Close(ctx context.Context) error {
 	return c.w.Close()
 }
 
-// write redacts r and writes it, on the queue's goroutine.
-func (c *Capture) write(r capture.Record) {
+// write redacts a record and writes it, on the queue's goroutine.
+func (c *Capture) write(it captured) {
+	defer c.release(it)
+	r := it.rec
 	switch r.Kind {
 	case capture.KindOpen:
 		r.Headers = redact.Headers(r.Headers)
 		c.streams[r.Stream] = capturedStream{method: r.Method, protocol: codec.Protocol(r.Protocol)}
-	case capture.KindFrame:
-		c.redactFrame(&r)
 	case capture.KindClose:
 		delete(c.streams, r.Stream)
 	}
 	if c.failed {
 		return
 	}
-	if err := c.w.Write(r); err != nil {
+	var err error
+	if r.Kind == capture.KindFrame {
+		err = c.writeFrame(r, it.data)
+	} else {
+		err = c.w.Write(r)
+	}
+	if err != nil {
 		c.failed = true
 		c.log.Error("capture stopped; the tap goes on relaying", "err", err)
 	}
 }
 
-// redactFrame names the frame's type and node and redacts its message.
-func (c *Capture) redactFrame(r *capture.Record) {
+// writeFrame names the frame's type and node, finds its secrets and writes
+// it from its buffers, around them.
+func (c *Capture) writeFrame(r capture.Record, data mem.BufferSlice) error {
+	segs := c.segs[:0]
+	if data != nil {
+		for _, b := range data {
+			segs = append(segs, b.ReadOnlyData())
+		}
+	} else if r.Message != nil {
+		segs = append(segs, r.Message)
+	}
+	r.Message = nil
+	pieces := c.pieces[:0]
+	defer func() {
+		// Kept, the lists would hold on to buffers gRPC wants back.
+		clear(segs)
+		clear(pieces)
+		c.segs, c.pieces = segs[:0], pieces[:0]
+	}()
 	st := c.streams[r.Stream]
 	if st.protocol == codec.Opaque || st.protocol == "" {
-		return
+		return c.w.WriteFrame(r, segs)
 	}
-	b := r.Message
 	delta := st.protocol == codec.Delta
 	request := r.Direction == "request"
-	// Read before redaction, which may drop an unreadable message.
-	if r.TypeURL = codec.TypeURLOf(b, delta, !request); r.TypeURL == "" {
-		r.TypeURL = codec.DefaultTypeOf(st.method) // a per-type service may leave it out
-	}
 	if request && st.node == "" {
-		if req, err := codec.DecodeRequest(b, delta); err == nil && req.Node != nil {
+		if req, err := codec.DecodeRequest(joined(segs, data), delta); err == nil && req.Node != nil {
 			st.node = req.Node.ID
 			c.streams[r.Stream] = st
 		}
 	}
 	r.Node = st.node
-	var red []byte
-	var redacted bool
+	var red redact.Redaction
 	var err error
 	if request {
-		red, redacted, err = redact.Request(b, delta)
+		red, err = c.scan.Request(segs, delta)
 	} else {
-		red, redacted, err = redact.Response(b, delta)
+		red, err = c.scan.Response(segs, delta)
+	}
+	if r.TypeURL = red.TypeURL; r.TypeURL == "" {
+		r.TypeURL = codec.DefaultTypeOf(st.method) // a per-type service may leave it out
 	}
 	if err != nil {
-		// A message that cannot be opened cannot be shown safely.
-		r.Message, r.Redacted = nil, true
-		return
+		// A message that cannot be read cannot be shown safely.
+		r.Redacted = true
+		return c.w.WriteFrame(r, nil)
 	}
-	r.Message, r.Redacted = red, redacted
+	r.Redacted = red.Redacted()
+	pieces = red.AppendPieces(pieces, segs)
+	return c.w.WriteFrame(r, pieces)
+}
+
+// joined is a request's bytes in one piece, for the decoder: requests are
+// small, and most arrive in one buffer.
+func joined(segs [][]byte, data mem.BufferSlice) []byte {
+	switch {
+	case len(segs) == 1:
+		return segs[0]
+	case data != nil:
+		return data.Materialize()
+	}
+	return nil
 }

@@ -91,7 +91,7 @@ const (
 // when 0). Close stops it.
 func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
 	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"))
+	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), nil)
 	return c
 }
 
@@ -325,13 +325,16 @@ func ConfigOff() http.Handler {
 // a type adstap does not know is shown by size alone, since its bytes could
 // hold anything.
 func showResource(r retained) json.RawMessage {
-	// Istio's ambient types too (redact.Types).
-	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: r.typeURL, Value: r.body}, proto.UnmarshalOptions{Resolver: redact.Types})
+	body, _, err := redact.Resource(r.typeURL, r.body)
+	var m proto.Message
+	if err == nil {
+		// Istio's ambient types too (redact.Types).
+		m, err = anypb.UnmarshalNew(&anypb.Any{TypeUrl: r.typeURL, Value: body}, proto.UnmarshalOptions{Resolver: redact.Types})
+	}
 	if err != nil {
 		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
 		return b
 	}
-	redact.Message(m)
 	// An Any inside of a type this binary does not know would fail the
 	// whole resource: it shows as its type URL and base64 bytes instead.
 	redact.StandInUnknownAnys(m.ProtoReflect())

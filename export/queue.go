@@ -24,6 +24,9 @@ type queue[T any] struct {
 	// lost is told how much work was dropped since it was last told, on the
 	// queue's goroutine, once the queue has emptied after a loss.
 	lost func(n uint64)
+	// discard, when set, is handed the work dropped after it was queued
+	// (past Close's deadline), to let go of what it holds.
+	discard func(T)
 
 	mu         sync.Mutex
 	items      []queued[T]
@@ -45,11 +48,11 @@ type queued[T any] struct {
 	reached chan struct{}
 }
 
-func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64)) *queue[T] {
+func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64), discard func(T)) *queue[T] {
 	if maxBytes <= 0 {
 		maxBytes = DefaultOutputQueueBytes
 	}
-	q := &queue[T]{output: output, maxBytes: maxBytes, do: do, lost: lost,
+	q := &queue[T]{output: output, maxBytes: maxBytes, do: do, lost: lost, discard: discard,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
 	go q.run()
 	return q
@@ -133,6 +136,7 @@ func (q *queue[T]) run() {
 		for i := range batch {
 			select {
 			case <-q.stop:
+				q.drop(batch[i:])
 				return
 			default:
 			}
@@ -173,7 +177,7 @@ func (q *queue[T]) close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
-	left := len(q.items)
+	items := q.items
 	q.items = nil
 	q.mu.Unlock()
 	select {
@@ -181,8 +185,25 @@ func (q *queue[T]) close(ctx context.Context) error {
 	default:
 		close(q.stop)
 	}
+	left := q.drop(items)
 	q.dropped.Add(uint64(left))
 	return fmt.Errorf("%s: %d queued records dropped: the output did not take them before the deadline", q.output, left)
+}
+
+// drop hands the work in items to discard, and counts it (flushes aside).
+func (q *queue[T]) drop(items []queued[T]) int {
+	n := 0
+	for i := range items {
+		if items[i].reached != nil {
+			continue
+		}
+		n++
+		if q.discard != nil {
+			q.discard(items[i].v)
+		}
+		items[i] = queued[T]{}
+	}
+	return n
 }
 
 // warnLost is a queue's lost function that logs the loss on log.
@@ -212,7 +233,7 @@ func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, los
 		}
 	}
 	l := &LogWriter{}
-	l.q = newQueue("log", maxBytes, func(b []byte) { w.Write(b) }, func(n uint64) { w.Write(lost(n)) })
+	l.q = newQueue("log", maxBytes, func(b []byte) { w.Write(b) }, func(n uint64) { w.Write(lost(n)) }, nil)
 	return l
 }
 

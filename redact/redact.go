@@ -1,20 +1,24 @@
-// Package redact replaces secrets — TLS keys, bearer tokens — in the messages and headers that outputs show (capture files, /debug/config, adstap inspect). It unmarshals typed Envoy messages, so it runs on an output's own goroutine, never on the relay's or the tracker's.
+// Package redact replaces secrets — TLS keys, bearer tokens — in the messages and headers that outputs show (capture files, /debug/config, adstap inspect). It reads messages in their wire form, off the relay's and the tracker's goroutines.
 package redact
 
 import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 
-	"github.com/adstap/adstap/codec"
-	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3" // so Any values of these types can be opened
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3" // (listeners carry TLS contexts too)
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	status "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/adstap/adstap/codec"
+	// The types whose Any values can carry key material are linked in, so
+	// the plans of what they hold can be made from their descriptors:
+	// clusters and listeners carry TLS contexts, SDS secrets are TLS types.
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 )
 
 // Redaction is the one step every output of adstap that shows resource
@@ -22,114 +26,143 @@ import (
 // inspect): secret material is replaced by its hash and length
 // (codec.Fingerprint), so two captures can still be compared without either
 // holding the secret.
+//
+// Secrets are found in the wire form, by a Scanner: an inline DataSource in
+// a private_key, password, secret or keys field, at any depth of any type
+// the binary knows, through any Any. A response is never decoded into typed
+// messages: of a 40 MB push only the fields that can lead to a secret are
+// read, the rest is skipped by its length, and only the path down to a
+// secret found is encoded again.
 
-// secretFields are the DataSource fields that hold key material: TLS private
-// keys and their passwords, generic secrets (HMAC keys, OAuth secrets), and
-// session ticket keys.
-var secretFields = map[protoreflect.Name]bool{
-	"private_key": true, "password": true, "secret": true, "keys": true,
+// The roots the scanner starts from, and the fields read on the way.
+var (
+	sotwResponse  = sync.OnceValue(func() *plan { return planOf((&discovery.DiscoveryResponse{}).ProtoReflect().Descriptor()) })
+	deltaResponse = sync.OnceValue(func() *plan { return planOf((&discovery.DeltaDiscoveryResponse{}).ProtoReflect().Descriptor()) })
+
+	sotwResponseTypeURL  = numberOf(&discovery.DiscoveryResponse{}, "type_url")
+	deltaResponseTypeURL = numberOf(&discovery.DeltaDiscoveryResponse{}, "type_url")
+	sotwRequestTypeURL   = numberOf(&discovery.DiscoveryRequest{}, "type_url")
+	deltaRequestTypeURL  = numberOf(&discovery.DeltaDiscoveryRequest{}, "type_url")
+	sotwErrorDetail      = numberOf(&discovery.DiscoveryRequest{}, "error_detail")
+	deltaErrorDetail     = numberOf(&discovery.DeltaDiscoveryRequest{}, "error_detail")
+	statusMessage        = numberOf(&status.Status{}, "message")
+)
+
+func numberOf(m interface {
+	ProtoReflect() protoreflect.Message
+}, name protoreflect.Name) protowire.Number {
+	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
-var dataSourceName = (&core.DataSource{}).ProtoReflect().Descriptor().FullName()
-
-// secretHints are byte strings present in every response that can carry key
-// material: TLS types (SDS secrets, inline TLS contexts in listeners and
-// clusters) and PEM keys. Responses without them are not opened at all.
-var secretHints = [][]byte{[]byte("transport_sockets.tls.v3"), []byte("PRIVATE KEY")}
+var scanners = sync.Pool{New: func() any { return new(Scanner) }}
 
 // Response returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
 // with every secret replaced, and whether anything was. A response with
 // nothing secret in it comes back as the same slice. Resources of types the
 // tap does not know are left as they are.
 func Response(b []byte, delta bool) ([]byte, bool, error) {
-	hinted := false
-	for _, h := range secretHints {
-		hinted = hinted || bytes.Contains(b, h)
-	}
-	if !hinted {
-		return b, false, nil
-	}
-	var msg proto.Message = &discovery.DiscoveryResponse{}
-	if delta {
-		msg = &discovery.DeltaDiscoveryResponse{}
-	}
-	if err := proto.Unmarshal(b, msg); err != nil {
-		return nil, false, fmt.Errorf("redacting: decoding the response: %w", err)
-	}
-	if !redactMessage(msg.ProtoReflect()) {
-		return b, false, nil
-	}
-	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-	if err != nil {
-		return nil, false, fmt.Errorf("redacting: encoding the response: %w", err)
-	}
-	return out, true, nil
-}
-
-// Message replaces the secrets of a decoded resource in place and
-// reports whether it found any.
-func Message(m proto.Message) bool { return redactMessage(m.ProtoReflect()) }
-
-func redactMessage(m protoreflect.Message) bool { return EditNested(m, redactEdit) }
-
-// redactEdit replaces the key material of the DataSource fields that hold
-// secrets, wherever they are.
-var redactEdit = NestedEdit{
-	Field: func(fd protoreflect.FieldDescriptor, child protoreflect.Message) (changed, descend bool) {
-		if secretFields[fd.Name()] && fd.Message().FullName() == dataSourceName {
-			return redactDataSource(child), false
-		}
-		return false, true
-	},
-}
-
-// redactDataSource replaces inline key material with its fingerprint. A
-// file name or environment variable is not the secret itself and stays.
-func redactDataSource(m protoreflect.Message) bool {
-	ds, ok := m.Interface().(*core.DataSource)
-	if !ok {
-		return false
-	}
-	var secret []byte
-	switch s := ds.GetSpecifier().(type) {
-	case *core.DataSource_InlineBytes:
-		secret = s.InlineBytes
-	case *core.DataSource_InlineString:
-		secret = []byte(s.InlineString)
-	default:
-		return false
-	}
-	ds.Specifier = &core.DataSource_InlineString{InlineString: codec.Fingerprint(secret)}
-	return true
+	s := scanners.Get().(*Scanner)
+	defer scanners.Put(s)
+	r, err := s.Response([][]byte{b}, delta)
+	return r.apply(b, err)
 }
 
 // Request is Response for a DiscoveryRequest (delta: a
 // DeltaDiscoveryRequest): the one secret a request can carry is a key quoted
 // in its error_detail message.
 func Request(b []byte, delta bool) ([]byte, bool, error) {
-	if !bytes.Contains(b, []byte("PRIVATE KEY")) {
-		return b, false, nil
-	}
-	var msg interface {
-		proto.Message
-		GetErrorDetail() *status.Status
-	} = &discovery.DiscoveryRequest{}
-	if delta {
-		msg = &discovery.DeltaDiscoveryRequest{}
-	}
-	if err := proto.Unmarshal(b, msg); err != nil {
-		return nil, false, fmt.Errorf("redacting: decoding the request: %w", err)
-	}
-	ed := msg.GetErrorDetail()
-	if ed == nil || codec.RedactText(ed.Message) == ed.Message {
-		return b, false, nil
-	}
-	ed.Message = codec.RedactText(ed.Message)
-	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	s := scanners.Get().(*Scanner)
+	defer scanners.Put(s)
+	r, err := s.Request([][]byte{b}, delta)
+	return r.apply(b, err)
+}
+
+// Resource is Response for one resource, of the type typeURL names, as
+// /debug/config and adstap inspect show it.
+func Resource(typeURL string, b []byte) ([]byte, bool, error) {
+	s := scanners.Get().(*Scanner)
+	defer scanners.Put(s)
+	r, err := s.Resource(typeURL, [][]byte{b})
+	return r.apply(b, err)
+}
+
+// apply returns b redacted as r says, in a slice of its own.
+func (r *Redaction) apply(b []byte, err error) ([]byte, bool, error) {
 	if err != nil {
-		return nil, false, fmt.Errorf("redacting: encoding the request: %w", err)
+		return nil, false, err
+	}
+	if !r.Redacted() {
+		return b, false, nil
+	}
+	out := make([]byte, 0, r.Len())
+	for _, p := range r.AppendPieces(nil, [][]byte{b}) {
+		out = append(out, p...)
 	}
 	return out, true, nil
+}
+
+// Request finds, in a DiscoveryRequest (delta: a DeltaDiscoveryRequest)
+// whose bytes are segs, the private keys its error_detail message quotes.
+func (s *Scanner) Request(segs [][]byte, delta bool) (Redaction, error) {
+	typeURL, errorDetail := sotwRequestTypeURL, sotwErrorDetail
+	if delta {
+		typeURL, errorDetail = deltaRequestTypeURL, deltaErrorDetail
+	}
+	s.w.reset(segs)
+	s.edits = s.edits[:0]
+	defer func() { s.w.segs = nil }()
+	r := Redaction{size: s.w.size()}
+	for off := 0; off < r.size; {
+		f, err := s.w.field(off, r.size)
+		if err != nil {
+			return Redaction{}, fmt.Errorf("redacting: reading the request: %w", err)
+		}
+		if f.typ == protowire.BytesType {
+			switch f.num {
+			case typeURL:
+				r.TypeURL = codec.InternTypeURL(s.w.bytes(f.value, f.end, &s.url))
+			case errorDetail:
+				g, err := s.errorDetail(f)
+				if err != nil {
+					return Redaction{}, fmt.Errorf("redacting: reading the request: %w", err)
+				}
+				r.grown += s.resize(f, g)
+			}
+		}
+		off = f.end
+	}
+	r.edits = s.sortedEdits()
+	return r, nil
+}
+
+// errorDetail replaces the PEM private keys quoted in the message of the
+// google.rpc.Status f.
+func (s *Scanner) errorDetail(f field) (int, error) {
+	grown := 0
+	for off := f.value; off < f.end; {
+		g, err := s.w.field(off, f.end)
+		if err != nil {
+			return 0, err
+		}
+		off = g.end
+		if g.num != statusMessage || g.typ != protowire.BytesType {
+			continue
+		}
+		var scratch []byte
+		text := s.w.bytes(g.value, g.end, &scratch)
+		if !bytes.Contains(text, []byte("PRIVATE KEY")) {
+			continue
+		}
+		red := codec.RedactText(string(text))
+		if red == string(text) {
+			continue
+		}
+		out := s.w.appendRange(nil, g.start, g.length)
+		out = protowire.AppendString(out, red)
+		s.edits = append(s.edits, edit{off: g.start, n: g.end - g.start, b: out})
+		grown += len(out) - (g.end - g.start)
+	}
+	return grown, nil
 }
 
 // sensitiveHeaders carry credentials; headers whose names contain one of

@@ -229,7 +229,7 @@ func (r *reader) follow(ctx context.Context, src source, path string) error {
 		if next := nextFile(path, t, fr.Header.Time); next != nil {
 			// The writer closes a file before it renames it: what is in
 			// it now is all it will ever hold.
-			t.src.final = true
+			t.final = true
 			if err := r.drain(ctx, t, &fr); err != nil {
 				next.close()
 				return err
@@ -272,6 +272,9 @@ func (r *reader) drain(ctx context.Context, t *tail, fr *FileRead) error {
 			return nil
 		}
 		if errors.Is(err, capture.ErrIncomplete) {
+			if !t.final {
+				return nil // the writer is in the middle of it: the reader goes on from there next time
+			}
 			if fr.Records == 0 {
 				return inputErrorf("not an adstap capture file: %v", err) // err names the file
 			}
@@ -295,13 +298,16 @@ func (r *reader) drain(ctx context.Context, t *tail, fr *FileRead) error {
 type tail struct {
 	name string
 	f    *os.File
-	src  *completeLines
+	src  *counted
 	rd   *capture.Reader
+	// final: the writer has moved on to another file, so a record cut
+	// short at the end of this one will stay so.
+	final bool
 }
 
 func (t *tail) rewind() {
 	t.f.Seek(0, io.SeekStart)
-	t.src = &completeLines{f: t.f}
+	t.src = &counted{r: t.f}
 	t.rd = capture.NewReader(t.src, t.name)
 }
 
@@ -311,7 +317,19 @@ func (t *tail) close() { t.f.Close() }
 // truncated and is being written again from the start.
 func (t *tail) restarted() bool {
 	st, err := t.f.Stat()
-	return err == nil && st.Size() < t.src.offset
+	return err == nil && st.Size() < t.src.n
+}
+
+// counted counts the bytes read from r.
+type counted struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counted) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
 }
 
 // nextFile returns the file the writer started after t's, opened, once t's
@@ -378,53 +396,4 @@ func headerTime(f *os.File) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return rec.Time, true
-}
-
-// completeLines reads a growing file but hands out only whole lines, so
-// that a record the writer is still writing is never taken for a truncated
-// one: capture.Reader sees io.EOF until its newline arrives. With final
-// set, a partial last line is handed out too (and reported incomplete).
-type completeLines struct {
-	f      *os.File
-	buf    []byte
-	ready  int   // buf[:ready] ends with a newline (or is final)
-	pos    int   // handed out up to here
-	offset int64 // bytes read from f
-	final  bool
-}
-
-func (c *completeLines) Read(p []byte) (int, error) {
-	if c.pos == c.ready {
-		n := copy(c.buf, c.buf[c.ready:])
-		c.buf, c.pos, c.ready = c.buf[:n], 0, 0
-		c.fill()
-		if c.ready == 0 {
-			return 0, io.EOF
-		}
-	}
-	n := copy(p, c.buf[c.pos:c.ready])
-	c.pos += n
-	return n, nil
-}
-
-// fill reads what the file has until a newline is in the buffer.
-func (c *completeLines) fill() {
-	for {
-		if len(c.buf) == cap(c.buf) {
-			c.buf = append(c.buf, make([]byte, max(64<<10, cap(c.buf)))...)[:len(c.buf)]
-		}
-		start := len(c.buf)
-		n, err := c.f.Read(c.buf[start:cap(c.buf)])
-		c.buf = c.buf[:start+n]
-		c.offset += int64(n)
-		if i := bytes.LastIndexByte(c.buf, '\n'); i >= 0 {
-			c.ready = i + 1
-		}
-		if c.ready > 0 || n == 0 || err != nil {
-			break
-		}
-	}
-	if c.ready == 0 && c.final {
-		c.ready = len(c.buf)
-	}
 }

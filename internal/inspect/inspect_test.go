@@ -1,7 +1,6 @@
 package inspect
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -221,6 +220,32 @@ func shifted(t *testing.T, src string, d time.Duration) (string, []capture.Recor
 		t.Fatal(err)
 	}
 	return dst, recs
+}
+
+// splitRecords cuts a capture file into the bytes of its records: a line,
+// and after the line of a frame its message and a newline.
+func splitRecords(t *testing.T, data []byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		var line struct{ Len int }
+		if i < 0 || json.Unmarshal(data[:i], &line) != nil {
+			t.Fatalf("no record at %q", data[:min(len(data), 80)])
+		}
+		n := i + 1
+		if line.Len > 0 {
+			n += line.Len + 1
+		}
+		out, data = append(out, data[:n]), data[n:]
+	}
+	return out
+}
+
+// decodeRecord reads the record in b.
+func decodeRecord(b []byte) capture.Record {
+	r, _ := capture.NewReader(bytes.NewReader(b), "record").Next()
+	return r
 }
 
 func readRecords(t *testing.T, path string) []capture.Record {
@@ -590,10 +615,10 @@ func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := bytes.SplitAfter(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+	lines := splitRecords(t, data)
 	last := lines[len(lines)-1]
 	cut := filepath.Join(t.TempDir(), "cut.jsonl")
-	if err := os.WriteFile(cut, data[:len(data)-1-len(last)/2], 0o600); err != nil {
+	if err := os.WriteFile(cut, data[:len(data)-len(last)/2], 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -613,9 +638,8 @@ func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
 	if len(got.Streams) != 2 || !got.Streams[1].Closed.IsZero() || got.Streams[1].Types[0].ACKs != 1 {
 		t.Errorf("stream 2 after the cut: %+v %+v", got.Streams[len(got.Streams)-1], got.Streams[1].Types[0])
 		for i, l := range lines {
-			var r capture.Record
-			json.Unmarshal(l, &r)
-			t.Logf("line %d: %s %s stream %d %s", i, r.Time.Format(time.StampMicro), r.Kind, r.Stream, r.Direction)
+			r := decodeRecord(l)
+			t.Logf("record %d: %s %s stream %d %s", i, r.Time.Format(time.StampMicro), r.Kind, r.Stream, r.Direction)
 		}
 	}
 }
@@ -710,18 +734,13 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines [][]byte
-	sc2 := bufio.NewScanner(bytes.NewReader(data))
-	sc2.Buffer(nil, 1<<20)
-	for sc2.Scan() {
-		lines = append(lines, append(slices.Clone(sc2.Bytes()), '\n'))
-	}
+	lines := splitRecords(t, data)
 	// The file starts with the records up to stream 1's first push; the
 	// rest, with every close, is appended once --follow runs. The last
 	// record is stream 2's close (the scenario cancels it last).
 	split := slices.IndexFunc(lines, func(l []byte) bool {
-		var r capture.Record
-		return json.Unmarshal(l, &r) == nil && r.Stream == 1 && r.Direction == "response"
+		r := decodeRecord(l)
+		return r.Stream == 1 && r.Direction == "response"
 	}) + 1
 	path := filepath.Join(t.TempDir(), "live.jsonl")
 	if err := os.WriteFile(path, bytes.Join(lines[:split], nil), 0o600); err != nil {
@@ -748,9 +767,8 @@ func TestFollowPrintsRecordsAppendedAfterItStarted(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, l := range lines {
-				var r capture.Record
-				json.Unmarshal(l, &r)
-				t.Logf("line %d: %s stream %d %s (split %d, half %d of %d)", i, r.Kind, r.Stream, r.Direction, split, half, len(rest))
+				r := decodeRecord(l)
+				t.Logf("record %d: %s stream %d %s (split %d, half %d of %d)", i, r.Kind, r.Stream, r.Direction, split, half, len(rest))
 			}
 			t.Logf("stderr: %s", errOut.String())
 		}
@@ -805,5 +823,22 @@ func TestFollowAcrossRotation(t *testing.T) {
 	}
 	if !regexp.MustCompile(`CDS\s+6\s+3\s+3\s`).MatchString(o) {
 		t.Errorf("the summary after following does not count 6 pushes, 3 ACKs, 3 NACKs:\n%s", o)
+	}
+}
+
+// TestAFormat1CaptureStillReplays reads a capture the JSON Lines writer
+// (format 1, messages in base64) recorded from inspecttest's script, kept
+// as it was written: captures taken before the length-delimited format
+// replay to the same counts.
+func TestAFormat1CaptureStillReplays(t *testing.T) {
+	leakcheck.Check(t)
+	const path = "testdata/format1.capture.jsonl"
+	got, err := Replay(t.Context(), []string{path}, detect, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSummary(t, got)
+	if len(got.Files) != 1 || got.Files[0].Truncated || got.Files[0].Header.Format != 1 {
+		t.Errorf("files read: %+v", got.Files)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -81,16 +82,21 @@ func wrapped(r *discovery.Resource) body {
 // Secrets were replaced by their fingerprints when the capture was written
 // (redacted), so they show as those; a response the capture did not mark
 // redacted goes through the shared redaction once more, in case it holds
-// what the writer's quick check did not look for. (Running it on a redacted
-// one would show the fingerprint's fingerprint.)
+// what an older writer's quick check did not look for. (Running it on a
+// redacted one would show the fingerprint's fingerprint.)
 func resourceJSON(b body) (jsonValue, error) {
 	typeURL, value := b.typeURL, b.value
+	if !b.redacted {
+		red, _, err := redact.Resource(typeURL, value)
+		if err != nil {
+			// Unreadable where a secret can be: shown by size alone.
+			return jsonObject{{"@type", typeURL}, {"undecoded_bytes", json.Number(strconv.Itoa(len(value)))}}, nil
+		}
+		value = red
+	}
 	m, err := anypb.UnmarshalNew(&anypb.Any{TypeUrl: typeURL, Value: value}, proto.UnmarshalOptions{Resolver: redact.Types})
 	if err != nil {
 		return unknownJSON(typeURL, value), nil
-	}
-	if !b.redacted {
-		redact.Message(m)
 	}
 	redact.StandInUnknownAnys(m.ProtoReflect())
 	out, err := protojson.MarshalOptions{UseProtoNames: true, Resolver: redact.Types}.Marshal(m)

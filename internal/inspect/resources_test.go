@@ -180,11 +180,9 @@ func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redacted := xdsconfig.Secret("default", []byte("cert"), key)
-	redact.Message(redacted)
-	red, err := proto.Marshal(redacted)
-	if err != nil {
-		t.Fatal(err)
+	red, redacted, err := redact.Resource(resource.SecretType, raw)
+	if err != nil || !redacted {
+		t.Fatalf("redact.Resource: redacted %v, err %v", redacted, err)
 	}
 	want := `"private_key": {"inline_string": "` + codec.Fingerprint(key) + `"}`
 	for name, b := range map[string]body{

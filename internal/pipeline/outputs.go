@@ -8,7 +8,8 @@ import (
 )
 
 // captureObserver hands what the relay saw to export.Capture as records:
-// headers and messages as they crossed, copied out of the relay's buffers.
+// headers as they crossed, and each message by a reference of its own to
+// the relay's buffers, which the capture lets go once it has written them.
 type captureObserver struct{ c *export.Capture }
 
 var _ tap.Observer = captureObserver{}
@@ -26,8 +27,8 @@ func (o captureObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	if f.Skipped > 0 {
 		o.c.Record(capture.Record{Time: f.Time, Kind: capture.KindGap, Stream: s.ID, Skipped: f.Skipped})
 	}
-	o.c.Record(capture.Record{Time: f.Time, Kind: capture.KindFrame, Stream: s.ID, Direction: f.Direction.String(), Size: f.Size,
-		Message: f.Data.Materialize()})
+	f.Data.Ref()
+	o.c.Frame(capture.Record{Time: f.Time, Kind: capture.KindFrame, Stream: s.ID, Direction: f.Direction.String(), Size: f.Size}, f.Data)
 }
 
 func (o captureObserver) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {

@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,19 +80,16 @@ func (o *observed) complete(streams, pushes int) bool {
 // whose log goes to a stderr that blocks, in front of a raw upstream that
 // pushes every stream pushes CDS versions and expects each ACKed.
 type stalledOutputs struct {
-	fifo     string
-	fifoRead *os.File
-	stderr   *stallingWriter
-	logOut   *export.LogWriter
-	seen     *observed
-	p        *pipeline.Pipeline
-	srv      *tap.Server
-	addr     tap.Address
-	served   chan error
+	fifo   *syncbuf.FIFO
+	stderr *stallingWriter
+	logOut *export.LogWriter
+	seen   *observed
+	p      *pipeline.Pipeline
+	srv    *tap.Server
+	addr   tap.Address
+	served chan error
 
 	releaseOnce  sync.Once
-	captured     bytes.Buffer
-	readDone     chan struct{}
 	shutdownOnce sync.Once
 }
 
@@ -106,18 +100,11 @@ const (
 
 func startStalledOutputs(t *testing.T) *stalledOutputs {
 	t.Helper()
-	s := &stalledOutputs{fifo: filepath.Join(t.TempDir(), "capture"), stderr: &stallingWriter{release: make(chan struct{})},
+	// A file nobody reads: the pipe's buffer fills, then every write of the
+	// capture blocks.
+	s := &stalledOutputs{fifo: syncbuf.NewFIFO(t), stderr: &stallingWriter{release: make(chan struct{})},
 		seen: &observed{acks: map[uint64]int{}}, served: make(chan error, 1)}
-	if err := syscall.Mkfifo(s.fifo, 0o600); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	// A reader that does not read: the pipe's buffer fills, then every write
-	// of the capture blocks.
-	var err error
-	if s.fifoRead, err = os.OpenFile(s.fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	w, err := capture.NewWriter(s.fifo, 0, 1, "stall", "upstream")
+	w, err := capture.NewWriter(s.fifo.Path, 0, 1, "stall", "upstream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +145,6 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 		// Whatever the test did, nothing stays blocked or running.
 		s.release()
 		shutdown(t, s, 10*time.Second)
-		<-s.readDone
-		s.fifoRead.Close()
 	})
 	return s
 }
@@ -214,43 +199,12 @@ func ackAll(ctx context.Context, cc *grpc.ClientConn, node string) error {
 func (s *stalledOutputs) release() {
 	s.releaseOnce.Do(func() {
 		close(s.stderr.release)
-		s.readDone = make(chan struct{})
-		go func() {
-			defer close(s.readDone)
-			for {
-				// Until the writer closes the file (EOF); the reader was
-				// opened non-blocking.
-				n, err := s.captured.ReadFrom(s.fifoRead)
-				if (err == nil && n == 0) || (err != nil && !isAgain(err)) {
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
+		s.fifo.Release()
 	})
 }
 
 // capturedBytes is what the capture file received, once it is closed.
-func (s *stalledOutputs) capturedBytes() []byte {
-	<-s.readDone
-	return s.captured.Bytes()
-}
-
-func isAgain(err error) bool {
-	var errno syscall.Errno
-	for e := err; e != nil; {
-		if en, ok := e.(syscall.Errno); ok {
-			errno = en
-			break
-		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			break
-		}
-		e = u.Unwrap()
-	}
-	return errno == syscall.EAGAIN
-}
+func (s *stalledOutputs) capturedBytes() []byte { return s.fifo.Written() }
 
 // TestObservationGoesOnWhileOutputsStall blocks the capture file (a FIFO
 // nobody reads) and stderr for at least 5 s while four streams, each on a

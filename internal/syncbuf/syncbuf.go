@@ -1,4 +1,4 @@
-// Package syncbuf is a buffer one goroutine writes while another reads it: the log or output of an adstap running in a test's process.
+// Package syncbuf is a buffer one goroutine writes while another reads it — the log or output of an adstap running in a test's process —, and a file that stalls its writer (FIFO).
 package syncbuf
 
 import (

@@ -185,6 +185,45 @@ func Secret(name string, certPEM, keyPEM []byte) *tlsv3.Secret {
 	}
 }
 
+// WithInlineKey gives c a TLS transport socket whose client certificate's
+// private key is inline, Any-wrapped as Envoy reads it (a
+// DestinationRule's mutual TLS with its key in the cluster rather than
+// served by SDS), so tests can bury a key in a CDS push.
+func WithInlineKey(c *clusterv3.Cluster, certPEM, keyPEM []byte) *clusterv3.Cluster {
+	c.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{
+		TypedConfig: mustAny(&tlsv3.UpstreamTlsContext{Sni: c.Name, CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificates: []*tlsv3.TlsCertificate{{
+				CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: certPEM}},
+				PrivateKey:       &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: string(keyPEM)}},
+			}},
+		}}),
+	}}
+	return c
+}
+
+// KeyedClusters is a large CDS push's resources, packed: n clusters as
+// Clusters makes them (padded to padTo bytes), the first 1,000 repeated
+// after that, so that a push of tens of megabytes takes a moment to build;
+// the clusters at the indexes keyed are distinct ones with an inline TLS
+// key (WithInlineKey), buried among the rest.
+func KeyedClusters(n, padTo int, keyed []int, certPEM, keyPEM []byte) []*anypb.Any {
+	distinct := Clusters(min(n, 1000), padTo)
+	out := make([]*anypb.Any, n)
+	for i := range out {
+		if i < len(distinct) {
+			out[i] = mustAny(distinct[i])
+		} else {
+			out[i] = out[i%len(distinct)]
+		}
+	}
+	for _, i := range keyed {
+		c := Clusters(1, padTo)[0].(*clusterv3.Cluster)
+		c.Name = fmt.Sprintf("outbound|443||keyed-%d.example", i)
+		out[i] = mustAny(WithInlineKey(c, certPEM, keyPEM))
+	}
+	return out
+}
+
 // ResolverNames returns the resource names ResolverResources uses for
 // target, so tests can subscribe to them on raw streams or look for them in
 // what the tap saw.

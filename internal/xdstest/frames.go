@@ -2,6 +2,7 @@ package xdstest
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -62,4 +63,37 @@ func MustAny(m proto.Message) *anypb.Any {
 		panic(fmt.Sprintf("xdstest: pack %T: %v", m, err))
 	}
 	return a
+}
+
+// Chunk splits b into pieces of the given sizes in turn, the last one
+// taking what is left, as gRPC hands a message over in the buffers it
+// received it in; a size of 0 makes an empty piece. Each piece is a copy
+// exactly as long as itself, so that a reader running past the end of one
+// finds nothing there rather than, by luck, the next one's bytes.
+func Chunk(b []byte, sizes ...int) [][]byte {
+	var segs [][]byte
+	for i := 0; len(b) > 0; i++ {
+		n := min(sizes[i%len(sizes)], len(b))
+		segs = append(segs, append(make([]byte, 0, n), b[:n]...))
+		b = b[n:]
+	}
+	return segs
+}
+
+// RandomSizes are uneven piece sizes for Chunk, from 1 byte to 40 KB, some
+// of them 0.
+func RandomSizes(seed uint64, n int) []int {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	sizes := make([]int, n)
+	for i := range sizes {
+		switch rng.IntN(4) {
+		case 0:
+			sizes[i] = rng.IntN(3) // empty and tiny pieces
+		case 1:
+			sizes[i] = 1 + rng.IntN(64) // headers cut anywhere
+		default:
+			sizes[i] = 1 + rng.IntN(40<<10)
+		}
+	}
+	return sizes
 }
