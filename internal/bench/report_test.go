@@ -25,12 +25,14 @@ func TestReportTargets(t *testing.T) {
 		Results: map[string]map[Path][]Result{
 			"W1": {
 				Direct:  {{Wall: ms(100), Pushes: 10}},
-				TapOff:  {{Wall: ms(200), Pushes: 10, Middle: Window{CPU: ms(100)}}},
-				TapFull: {{Wall: ms(210), Pushes: 10, Middle: Window{CPU: ms(120)}}},
+				Relay:   {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
+				TapOff:  {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
+				TapFull: {{Wall: ms(210), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(120)}}},
 				Typed:   {{Wall: ms(400), Pushes: 10, Middle: Window{CPU: ms(300)}}},
 			},
 			"W2": {
 				Direct:  {{Wall: ms(100), Latencies: lat(ms(1))}},
+				Relay:   {{Wall: ms(100), Latencies: lat(ms(2))}},
 				TapFull: {{Wall: ms(100), Latencies: lat(ms(3))}},
 			},
 			"W3": {
@@ -54,12 +56,15 @@ func TestReportTargets(t *testing.T) {
 		got[tg.What] = tg
 	}
 	for what, met := range map[string]bool{
-		"W1 wall time, tap-full / tap-off":                true, // 1.05
-		"W1 middle CPU, tap-full / tap-off":               true, // 1.20
-		"W1 middle CPU, typed relay / tap-full":           true, // 2.5
-		"W2 added p99 latency, tap-full − direct":         false,
-		"W3 RSS per idle synced stream, tap-full":         true, // 150 KB
-		"W3 RSS of an idle tap with no streams, tap-full": true,
+		"W1 wall time, tap-full / tap-off":                           true, // 1.05
+		"W1 middle CPU, tap-full / tap-off":                          true, // 1.20
+		"W1 middle CPU, typed relay / tap-full":                      true, // 2.5
+		"W2 added p99 latency, tap-full − direct":                    false,
+		"W1 middle CPU per MB pushed, tap-full / pass-through relay": true,  // 1.20
+		"W2 added p99 latency, tap-full / pass-through relay":        false, // 2.0
+		"W2 added p50 latency, tap-full / pass-through relay":        false, // 2.0
+		"W3 RSS per idle synced stream, tap-full":                    true,  // 150 KB
+		"W3 RSS of an idle tap with no streams, tap-full":            true,
 		"W7 RSS after sync, one stream's 10.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 1.25
 		"W7 RSS after sync, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  false, // 1.49
 		"W7 RSS after idle, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 0.60
