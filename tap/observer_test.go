@@ -170,10 +170,10 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 	}
 }
 
-// A frame larger than the whole byte bound is observed when nothing else
-// waits, alone: while it is held, nothing else fits, and what is skipped
-// meanwhile is counted.
-func TestFrameOverTheByteBoundIsObservedAlone(t *testing.T) {
+// A frame larger than the whole byte bound is observed, held apart from
+// the bound, one at a time: while it is held, another such frame is
+// skipped and counted, and small frames (its ACK) still fit.
+func TestFrameOverTheByteBoundIsObservedOneAtATime(t *testing.T) {
 	leakcheck.Check(t)
 	var atUpstream digestLog
 	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
@@ -213,23 +213,29 @@ func TestFrameOverTheByteBoundIsObservedAlone(t *testing.T) {
 		}
 	}
 
-	// Ten times the bound, with nothing queued: observed. Its answer, while
-	// the observer holds it, does not fit.
+	// Ten times the bound: observed. Its answer, as large, while the
+	// observer holds it: skipped.
 	exchange(10 * bound)
 	next(seenFrame{tap.Request, 10 * bound, 0})
 	if got := srv.ObserveQueue(); got.Bytes != 10*bound || got.OverBound != 1 {
 		t.Errorf("observe queue %+v while the large frame is held, want 10 KiB held and 1 over the bound", got)
 	}
-	release <- struct{}{}
-	xdstest.Eventually(t, "the large frame to be let go", func() bool { return srv.ObserveQueue().Bytes == 0 })
-	// Small frames fit again, the first one saying what was skipped.
+	// Small frames still fit beside it, the first saying what was skipped.
 	exchange(100)
+	xdstest.Eventually(t, "both small frames to be queued", func() bool { return srv.ObserveQueue().Bytes == 10*bound+200 })
+	release <- struct{}{}
 	next(seenFrame{tap.Request, 100, 1})
 	release <- struct{}{}
 	next(seenFrame{tap.Response, 100, 0})
 	release <- struct{}{}
-	if got := srv.ObserveQueue().OverBound; got != 1 {
-		t.Errorf("%d frames over the bound, want 1", got)
+	xdstest.Eventually(t, "every frame to be let go", func() bool { return srv.ObserveQueue().Bytes == 0 })
+	// Once it is let go, the next large frame is observed.
+	exchange(10 * bound)
+	next(seenFrame{tap.Request, 10 * bound, 0})
+	release <- struct{}{}
+	xdstest.Eventually(t, "the large frame to be let go", func() bool { return srv.ObserveQueue().Bytes == 0 })
+	if got := srv.ObserveQueue().OverBound; got != 2 {
+		t.Errorf("%d frames over the bound, want 2", got)
 	}
 }
 

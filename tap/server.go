@@ -48,10 +48,10 @@ type Config struct {
 	// ObserveQueueBytes bounds the bytes of frames waiting for the
 	// observer, over every stream; a frame that does not fit is relayed
 	// unobserved and counted (Frame.Skipped). A frame larger than the
-	// whole bound is queued when nothing else waits, alone, so that a
-	// push larger than the bound is still observed when the tap has room
-	// for it (Server.ObserveQueue counts them): the queues hold at most
-	// the bound or one such frame.
+	// whole bound is held apart, one at a time, so that a push larger than
+	// the bound is still observed (Server.ObserveQueue counts them): the
+	// queues hold at most the bound plus one such frame, whose buffers the
+	// relay holds anyway while it forwards it.
 	ObserveQueueBytes  int64
 	ObserveQueueFrames int
 	// ObserveWorkers is how many goroutines run the observer, for every
