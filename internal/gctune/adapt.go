@@ -60,6 +60,16 @@ func Start(s Settings, every time.Duration) (stop func()) {
 func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
+	eachTick(ctx, every, func() {
+		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
+			debug.SetGCPercent(p)
+			current = p
+		}
+	})
+}
+
+// eachTick calls f every interval until ctx is done.
+func eachTick(ctx context.Context, every time.Duration, f func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -68,10 +78,7 @@ func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 			return
 		case <-t.C:
 		}
-		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
-			debug.SetGCPercent(p)
-			current = p
-		}
+		f()
 	}
 }
 

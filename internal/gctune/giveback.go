@@ -57,19 +57,12 @@ func (g *giver) gaveBack(s memSample) { g.lastAllocs, g.least = s.allocs, s.held
 func giveBack(ctx context.Context, every time.Duration, read func() memSample, free func()) {
 	var g giver
 	g.tick(read()) // the floor: the process as it starts
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	eachTick(ctx, every, func() {
 		if g.tick(read()) {
 			free()
 			g.gaveBack(read())
 		}
-	}
+	})
 }
 
 func readMemory() memSample {
