@@ -144,6 +144,10 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 		return false
 	})
 	xdstest.EventuallyWithin(t, time.Minute, "the push in the capture", func() bool { return captured(t, captures, want) })
+	// Over the template's --observe-queue-bytes, it was observed apart from it.
+	if got := value(t, scrape(t, p.Admin), "adstap_observe_over_bound_total"); got != 1 {
+		t.Errorf("adstap_observe_over_bound_total = %v, want 1: the push, larger than the observe queue", got)
+	}
 
 	m, err := p.Memory()
 	if err != nil {
