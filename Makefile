@@ -103,17 +103,20 @@ soak: jaeger-bin
 	@mkdir -p $(dir $(SOAK_FIGURES))
 	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./internal/reliability/
 
-# Performance (docs/performance.md): each workload over four paths —
-# direct, adstap with observation off, adstap with everything on, and a typed
-# relay that re-marshals every message as istio-agent does — alternated in one
-# run; medians, the targets, and the machine go to stdout and into
-# docs/performance.md (between its markers). About 3 minutes on 2 cores.
+# Performance (docs/performance.md): each workload over five paths —
+# direct, a pass-through relay, adstap with observation off, adstap with
+# everything on, and a typed relay that re-marshals every message as
+# istio-agent does — alternated in one run; W7, the sidecar's footprint, over
+# the relay and the adstap binary itself with the injection template's flags
+# (built here too). Medians, the targets, and the machine go to stdout and
+# into docs/performance.md (between its markers). About 8 minutes on 2 cores.
 # BENCH_FLAGS=-quick for a 30-second run; BENCH_FLAGS='-profile .cache/prof'
 # for CPU and heap profiles of every middle (see adstap-bench -h).
 BENCH_FLAGS ?=
 .PHONY: bench
 bench:
 	$(GO) build -o .cache/bin/adstap-bench ./cmd/adstap-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -o .cache/bin/adstap ./cmd/adstap
 	.cache/bin/adstap-bench $(BENCH_FLAGS)
 
 # A short run of the envelope decoder's fuzz target on top of its checked-in corpus.

@@ -34,6 +34,7 @@ func (r *Response) DecodeSegments(segs [][]byte, delta bool) error {
 	for _, s := range segs {
 		rd.after += len(s)
 	}
+	rd.total = rd.after
 	for rd.next() {
 		if rd.typ != protowire.BytesType {
 			continue
@@ -149,10 +150,19 @@ func (a *arena) reset() {
 }
 
 // alloc returns n bytes of arena, capped so that appending to a view cannot
-// overwrite the next one.
-func (a *arena) alloc(n int) []byte {
+// overwrite the next one. done and left are the bytes of the message read
+// and still to read: a new chunk is sized for what the rest of the message
+// will likely straddle, at the rate so far, and a quarter more, so that a
+// 40 MB push's 2.5 MB of copies take a chunk or two rather than doubling
+// chunks whose last is half empty.
+func (a *arena) alloc(n, done, left int) []byte {
 	if cap(a.chunk)-len(a.chunk) < n {
-		a.chunk = make([]byte, 0, max(n, minChunk, 2*cap(a.chunk), a.next))
+		size := max(n, minChunk, a.next)
+		if done > 0 {
+			rest := int(int64(a.used+n) * int64(left) / int64(done))
+			size = max(size, min(rest+rest/4, left))
+		}
+		a.chunk = make([]byte, 0, size)
 		a.next = 0
 	}
 	l := len(a.chunk)
@@ -171,6 +181,7 @@ type segReader struct {
 	fr    fieldReader // over the segment the cursor is in; base is its offset
 	segs  [][]byte    // the segments after it
 	after int         // bytes in segs
+	total int         // bytes in the whole message
 	arena *arena
 	err   error
 
@@ -321,7 +332,7 @@ func (r *segReader) take(l int) []byte {
 		r.fr.off += l
 		return v
 	}
-	v := r.arena.alloc(l)
+	v := r.arena.alloc(l, r.total-r.left(), r.left())
 	for n := 0; n < l; {
 		r.seek()
 		c := copy(v[n:], r.fr.buf[r.fr.off:])
@@ -334,7 +345,7 @@ func (r *segReader) take(l int) []byte {
 // coalesce copies the rest of the message into the arena and makes that
 // copy the last segment.
 func (r *segReader) coalesce() {
-	rest := r.arena.alloc(r.left())
+	rest := r.arena.alloc(r.left(), r.total-r.left(), r.left())
 	n := copy(rest, r.fr.buf[r.fr.off:])
 	for _, s := range r.segs {
 		n += copy(rest[n:], s)

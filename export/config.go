@@ -12,6 +12,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3" // so every core type can be shown
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -74,7 +75,7 @@ type configOp struct {
 	kind     uint8 // opOpen, opResponse, opClose, opAnswer
 	stream   uint64
 	protocol codec.Protocol
-	body     []byte
+	data     mem.BufferSlice // a response's bytes, by reference
 	push     track.Push
 	accepted bool
 }
@@ -91,7 +92,11 @@ const (
 // when 0). Close stops it.
 func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
 	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), nil)
+	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), func(op configOp) {
+		if op.data != nil {
+			op.data.Free()
+		}
+	})
 	return c
 }
 
@@ -100,7 +105,8 @@ func (c *ConfigStore) do(op configOp) {
 	case opOpen:
 		c.openStream(op.stream, op.protocol)
 	case opResponse:
-		c.response(op.stream, op.body)
+		c.response(op.stream, op.data)
+		op.data.Free()
 	case opClose:
 		c.closeStream(op.stream)
 	case opAnswer:
@@ -116,10 +122,22 @@ func (c *ConfigStore) OpenStream(id uint64, p codec.Protocol) {
 }
 
 // Response hands over the bytes of one push (a whole response as it crossed
-// the tap, which the store now owns), kept until the tracker judges its
-// answer. It never waits: a push that does not fit in the queue is lost.
-func (c *ConfigStore) Response(id uint64, b []byte) {
-	if !c.q.put(configOp{kind: opResponse, stream: id, body: b}, len(b), false) {
+// the tap, in the buffers it arrived in), kept until the tracker judges its
+// answer. It takes its own reference to data, and copies only the
+// resources' bodies, once its goroutine gets to them: a push is never
+// copied whole. It never waits: a push that does not fit in the queue, or
+// is larger than all the store retains, is lost.
+func (c *ConfigStore) Response(id uint64, data mem.BufferSlice) {
+	n := data.Len()
+	if int64(n) > c.maxBytes {
+		c.mu.Lock()
+		c.full = true
+		c.mu.Unlock()
+		return
+	}
+	data.Ref()
+	if !c.q.put(configOp{kind: opResponse, stream: id, data: data}, n, false) {
+		data.Free()
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()
@@ -155,7 +173,7 @@ func (c *ConfigStore) openStream(id uint64, p codec.Protocol) {
 }
 
 // response keeps the bodies of one push until its answer.
-func (c *ConfigStore) response(id uint64, b []byte) {
+func (c *ConfigStore) response(id uint64, data mem.BufferSlice) {
 	c.mu.Lock()
 	st := c.streams[id]
 	c.mu.Unlock()
@@ -163,7 +181,7 @@ func (c *ConfigStore) response(id uint64, b []byte) {
 		return
 	}
 	var resp codec.Response
-	if err := resp.Decode(b, st.protocol == codec.Delta); err != nil {
+	if err := resp.DecodeBuffers(data, st.protocol == codec.Delta); err != nil {
 		return
 	}
 	p := pendingPush{version: resp.VersionInfo, resources: make(map[string]retained, len(resp.Resources)), removed: resp.RemovedResources}

@@ -208,6 +208,20 @@ func (m *Metrics) WatchKept(kept func() track.KeptStats) {
 			func() float64 { return float64(kept().Skipped) }))
 }
 
+// WatchObserveQueue reports what the relay's observation queues hold
+// (tap.Server.ObserveQueue), read at scrape time: the bytes of frames
+// waiting for observation now, and the frames larger than
+// --observe-queue-bytes observed apart from it.
+func (m *Metrics) WatchObserveQueue(bytes func() int64, overBound func() uint64) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "adstap_observe_queue_bytes",
+			Help: "Bytes of relayed frames waiting for observation now (--observe-queue-bytes, plus one larger frame)."},
+			func() float64 { return float64(bytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_observe_over_bound_total",
+			Help: "Frames larger than --observe-queue-bytes that were observed, one at a time, apart from the bound, rather than skipped."},
+			func() float64 { return float64(overBound()) }))
+}
+
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

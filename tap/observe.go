@@ -7,12 +7,32 @@ import (
 
 // byteBudget bounds the bytes held by every observation queue of a tap
 // together, so a slow observer costs a bounded amount of memory.
+//
+// A frame larger than the whole bound is held apart, one at a time: it is
+// taken when no other such frame is held, whatever the queues hold within
+// the bound. Its buffers are the ones the relay received it in and holds
+// while it forwards it, so observing it adds no copy; it only keeps them
+// until it is observed. Without this, a push larger than
+// --observe-queue-bytes (the injection template's 64 MiB) would never be
+// observed, tracked or captured, however idle the tap; and its ACK, a few
+// hundred bytes arriving while it is observed, still fits within the
+// bound. So the queues hold at most the bound plus one frame larger than
+// it; overBound counts the frames taken so.
 type byteBudget struct {
-	limit int64
-	used  atomic.Int64
+	limit     int64
+	used      atomic.Int64 // by frames within the bound
+	large     atomic.Int64 // the size of the frame over the bound held, if any
+	overBound atomic.Uint64
 }
 
 func (b *byteBudget) take(n int) bool {
+	if int64(n) > b.limit {
+		if !b.large.CompareAndSwap(0, int64(n)) {
+			return false
+		}
+		b.overBound.Add(1)
+		return true
+	}
 	if b.used.Add(int64(n)) > b.limit {
 		b.used.Add(-int64(n))
 		return false
@@ -20,7 +40,27 @@ func (b *byteBudget) take(n int) bool {
 	return true
 }
 
-func (b *byteBudget) give(n int) { b.used.Add(-int64(n)) }
+func (b *byteBudget) give(n int) {
+	if int64(n) > b.limit {
+		b.large.Store(0)
+		return
+	}
+	b.used.Add(-int64(n))
+}
+
+// ObserveQueue is what the observation queues hold.
+type ObserveQueue struct {
+	Bytes int64 // held now, over every stream
+	// OverBound counts the frames larger than Config.ObserveQueueBytes
+	// queued, one at a time, beside what the bound holds (see Config).
+	OverBound uint64
+}
+
+// ObserveQueue reports what the observation queues hold now, and how many
+// frames over their bound they took.
+func (s *Server) ObserveQueue() ObserveQueue {
+	return ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
+}
 
 // observePool runs the observer for every stream of a tap on a few
 // long-lived goroutines, its workers. A stream with something to tell the

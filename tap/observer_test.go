@@ -170,6 +170,75 @@ func TestSlowObserverNeverSlowsTheRelayAndSkipsAreCounted(t *testing.T) {
 	}
 }
 
+// A frame larger than the whole byte bound is observed, held apart from
+// the bound, one at a time: while it is held, another such frame is
+// skipped and counted, and small frames (its ACK) still fit.
+func TestFrameOverTheByteBoundIsObservedOneAtATime(t *testing.T) {
+	leakcheck.Check(t)
+	var atUpstream digestLog
+	up := xdstest.ServeRawUpstream(t, xdstest.ListenTCP(t), echoReversed(&atUpstream))
+	type seenFrame struct {
+		dir           tap.Direction
+		size, skipped int
+	}
+	seen, release := make(chan seenFrame, 4), make(chan struct{}, 4)
+	obs := tap.ObserverFuncs{FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+		seen <- seenFrame{f.Direction, f.Size, f.Skipped}
+		<-release
+	}}
+	const bound = 1 << 10
+	srv, addr := startTap(t, tap.Config{Upstream: up.Addr, Observer: obs, ObserveQueueBytes: bound}, nil)
+	cc := xdstest.MustDial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := xdstest.MustOpenRaw(t, ctx, cc, xdstest.ADSMethod)
+	exchange := func(size int) {
+		t.Helper()
+		if err := xdstest.Send(s, make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := xdstest.Recv(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(want seenFrame) {
+		t.Helper()
+		select {
+		case got := <-seen:
+			if got != want {
+				t.Errorf("observed %+v, want %+v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%+v never observed", want)
+		}
+	}
+
+	// Ten times the bound: observed. Its answer, as large, while the
+	// observer holds it: skipped.
+	exchange(10 * bound)
+	next(seenFrame{tap.Request, 10 * bound, 0})
+	if got := srv.ObserveQueue(); got.Bytes != 10*bound || got.OverBound != 1 {
+		t.Errorf("observe queue %+v while the large frame is held, want 10 KiB held and 1 over the bound", got)
+	}
+	// Small frames still fit beside it, the first saying what was skipped.
+	exchange(100)
+	xdstest.Eventually(t, "both small frames to be queued", func() bool { return srv.ObserveQueue().Bytes == 10*bound+200 })
+	release <- struct{}{}
+	next(seenFrame{tap.Request, 100, 1})
+	release <- struct{}{}
+	next(seenFrame{tap.Response, 100, 0})
+	release <- struct{}{}
+	xdstest.Eventually(t, "every frame to be let go", func() bool { return srv.ObserveQueue().Bytes == 0 })
+	// Once it is let go, the next large frame is observed.
+	exchange(10 * bound)
+	next(seenFrame{tap.Request, 10 * bound, 0})
+	release <- struct{}{}
+	xdstest.Eventually(t, "the large frame to be let go", func() bool { return srv.ObserveQueue().Bytes == 0 })
+	if got := srv.ObserveQueue().OverBound; got != 2 {
+		t.Errorf("%d frames over the bound, want 2", got)
+	}
+}
+
 // An idle stream holds no observation goroutine: the tap's few observation
 // workers take a stream only while it has frames queued, and the next frame
 // after an idle spell is observed, in order, by whichever worker is free.

@@ -44,7 +44,14 @@ type Config struct {
 	MaxMessageSize    int
 	UpstreamKeepalive time.Duration
 
-	Observer           Observer // nil: relay only
+	Observer Observer // nil: relay only
+	// ObserveQueueBytes bounds the bytes of frames waiting for the
+	// observer, over every stream; a frame that does not fit is relayed
+	// unobserved and counted (Frame.Skipped). A frame larger than the
+	// whole bound is held apart, one at a time, so that a push larger than
+	// the bound is still observed (Server.ObserveQueue counts them): the
+	// queues hold at most the bound plus one such frame, whose buffers the
+	// relay holds anyway while it forwards it.
 	ObserveQueueBytes  int64
 	ObserveQueueFrames int
 	// ObserveWorkers is how many goroutines run the observer, for every

@@ -9,7 +9,10 @@
 // CPU time and resident memory are its own. The table goes to stdout and
 // into docs/performance.md.
 //
-//	adstap-bench [-quick] [-reps N] [-workloads W1,…,W6] [-paths LIST] [-w5-streams N] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
+// W7 goes over the relay and adstap itself, the binary (-adstap), started
+// with the injection template's flags, with and without its capture.
+//
+//	adstap-bench [-quick] [-reps N] [-workloads W1,…,W7] [-paths LIST] [-w5-streams N] [-adstap BIN] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
 package main
 
 import (
@@ -54,9 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("adstap-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about half a minute)")
-	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2, W4 and W6, 3 for W3 and W5; 1 with -quick)")
+	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2, W4 and W6, 3 for W3, W5 and W7; 1 with -quick)")
 	only := fs.String("workloads", strings.Join(bench.WorkloadIDs, ","), "`list` of workloads to run")
-	paths := fs.String("paths", "", "`list` of paths to run (default all: "+pathNames()+")")
+	paths := fs.String("paths", "", "`list` of paths to run (default all: "+pathNames()+"; W7 runs over relay and the sidecar paths only, the others over the first five)")
+	adstapBin := fs.String("adstap", "", "the adstap `binary` W7's sidecar paths run (default: adstap beside this program, where make bench builds it)")
 	w5Streams := fs.Int("w5-streams", 0, "streams held open in W5 (default 2000)")
 	w5Sources := fs.Int("w5-sources", 0, "loopback addresses W5's clients connect from, 127.0.0.1 onwards (default 1)")
 	out := fs.String("out", "docs/performance.md", "write the report into this markdown `file` (between its markers); empty: stdout only. A partial run (-quick, -reps, -workloads) writes it only when -out is given")
@@ -100,9 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	// W1 runs are short and vary the most: more of them.
-	sizes, repsOf := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5, "W5": 3, "W6": 5}
+	sizes, repsOf := bench.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5, "W5": 3, "W6": 5, "W7": 3}
 	if *quick {
-		sizes, repsOf = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1, "W5": 1, "W6": 1}
+		sizes, repsOf = bench.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1, "W5": 1, "W6": 1, "W7": 1}
 	}
 	if *w5Streams > 0 {
 		sizes.W5Streams = *w5Streams
@@ -140,7 +144,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "adstap-bench: %v\n", err)
 		return 1
 	}
-	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, MemProfileRate: *memRate, TraceDir: *execTrace, Stderr: stderr}
+	if *adstapBin == "" {
+		*adstapBin = filepath.Join(filepath.Dir(exe), "adstap")
+	}
+	if _, err := os.Stat(*adstapBin); err != nil && want["W7"] {
+		fmt.Fprintf(stderr, "adstap-bench: W7 runs the adstap binary: %v (go build -o %s ./cmd/adstap, or -adstap)\n", err, *adstapBin)
+		return 1
+	}
+	child := bench.ChildConfig{Command: []string{exe}, ProfileDir: *profile, MemProfileRate: *memRate, TraceDir: *execTrace, Stderr: stderr, Adstap: *adstapBin}
 	var label string
 	quiet := &bench.Quiet{PerRun: *quietWait, Total: *quietTotal}
 	all := &bench.Runs{Results: map[string]map[bench.Path][]bench.Result{}}

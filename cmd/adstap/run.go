@@ -391,11 +391,12 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
-	shown := listen.String()
+	// The address bound, so that a port chosen by the system (:0) is known.
+	bound := listen.String()
 	if listen.Network == "tcp" {
-		shown = lis.Addr().String() // the port chosen, for --listen=HOST:0
+		bound = lis.Addr().String()
 	}
-	attrs := []any{"listen", shown, "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
+	attrs := []any{"listen", bound, "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
 	}

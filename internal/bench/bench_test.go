@@ -3,6 +3,9 @@ package bench_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -18,7 +21,10 @@ func TestWorkloadsOverEveryPath(t *testing.T) {
 	sizes := bench.TinySizes()
 	for _, w := range bench.Workloads(sizes) {
 		t.Run(w.ID(), func(t *testing.T) {
-			for _, p := range bench.Paths {
+			for _, p := range bench.PathsOf(w) {
+				if p == bench.Sidecar || p == bench.SidecarNoCapture {
+					continue // the adstap binary: TestSidecarPaths
+				}
 				t.Run(string(p), func(t *testing.T) {
 					var m bench.Middle
 					start := func(up string) (bench.Middle, error) {
@@ -67,6 +73,11 @@ func checkCounts(t *testing.T, id string, s bench.Sizes, res bench.Result) {
 		if len(res.Latencies) != streams {
 			t.Errorf("%d latencies, want one per stream (%d)", len(res.Latencies), streams)
 		}
+	case "W7":
+		pushes, acks, streams = len(s.W7Clusters), len(s.W7Clusters), 1
+		if len(res.Footprints) != pushes {
+			t.Errorf("%d footprints, want one per push (%d)", len(res.Footprints), pushes)
+		}
 	}
 	if res.Pushes != pushes || res.ACKs != acks || res.Streams != streams {
 		t.Errorf("%s: %d pushes, %d ACKs, %d streams; want %d, %d, %d", id, res.Pushes, res.ACKs, res.Streams, pushes, acks, streams)
@@ -102,6 +113,37 @@ func TestChildProcess(t *testing.T) {
 			for _, suffix := range []string{".cpu.pprof", ".heap.pprof"} {
 				if fi, err := os.Stat(cfg.ProfileDir + "/W1-" + string(p) + suffix); err != nil || fi.Size() == 0 {
 					t.Errorf("profile %s: %v", suffix, err)
+				}
+			}
+		})
+	}
+}
+
+// W7's sidecar paths run the adstap binary with the injection template's
+// flags, and read its memory from /proc.
+func TestSidecarPaths(t *testing.T) {
+	leakcheck.Check(t)
+	if testing.Short() {
+		t.Skip("builds adstap and starts it")
+	}
+	bin := filepath.Join(t.TempDir(), "adstap")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../../cmd/adstap")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/adstap: %v\n%s", err, out)
+	}
+	cfg := bench.ChildConfig{Adstap: bin}
+	sizes := bench.TinySizes()
+	w := bench.NewW7(sizes)
+	for _, p := range []bench.Path{bench.Sidecar, bench.SidecarNoCapture} {
+		t.Run(string(p), func(t *testing.T) {
+			res, err := w.Run(context.Background(), bench.Child(cfg, p, func() string { return "W7-" + string(p) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCounts(t, "W7", sizes, res)
+			for _, f := range res.Footprints {
+				if f.Synced.RSS <= 0 || f.Idle.RSS <= 0 || f.Peak < f.Synced.RSS || f.Synced.FDs <= 0 {
+					t.Errorf("adstap's usage not read: %+v", f)
 				}
 			}
 		})

@@ -191,14 +191,19 @@ type ChildConfig struct {
 	MemProfileRate int
 	// TraceDir, when set, gets an execution trace of each measured window.
 	TraceDir string
-	Stderr   io.Writer
+	// Adstap is the adstap binary the sidecar paths run.
+	Adstap string
+	Stderr io.Writer
 }
 
 // Child starts path's middle as a process of its own for every run; label
 // names its profiles (e.g. "W1-tap-full-1").
 func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
-	if p == Direct {
+	switch p {
+	case Direct:
 		return startDirect
+	case Sidecar, SidecarNoCapture:
+		return func(up string) (Middle, error) { return startSidecar(cfg.Adstap, up, p == Sidecar) }
 	}
 	return func(up string) (Middle, error) {
 		args := append([]string(nil), cfg.Command[1:]...)

@@ -19,7 +19,8 @@ import (
 )
 
 // corrupting is a middle that relays raw frames but flips the last byte of
-// every nth response: the workloads must notice.
+// every nth response, counted over every middle the StartMiddle starts
+// (W7 starts one per push): the workloads must notice.
 type corrupting struct {
 	lis   net.Listener
 	srv   *grpc.Server
@@ -28,6 +29,8 @@ type corrupting struct {
 }
 
 func startCorrupting(t *testing.T, nth int) bench.StartMiddle {
+	var n int
+	var mu sync.Mutex
 	return func(up string) (bench.Middle, error) {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -38,8 +41,6 @@ func startCorrupting(t *testing.T, nth int) bench.StartMiddle {
 			return nil, err
 		}
 		c := &corrupting{lis: lis, cc: cc}
-		var n int
-		var mu sync.Mutex
 		c.srv = grpc.NewServer(grpc.ForceServerCodecV2(codec.Passthrough{}), grpc.UnknownServiceHandler(func(_ any, down grpc.ServerStream) error {
 			method, _ := grpc.MethodFromServerStream(down)
 			upStream, err := cc.NewStream(down.Context(), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.ForceCodecV2(codec.Passthrough{}))

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/adstap/adstap/internal/sidecar"
 )
 
 // Machine describes where a run happened.
@@ -37,7 +39,7 @@ func ThisMachine(commit string) Machine {
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(line, "MemTotal:") {
-				m.Memory = statusKB([]byte(line))
+				m.Memory = sidecar.StatusKB([]byte(line))
 			}
 		}
 	}

@@ -27,10 +27,19 @@ const (
 	TapOff  Path = "tap-off"  // through adstap with no observer
 	TapFull Path = "tap-full" // through adstap with tracker, metrics, tracing and live log
 	Typed   Path = "typed"    // through a relay that unmarshals and re-marshals every message
+	// Sidecar is the adstap binary started as the injection template starts
+	// it (its flags and environment, capture on, to a file), with GOMEMLIMIT
+	// as its container's memory limit gives it; SidecarNoCapture is the same
+	// without --capture.
+	Sidecar          Path = "sidecar"
+	SidecarNoCapture Path = "sidecar-nocapture"
 )
 
-// Paths are the five paths, in the order the report shows them.
-var Paths = []Path{Direct, Relay, TapOff, TapFull, Typed}
+// StandardPaths are the five paths every workload but W7 runs over.
+var StandardPaths = []Path{Direct, Relay, TapOff, TapFull, Typed}
+
+// Paths are all the paths, in the order the report shows them.
+var Paths = []Path{Direct, Relay, TapOff, TapFull, Typed, Sidecar, SidecarNoCapture}
 
 // Middle is what stands between the clients and the upstream on one path.
 type Middle interface {
@@ -69,6 +78,11 @@ func startDirect(up string) (Middle, error)  { return direct{addr: up}, nil }
 func InProcess(p Path) StartMiddle {
 	if p == Direct {
 		return startDirect
+	}
+	if p == Sidecar || p == SidecarNoCapture {
+		return func(string) (Middle, error) {
+			return nil, fmt.Errorf("the %s path runs the adstap binary: start it with Child", p)
+		}
 	}
 	return func(up string) (Middle, error) {
 		s, err := Serve(p, up, "127.0.0.1:0")

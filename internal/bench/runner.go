@@ -11,7 +11,7 @@ import (
 // RunConfig says what a harness run does.
 type RunConfig struct {
 	Workloads []Workload
-	// Paths are the paths to run (nil: all of Paths).
+	// Paths are the paths to run (nil: all of each workload's, PathsOf).
 	Paths []Path
 	// Reps is how many times each workload runs over each path. Each
 	// repetition runs every path once, in an order rotated by one from the
@@ -62,11 +62,16 @@ func Run(ctx context.Context, cfg RunConfig) (*Runs, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	paths := cfg.Paths
-	if len(paths) == 0 {
-		paths = Paths
-	}
 	for _, w := range cfg.Workloads {
+		var paths []Path
+		for _, p := range PathsOf(w) {
+			if len(cfg.Paths) == 0 || slices.Contains(cfg.Paths, p) {
+				paths = append(paths, p)
+			}
+		}
+		if len(paths) == 0 {
+			continue
+		}
 		byPath := map[Path][]Result{}
 		runs.Results[w.ID()] = byPath
 		runs.Workloads = append(runs.Workloads, WorkloadInfo{w.ID(), w.Describe(), cfg.Reps})
@@ -109,6 +114,12 @@ func runDetail(id string, r Result) string {
 			r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
 	case "W6":
 		return fmt.Sprintf("  per stream p50 %s p99 %s", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)))
+	case "W7":
+		var out string
+		for _, f := range r.Footprints {
+			out += fmt.Sprintf("  %s: RSS synced %s, idle %s, peak %s;", sizeMB(f.PushBytes), fmtBytes(f.Synced.RSS), fmtBytes(f.Idle.RSS), fmtBytes(f.Peak))
+		}
+		return out
 	}
 	if r.Middle.End.Spans > 0 || r.Middle.End.LogBytes > 0 {
 		return fmt.Sprintf("  (observed: %d spans exported, %s of live log)", r.Middle.End.Spans, fmtBytes(r.Middle.End.LogBytes))
@@ -155,18 +166,25 @@ type Summary struct {
 	Wall, CPU             time.Duration
 	WallSpread, CPUSpread float64
 	PeakRSS               int64
-	PerPush               time.Duration // W1, W4
-	P50, P99              time.Duration // W2, W6 (per stream)
-	IdleRSS, SettledRSS   int64         // W3
-	PerStreamRSS          float64       // W3, bytes
-	PerStreamLive         float64       // W3, bytes, after a forced GC
-	PerStreamGoroutines   float64       // W3
-	PerStreamFDs          float64       // W3
-	SettledHeap           int64         // W3
+	PerPush               time.Duration      // W1, W4
+	P50, P99              time.Duration      // W2, W6 (per stream)
+	IdleRSS, SettledRSS   int64              // W3
+	PerStreamRSS          float64            // W3, bytes
+	PerStreamLive         float64            // W3, bytes, after a forced GC
+	PerStreamGoroutines   float64            // W3
+	PerStreamFDs          float64            // W3
+	SettledHeap           int64              // W3
+	Footprints            []FootprintSummary // W7, one per push size
 	Pushes, Streams       int
 	// Others is the median and the largest share of a core the rest of the
 	// machine used during the windows.
 	OthersMedian, OthersMax float64
+}
+
+// FootprintSummary is the median of W7's footprints of one push size.
+type FootprintSummary struct {
+	PushBytes          int
+	Synced, Idle, Peak int64 // RSS after sync, after idle, and the peak
 }
 
 // Summarize takes the medians of a workload's runs over a path.
@@ -204,6 +222,17 @@ func Summarize(results []Result) Summary {
 	s.IdleRSS, s.SettledRSS, s.SettledHeap, s.PerStreamRSS = median(idle), median(settled), median(heap), median(perStream)
 	s.PerStreamLive, s.PerStreamGoroutines, s.PerStreamFDs = median(perStreamLive), median(goroutines), median(fds)
 	s.OthersMedian = median(others)
+	for i := range results[0].Footprints {
+		var synced, idle, peak []int64
+		for _, r := range results {
+			if i < len(r.Footprints) {
+				f := r.Footprints[i]
+				synced, idle, peak = append(synced, f.Synced.RSS), append(idle, f.Idle.RSS), append(peak, f.Peak)
+			}
+		}
+		s.Footprints = append(s.Footprints, FootprintSummary{PushBytes: results[0].Footprints[i].PushBytes,
+			Synced: median(synced), Idle: median(idle), Peak: median(peak)})
+	}
 	if len(others) > 0 {
 		s.OthersMax = slices.Max(others)
 	}

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"strconv"
 	"time"
 )
 
@@ -36,16 +34,6 @@ type Window struct {
 // window subtracts the usage at the start of a window from the one at its end.
 func window(start, end Usage) Window {
 	return Window{CPU: end.CPU - start.CPU, PeakRSS: end.PeakRSS, Start: start, End: end}
-}
-
-// statusKB parses a /proc status line such as "VmRSS:	  12345 kB" into bytes.
-func statusKB(line []byte) int64 {
-	f := bytes.Fields(line)
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(string(f[1]), 10, 64)
-	return n << 10
 }
 
 // othersShare is the share of a core the rest of the machine used during the window.

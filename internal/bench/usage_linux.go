@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/adstap/adstap/internal/sidecar"
 )
 
 // SelfUsage reads this process's usage: CPU from getrusage (microseconds),
@@ -35,9 +37,9 @@ func SelfUsage() (Usage, error) {
 		line := sc.Bytes()
 		switch {
 		case bytes.HasPrefix(line, []byte("VmRSS:")):
-			u.RSS = statusKB(line)
+			u.RSS = sidecar.StatusKB(line)
 		case bytes.HasPrefix(line, []byte("VmHWM:")):
-			u.PeakRSS = statusKB(line)
+			u.PeakRSS = sidecar.StatusKB(line)
 		}
 	}
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
@@ -118,4 +120,38 @@ func FileLimit() (uint64, error) {
 		return 0, err
 	}
 	return l.Cur, nil
+}
+
+// processUsage reads another process's usage: CPU from /proc/PID/stat
+// (clock ticks), memory from /proc/PID/status, its open files.
+func processUsage(pid int) (Usage, error) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(proc + "/stat")
+	if err != nil {
+		return Usage{}, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields after
+	// it start with the state (field 3); utime and stime are 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) < 13 {
+		return Usage{}, errors.New("bench: unexpected " + proc + "/stat")
+	}
+	utime, _ := strconv.ParseInt(string(f[11]), 10, 64)
+	stime, _ := strconv.ParseInt(string(f[12]), 10, 64)
+	u := Usage{CPU: time.Duration(utime+stime) * time.Second / userHZ}
+	m, err := sidecar.MemoryOf(pid)
+	if err != nil {
+		return u, err
+	}
+	u.RSS, u.PeakRSS = m.RSS, m.Peak
+	if fds, err := os.ReadDir(proc + "/fd"); err == nil {
+		u.FDs = len(fds)
+	}
+	return u, nil
+}
+
+// resetPeakRSSOf is ResetPeakRSS for another process.
+func resetPeakRSSOf(pid int) error {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 }

@@ -26,3 +26,7 @@ func RaiseFileLimit() {}
 
 // FileLimit is only implemented on Linux.
 func FileLimit() (uint64, error) { return 0, errors.New("bench: getrlimit is Linux only") }
+
+func processUsage(int) (Usage, error) { return Usage{}, errors.New("bench: /proc is Linux only") }
+
+func resetPeakRSSOf(int) error { return errors.New("bench: clear_refs is Linux only") }

@@ -14,12 +14,20 @@ import (
 
 // Workload is one kind of xDS traffic, built once and run over each path.
 type Workload interface {
-	ID() string       // W1 … W6
+	ID() string       // W1 … W7
 	Describe() string // what it sends, for the report
 	// Run starts an upstream, the path's middle (start) in front of it and
 	// the clients, measures one run, and checks that every push arrived
 	// intact and every ACK was counted.
 	Run(ctx context.Context, start StartMiddle) (Result, error)
+}
+
+// PathsOf are the paths w runs over: its own (W7's), or StandardPaths.
+func PathsOf(w Workload) []Path {
+	if o, ok := w.(interface{ Paths() []Path }); ok {
+		return o.Paths()
+	}
+	return StandardPaths
 }
 
 // Result is one run of a workload over one path.
@@ -39,6 +47,8 @@ type Result struct {
 	// while; Collected is the same right after a forced garbage collection
 	// that returned the freed memory to the OS: the live part of Settled.
 	Idle, Settled, Collected Usage
+	// Footprints (W7) are the middle's memory around each push.
+	Footprints []Footprint
 }
 
 // Sizes are the dimensions of the workloads.
@@ -53,6 +63,8 @@ type Sizes struct {
 	W5Streams, W5Sources          int
 	W6Streams, W6Clusters         int
 	W6Settle                      time.Duration
+	W7Clusters                    []int // one push of each size, ~1 KB per cluster
+	W7Idle                        time.Duration
 }
 
 // FullSizes are the sizes docs/performance.md states: a 10 MB CDS push of 10,000 clusters,
@@ -66,6 +78,7 @@ func FullSizes() Sizes {
 		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
 		W5Streams: 2000, W5Sources: 1,
 		W6Streams: 1000, W6Clusters: 200, W6Settle: time.Second,
+		W7Clusters: []int{10_000, 40_000}, W7Idle: 3 * time.Second,
 	}
 }
 
@@ -85,11 +98,12 @@ func TinySizes() Sizes {
 		W4Resources: 100, W4Churn: 1, W4Pushes: 3, W4Size: 300,
 		W5Streams: 6, W5Sources: 2,
 		W6Streams: 5, W6Clusters: 10, W6Settle: 0,
+		W7Clusters: []int{100, 400}, W7Idle: 0,
 	}
 }
 
-// WorkloadIDs name the six workloads.
-var WorkloadIDs = []string{"W1", "W2", "W3", "W4", "W5", "W6"}
+// WorkloadIDs name the workloads.
+var WorkloadIDs = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
 
 // NewWorkload builds one workload (its pre-encoded messages), or nil for an
 // unknown id.
@@ -107,6 +121,8 @@ func NewWorkload(id string, s Sizes) Workload {
 		return NewW5(s)
 	case "W6":
 		return NewW6(s)
+	case "W7":
+		return NewW7(s)
 	}
 	return nil
 }

@@ -32,20 +32,25 @@ func Percent(base uint64) int {
 const adaptStep = 5
 
 // Start keeps the GC percent at Percent of what the collector scans,
-// reading it every interval, until the returned stop is called; stop waits
-// for it to end. It does nothing when the user set GOGC, or when settings
-// say the percent is not adstap's default.
+// reading it every interval, unless the user set GOGC (settings say the
+// percent is not adstap's default); and it gives memory back to the OS
+// once the process is idle after its heap grew (giveBack). It runs until
+// the returned stop is called; stop waits for it to end.
 func Start(s Settings, every time.Duration) (stop func()) {
-	if s.PercentSource != defaultSource {
-		return func() {}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		adapt(ctx, every, scanned)
+		giveBack(ctx, every, readMemory, freeMemory)
 	}()
+	if s.PercentSource == defaultSource {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			adapt(ctx, every, scanned)
+		}()
+	}
 	return func() {
 		cancel()
 		wg.Wait()
@@ -55,6 +60,16 @@ func Start(s Settings, every time.Duration) (stop func()) {
 func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
+	eachTick(ctx, every, func() {
+		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
+			debug.SetGCPercent(p)
+			current = p
+		}
+	})
+}
+
+// eachTick calls f every interval until ctx is done.
+func eachTick(ctx context.Context, every time.Duration, f func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -63,10 +78,7 @@ func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 			return
 		case <-t.C:
 		}
-		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
-			debug.SetGCPercent(p)
-			current = p
-		}
+		f()
 	}
 }
 

@@ -89,3 +89,37 @@ func TestStartLeavesTheUsersGOGC(t *testing.T) {
 	}
 	debug.SetGCPercent(150)
 }
+
+// giver gives back once the process is idle after its heap grew by enough.
+func TestGiveBack(t *testing.T) {
+	leakcheck.Check(t)
+	const mb = 1 << 20
+	steps := []struct {
+		allocs, held uint64 // in MiB
+		want         bool
+		after        uint64 // held after giving back, in MiB
+		why          string
+	}{
+		{100, 20, false, 0, "the first sample sets the floor"},
+		{300, 150, false, 0, "grew while busy"},
+		{300, 150, true, 40, "idle after growing"},
+		{301, 54, false, 0, "idle, but grew by less than 16 MiB over the 40 MiB floor"},
+		{400, 200, false, 0, "busy"},
+		{400, 160, true, 400, "idle, 120 MiB over the floor"},
+		{600, 480, false, 0, "busy"},
+		{600, 480, false, 0, "idle, 80 MiB over the floor of 400: less than a quarter"},
+		{600, 510, true, 400, "idle, 110 MiB over"},
+		{600, 380, false, 0, "idle, below the floor: the floor follows"},
+		{600, 414, false, 0, "idle, 34 MiB over the floor of 380: less than a quarter"},
+		{600, 480, true, 0, "idle, 100 MiB over"},
+	}
+	var g giver
+	for i, s := range steps {
+		if got := g.tick(memSample{allocs: s.allocs * mb, held: s.held * mb}); got != s.want {
+			t.Errorf("step %d (%s): give back %v, want %v", i, s.why, got, s.want)
+		}
+		if s.want {
+			g.gaveBack(memSample{allocs: s.allocs * mb, held: s.after * mb})
+		}
+	}
+}

@@ -24,6 +24,10 @@ const DefaultPercent = 200
 // less often never gets the container killed.
 const LimitShare = 0.9
 
+// SoftLimit is the soft memory limit Apply sets in a container whose
+// memory limit is containerLimit.
+func SoftLimit(containerLimit int64) int64 { return int64(float64(containerLimit) * LimitShare) }
+
 // defaultSource is Settings.PercentSource when the percent is adstap's.
 const defaultSource = "adstap default"
 
@@ -50,7 +54,7 @@ func Apply(getenv func(string) string, cgroup fs.FS) Settings {
 	if getenv("GOMEMLIMIT") == "" {
 		s.LimitSource = "none"
 		if limit, ok := CgroupLimit(cgroup); ok {
-			debug.SetMemoryLimit(int64(float64(limit) * LimitShare))
+			debug.SetMemoryLimit(SoftLimit(limit))
 			s.LimitSource = "cgroup"
 		}
 	}

@@ -49,7 +49,7 @@ func (o retainObserver) OnStreamOpen(s tap.StreamInfo) { o.c.OpenStream(s.ID, s.
 
 func (o retainObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	if f.Direction == tap.Response && s.Protocol != codec.Opaque {
-		o.c.Response(s.ID, f.Data.Materialize())
+		o.c.Response(s.ID, f.Data)
 	}
 }
 

@@ -176,6 +176,7 @@ func (p *Pipeline) TapObserver() tap.Observer { return p.observer }
 // the relay counters of srv, the tap this pipeline observes.
 func (p *Pipeline) Start(srv *tap.Server) {
 	p.relay.Store(srv)
+	p.Metrics.WatchObserveQueue(func() int64 { return srv.ObserveQueue().Bytes }, func() uint64 { return srv.ObserveQueue().OverBound })
 	p.stop = p.Observer.StartClock(time.Second)
 }
 

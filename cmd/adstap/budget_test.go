@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+
+	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/gctune"
+	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/sidecar"
+	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/tap"
+)
+
+// buildAdstap builds the shipped binary, as make build does, into dir.
+func buildAdstap(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "adstap")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/adstap: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestLargePushWithinTheTemplatesMemoryLimit: adstap run, started with the
+// injection template's flags and environment in a container of the
+// template's memory limit, relays a 100 MB CDS push of 100,000 clusters
+// from an upstream to a client, tracks it and its ACK, and captures it,
+// while its peak RSS stays under the container's limit; then, with the
+// stream idle, it gives back at least the push. There are no cgroups here:
+// the process gets the soft memory limit internal/gctune would derive from
+// the container's (GOMEMLIMIT).
+func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
+	leakcheck.Check(t)
+	if testing.Short() {
+		t.Skip("builds adstap and pushes 100 MB through it")
+	}
+	dir := t.TempDir()
+	bin := buildAdstap(t, dir)
+	const version, nonce = "2026-12-01T00:00:00Z/1", "1"
+	push := xdstest.ClusterPush(100_000, 940, version, nonce)
+	want := xxhash.Sum64(push)
+
+	acked := make(chan struct{})
+	up := xdstest.StartRawUpstream(t, func(_ any, s grpc.ServerStream) error {
+		if _, err := xdstest.Recv(s); err != nil {
+			return err
+		}
+		if err := xdstest.Send(s, push); err != nil {
+			return err
+		}
+		if _, err := xdstest.Recv(s); err != nil {
+			return err
+		}
+		close(acked)
+		<-s.Context().Done()
+		return nil
+	})
+
+	c, err := sidecar.Injected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	captures := filepath.Join(dir, "capture")
+	if err := os.Mkdir(captures, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args, env, err := c.CommandLine(map[string]string{
+		"--listen":               "unix://" + filepath.Join(dir, "xds.sock"),
+		"--upstream":             up.Addr.Addr,
+		"--upstream-ca":          "", // plaintext on loopback
+		"--upstream-server-name": "",
+		"--capture":              filepath.Join(captures, "xds.jsonl"),
+		"ADSTAP_ADMIN":           "127.0.0.1:0",
+		// No collector here; the pod's name and namespace come from the kubelet.
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "",
+		"POD_NAME":                    "",
+		"POD_NAMESPACE":               "",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "GOMEMLIMIT="+strconv.FormatInt(gctune.SoftLimit(c.MemoryLimit), 10))
+	p, err := sidecar.Start(bin, args, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Stop(); err != nil {
+			t.Errorf("adstap run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("adstap's log:\n%s", p.Log.String())
+		}
+	}()
+	before, err := p.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := xdstest.MustOpenRaw(t, ctx, xdstest.MustDial(t, tap.Address{Network: "unix", Addr: p.Listen}), xdstest.ADSMethod)
+	if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "sidecar~10.0.0.1~big.default~default.svc.cluster.local"}, xdstest.ClusterType, "", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	f := &codec.Frame{}
+	if err := s.RecvMsg(f); err != nil {
+		t.Fatalf("receiving the push: %v", err)
+	}
+	got := xxhash.New()
+	for _, b := range f.Data {
+		got.Write(b.ReadOnlyData())
+	}
+	f.Data.Free()
+	if got.Sum64() != want {
+		t.Fatalf("the client received a push of hash %x, want %x", got.Sum64(), want)
+	}
+	if err := xdstest.Send(s, xdstest.RequestFrame(nil, xdstest.ClusterType, version, nonce, "")); err != nil {
+		t.Fatal(err)
+	}
+	<-acked
+	xdstest.EventuallyWithin(t, time.Minute, "the tap to track the push and its ACK", func() bool {
+		for _, st := range getStreams(t, p.Admin, "").Streams {
+			if ts, ok := st.Types[xdstest.ClusterType]; ok && ts.State == "SYNCED" && ts.LastAckedNonce == nonce {
+				return true
+			}
+		}
+		return false
+	})
+	xdstest.EventuallyWithin(t, time.Minute, "the push in the capture", func() bool { return captured(t, captures, want) })
+	// Over the template's --observe-queue-bytes, it was observed apart from it.
+	if got := value(t, scrape(t, p.Admin), "adstap_observe_over_bound_total"); got != 1 {
+		t.Errorf("adstap_observe_over_bound_total = %v, want 1: the push, larger than the observe queue", got)
+	}
+
+	m, err := p.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RSS before the push %.1f MiB; peak %.1f MiB (VmHWM) against the container's limit of %d MiB", mib(before.RSS), mib(m.Peak), c.MemoryLimit>>20)
+	if m.Peak >= c.MemoryLimit {
+		t.Errorf("peak RSS %.1f MiB: over the container's limit of %d MiB, where the kubelet kills it", mib(m.Peak), c.MemoryLimit>>20)
+	}
+	// Idle, the tap holds what it tracks of the push (a name, a hash and a
+	// position per resource), not the push: it has given that back.
+	bound := m.Peak - int64(len(push))
+	start := time.Now()
+	if !xdstest.Until(30*time.Second, func() bool {
+		m, err = p.Memory()
+		return err == nil && m.RSS <= bound
+	}) {
+		t.Errorf("RSS %.1f MiB with the stream idle for %v: want it back under the peak less the push, %.1f MiB", mib(m.RSS), time.Since(start).Round(time.Second), mib(bound))
+	}
+	t.Logf("RSS %.1f MiB once idle, %v after the push was tracked", mib(m.RSS), time.Since(start).Round(time.Millisecond))
+}
+
+// captured reports whether the capture files in dir hold a frame whose
+// bytes hash to want.
+func captured(t *testing.T, dir string, want uint64) bool {
+	files, err := filepath.Glob(filepath.Join(dir, "xds.jsonl*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := capture.NewReader(f, name)
+		for {
+			r, err := rd.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, capture.ErrIncomplete) {
+					t.Errorf("reading %s: %v", name, err)
+				}
+				break
+			}
+			if r.Kind == capture.KindFrame && xxhash.Sum64(r.Message) == want {
+				f.Close()
+				return true
+			}
+		}
+		f.Close()
+	}
+	return false
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }

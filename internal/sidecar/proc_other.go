@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sidecar
+
+import "syscall"
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
