@@ -123,7 +123,11 @@ func New(cfg Config) (*Pipeline, error) {
 		sinks = append(sinks, p.Retained)
 	}
 	sinks = append(sinks, cfg.Sinks...)
-	p.Tracker = track.New(cfg.Detect)
+	detect := cfg.Detect
+	// Tracing reads the Istio objects of what each push changed from what
+	// the tracker kept of it, on its own goroutine.
+	detect.HandOverChanged = p.Tracing != nil
+	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
