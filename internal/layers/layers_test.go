@@ -28,9 +28,10 @@ var mayImport = map[string][]string{
 	"origin":            {"codec", "track", "redact"},
 	"export":            {"codec", "track", "origin", "capture", "redact"},
 	"internal/gctune":   {},
+	"internal/rollout":  {"origin"},
 	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export"},
 	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export"},
-	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline"},
+	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/rollout"},
 }
 
 // demoImports are what cmd/adstap's files may add under the demo build tag
