@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -173,7 +172,7 @@ func printRollout(w io.Writer, rep rollout.Report, now time.Time) {
 
 func objectsOrSource(p rollout.Proxy) string {
 	if len(p.Objects) > 0 {
-		return strings.Join(slices.Compact(p.Objects), ", ")
+		return strings.Join(p.Objects, ", ")
 	}
 	return p.Source
 }

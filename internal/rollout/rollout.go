@@ -306,13 +306,7 @@ func (p *proxyAcc) add(s Span, typ, result string) {
 		p.State = state
 	}
 	if state == StateNACKed && p.Message == "" {
-		p.Message = cmp.Or(s.Attrs["xds.error.message"], s.Message)
-		p.Source = s.Attrs["xds.error.source"]
-		for _, path := range s.Lists["xds.error.istio_config"] {
-			if o, ok := origin.ParsePath(path); ok {
-				p.Objects = append(p.Objects, o.Ref())
-			}
-		}
+		p.Message, p.Source, p.Objects = nackOf(s)
 	}
 }
 
