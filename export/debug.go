@@ -21,6 +21,8 @@ type StreamsPage struct {
 	Now       time.Time             `json:"now"`
 	Streams   []track.StreamState   `json:"streams"`
 	Detectors []track.DetectorState `json:"detectors"`
+	// Upstream is how the tap's connections to its control plane fare.
+	Upstream UpstreamState `json:"upstream"`
 }
 
 // TypeStates are the states a type of a stream can be in, as TypeState.State
@@ -84,8 +86,9 @@ func (f StreamFilter) Apply(streams []track.StreamState) []track.StreamState {
 
 // DebugStreams serves GET /debug/streams: every stream's protocol state, in
 // istioctl proxy-status terms, and the detectors. ?node=ID keeps one node,
-// ?type=cds one type, ?state=NACKED the types in that state.
-func DebugStreams(t *track.Tracker) http.Handler {
+// ?type=cds one type, ?state=NACKED the types in that state. up, which may
+// be nil, says how the connections to the control plane fare.
+func DebugStreams(t *track.Tracker, up *UpstreamHealth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseStreamFilter(r.URL.Query())
 		if err != nil {
@@ -96,6 +99,7 @@ func DebugStreams(t *track.Tracker) http.Handler {
 			Now:       time.Now(),
 			Streams:   f.Apply(t.Streams(f.Node)),
 			Detectors: t.Detectors(),
+			Upstream:  up.State(),
 		}
 		// What each type's last NACK rejected is read here, on the page's
 		// goroutine, not under the tracker's lock.

@@ -411,20 +411,29 @@ func (m *Metrics) labels(typeURL, node string) []string {
 		}
 		return []string{t}
 	}
+	return []string{t, m.nodeValue(node, true)}
+}
+
+// nodeValue is a node's label value: the node id while fewer than MaxNodes
+// have one, else overflowNode. An event past the cap is counted; a scrape
+// reading state (count false) is not, since it repeats.
+func (m *Metrics) nodeValue(node string, count bool) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.nodes[node] {
 		if len(m.nodes) >= m.cfg.MaxNodes {
-			m.nodeOverflow.Inc()
-			if !m.warned {
-				m.warned = true
-				m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
+			if count {
+				m.nodeOverflow.Inc()
+				if !m.warned {
+					m.warned = true
+					m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
+				}
 			}
-			return []string{t, overflowNode}
+			return overflowNode
 		}
 		m.nodes[node] = true
 	}
-	return []string{t, node}
+	return node
 }
 
 // typeLabelValues are the label values of codec.ShortType's fixed set, made

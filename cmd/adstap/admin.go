@@ -23,14 +23,10 @@ type adminServer struct {
 }
 
 func startAdmin(addr string, srv *tap.Server, log *slog.Logger, pages map[string]http.Handler) (*adminServer, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", addr, err)
-	}
 	if !isLoopbackHost(addr) {
-		log.Warn("the admin address is reachable from outside this host; it shows mesh configuration", "admin", addr)
+		log.Warn("the admin address is reachable from outside this host; it shows mesh configuration (serve Prometheus with --metrics-listen instead)", "admin", addr)
 	}
-	a := &adminServer{lis: lis}
+	a := &adminServer{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -48,13 +44,38 @@ func startAdmin(addr string, srv *tap.Server, log *slog.Logger, pages map[string
 	for pattern, h := range pages {
 		mux.Handle(pattern, h)
 	}
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := a.serve(addr, mux, log, "admin server"); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// startMetricsServer serves /metrics alone, for Prometheus to scrape from
+// outside the pod while the admin address, with the pages, the captures and
+// the retained configuration, stays on loopback. Any other path is 404.
+func startMetricsServer(addr string, metrics http.Handler, log *slog.Logger) (*adminServer, error) {
+	a := &adminServer{}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	if err := a.serve(addr, mux, log, "metrics server"); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *adminServer) serve(addr string, h http.Handler, log *slog.Logger, name string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	a.lis = lis
+	a.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin server stopped", "err", err)
+			log.Error(name+" stopped", "err", err)
 		}
 	}()
-	return a, nil
+	return nil
 }
 
 func (a *adminServer) setListening() { a.listening.Store(true) }

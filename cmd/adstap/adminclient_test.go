@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/leakcheck"
 	"testing"
 	"time"
@@ -41,8 +42,8 @@ func TestStatusWords(t *testing.T) {
 		{"{not json", "{not json"},
 		{"cp-east-1", "cp-east-1"},
 	} {
-		if got := controlPlaneName(tc.id); got != tc.want {
-			t.Errorf("controlPlaneName(%q) = %q, want %q", tc.id, got, tc.want)
+		if got := export.ControlPlaneName(tc.id); got != tc.want {
+			t.Errorf("export.ControlPlaneName(%q) = %q, want %q", tc.id, got, tc.want)
 		}
 	}
 	if got := printable("node\x1b[2J\x07\nx"); got != "node\uFFFD[2J\uFFFD\uFFFDx" {

@@ -27,7 +27,7 @@ type runFlags struct {
 	upstream, upstreamCA, upstreamServerName, upstreamCert, upstreamKey string
 	upstreamTLS                                                         bool
 	upstreamKeepalive                                                   time.Duration
-	admin                                                               string
+	admin, metricsListen                                                string
 	maxMessageSize                                                      byteSize
 	observeQueueBytes                                                   byteSize
 	drainTimeout                                                        time.Duration
@@ -88,6 +88,7 @@ func runCommand(f *runFlags) *command {
 
 	c.group("Admin (health, readiness, metrics, debug pages)")
 	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
+	c.String(&f.metricsListen, "metrics-listen", "", "also serve /metrics, and nothing else, on this `host:port` (e.g. 0.0.0.0:15102), for Prometheus to scrape from outside the pod while --admin, with the pages, captures and configuration, stays on loopback; \"\" serves none")
 	c.Bool(&f.metricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
 	f.metricsMaxNodes = export.DefaultMaxNodes
 	c.Var(intValue{&f.metricsMaxNodes}, "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
@@ -253,6 +254,7 @@ type runningTap struct {
 	srv       *tap.Server
 	lis       net.Listener
 	admin     *adminServer
+	metrics   *adminServer // nil without --metrics-listen
 	observing *pipeline.Pipeline
 	served    chan error
 }
@@ -361,11 +363,16 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 			return nil, usagef("--admin: %v", err)
 		}
 	}
+	if f.metricsListen != "" {
+		if t.metrics, err = startMetricsServer(f.metricsListen, observing.Metrics.Handler(), log); err != nil {
+			t.closeServers()
+			observing.Close(context.Background())
+			return nil, usagef("--metrics-listen: %v", err)
+		}
+	}
 	lis, err := tap.Listen(listen)
 	if err != nil {
-		if t.admin != nil {
-			t.admin.close()
-		}
+		t.closeServers()
 		observing.Close(context.Background())
 		return nil, usagef("--listen: %v", err)
 	}
@@ -374,9 +381,16 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		t.admin.setListening()
 	}
 	go func() { t.served <- srv.Serve(lis) }()
-	attrs := []any{"listen", listen.String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
+	shown := listen.String()
+	if listen.Network == "tcp" {
+		shown = lis.Addr().String() // the port chosen, for --listen=HOST:0
+	}
+	attrs := []any{"listen", shown, "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
 	if t.admin != nil {
 		attrs = append(attrs, "admin", "http://"+t.admin.addr())
+	}
+	if t.metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+t.metrics.addr()+"/metrics")
 	}
 	log.Info("adstap relaying", attrs...)
 	return t, nil
@@ -401,15 +415,23 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	if err := t.observing.Close(drainCtx); err != nil {
 		t.log.Warn("observation did not stop cleanly", "err", err)
 	}
-	if t.admin != nil {
-		t.admin.close()
-	}
+	t.closeServers()
 	t.log.Info("stopped")
 	if t.logOut != nil {
 		// What the log still holds goes out within what is left of the drain.
 		t.logOut.Close(drainCtx)
 	}
 	return code
+}
+
+// closeServers stops the admin and metrics servers that were started.
+func (t *runningTap) closeServers() {
+	if t.admin != nil {
+		t.admin.close()
+	}
+	if t.metrics != nil {
+		t.metrics.close()
+	}
 }
 
 func isLoopbackHost(hostport string) bool {

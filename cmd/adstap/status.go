@@ -25,6 +25,7 @@ const exitOutOfSync = 3
 
 type statusFlags struct {
 	admin      string
+	prometheus string
 	output     string
 	staleAfter time.Duration
 	node       string
@@ -32,35 +33,46 @@ type statusFlags struct {
 
 func statusCommand(f *statusFlags) *command {
 	c := newCommand("status",
-		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message and the detectors that are active.",
+		"adstap status shows, from a running tap, every proxy it relays as istioctl proxy-status does: the control-plane replica serving it, its version, and per type SYNCED, STALE (a push unanswered), ERROR (the proxy NACKed the latest push) or NOT SENT, with how long ago. Problems come first, then each NACK's message, an upstream that cannot be reached, and the detectors that are active. With --prometheus it shows every proxy of every tap that Prometheus scrapes (a sidecar tap each), read with a fixed number of queries.",
 		"adstap status [flags]")
 	c.group("Where")
 	adminFlag(c, &f.admin)
-	c.String(&f.node, "node", "", "only the proxy with this node `id`")
+	c.String(&f.prometheus, "prometheus", "", "read every tap Prometheus scrapes instead of one tap's admin address: Prometheus's `URL` (e.g. http://prometheus.istio-system:9090); rows are named pod.namespace from the scrape targets' labels, or by node with --metrics-node-label")
+	c.String(&f.node, "node", "", "only the proxy with this node `id` (with --prometheus, also its pod.namespace)")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
 	f.staleAfter = 5 * time.Second
 	c.Var(durationValue{&f.staleAfter}, "stale-after", "a push unanswered for less than this `duration` is in flight, not a problem: it shows STALE but does not fail the exit status")
 	c.epilog = `Exit status: 0 when every proxy is in sync; 3 when one is STALE (longer than
---stale-after) or in ERROR; 1 when the tap cannot be read; 2 for bad flags.
+--stale-after) or in ERROR, or a tap cannot reach its control plane; 1 when
+the tap (or Prometheus) cannot be read, or has nothing asked for; 2 for bad
+flags.
 
 Inside a pod (distroless, no curl): kubectl exec POD -c adstap -- /adstap status
 `
 	return c
 }
 
-// statusRow is one stream of one proxy.
+// statusRow is one stream of one proxy; with --prometheus, one proxy (or,
+// for a tap without --metrics-node-label, one tap) of the mesh.
 type statusRow struct {
 	Name         string                `json:"name"`
 	NodeID       string                `json:"node_id"`
-	Stream       uint64                `json:"stream"`
-	Protocol     string                `json:"protocol"`
-	Peer         string                `json:"peer"`
+	Stream       uint64                `json:"stream,omitempty"`
+	Protocol     string                `json:"protocol,omitempty"`
+	Peer         string                `json:"peer,omitempty"`
 	ControlPlane string                `json:"control_plane"`
 	Version      string                `json:"version"`
-	FullSync     *float64              `json:"full_sync_seconds"`
+	FullSync     *float64              `json:"full_sync_seconds,omitempty"`
 	Types        map[string]statusCell `json:"types"` // by short type name
-	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace, 2 otherwise.
+	// Tap is, with --prometheus, the scrape target the row comes from (its
+	// instance label), and Streams how many of its streams the row sums.
+	Tap     string `json:"tap,omitempty"`
+	Streams int    `json:"streams,omitempty"`
+	// Upstream is, with --prometheus, the tap's failing upstream.
+	Upstream *export.UpstreamState `json:"upstream,omitempty"`
+	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace
+	// or a failing upstream, 2 otherwise.
 	worst int
 }
 
@@ -72,16 +84,50 @@ type statusCell struct {
 	// Source is, for an ERROR, what the NACK rejected and the Istio objects
 	// it came from (/debug/streams' last_error_source).
 	Source *origin.Rejection `json:"source,omitempty"`
-	age    string
-	ts     *track.TypeState
+	// Message is an ERROR's NACK message, when known.
+	Message string `json:"message,omitempty"`
+	// TraceID is, with --prometheus, the trace of the latest NACK of an
+	// ERROR: the trace_id of the exemplar on adstap_push_ack_seconds's
+	// nack bucket. Its span holds the NACK's message and Istio objects,
+	// which metrics cannot carry.
+	TraceID string `json:"trace_id,omitempty"`
+	age     string
+	// sent and acked are the versions of the latest push and ACK, for the
+	// problem lines (local status only).
+	sent, acked string
 }
+
+// statusProblem is one line under the table: what is wrong, about which
+// row, with the lines that say more. Each kind of finding adds its own.
+type statusProblem struct {
+	Kind    string   `json:"kind"`            // one of the problem kinds below
+	Proxy   string   `json:"proxy,omitempty"` // the row's name
+	Stream  uint64   `json:"stream,omitempty"`
+	Type    string   `json:"type,omitempty"`
+	Message string   `json:"message"`
+	Detail  []string `json:"detail,omitempty"` // lines under the message
+}
+
+// The kinds of problem.
+const (
+	problemNACK     = "nack"     // a proxy rejected the latest push of a type
+	problemStale    = "stale"    // a push unanswered for longer than --stale-after
+	problemUpstream = "upstream" // the tap cannot connect to its control plane
+)
 
 // statusReport is what -o json prints.
 type statusReport struct {
-	Now       time.Time             `json:"now"`
+	Now time.Time `json:"now"`
+	// Source is the admin address, or the Prometheus URL, read.
+	Source string `json:"source"`
+	// Upstream is, for one tap, how its connections to the control plane fare.
+	Upstream  *export.UpstreamState `json:"upstream,omitempty"`
 	Proxies   []statusRow           `json:"proxies"`
+	Problems  []statusProblem       `json:"problems"`
 	Detectors []track.DetectorState `json:"active_detectors"`
 	InSync    bool                  `json:"in_sync"`
+	// mesh: the rows come from Prometheus, one per proxy across taps.
+	mesh bool
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -94,21 +140,30 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap status: -o %q: want table, wide or json\n", f.output)
 		return exitUsage
 	}
-	client, err := newAdminClient(f.admin)
-	if err != nil {
-		fmt.Fprintf(stderr, "adstap status: %v\n", err)
-		return exitUsage
+	var rep statusReport
+	if f.prometheus != "" {
+		var code int
+		if rep, code = meshStatus(ctx, f, stderr); code != exitOK {
+			return code
+		}
+	} else {
+		client, err := newAdminClient(f.admin)
+		if err != nil {
+			fmt.Fprintf(stderr, "adstap status: %v\n", err)
+			return exitUsage
+		}
+		path := "/debug/streams"
+		if f.node != "" {
+			path += "?node=" + url.QueryEscape(f.node)
+		}
+		var page export.StreamsPage
+		if err := client.get(ctx, path, &page); err != nil {
+			fmt.Fprintf(stderr, "adstap status: %v\n", err)
+			return exitFailure
+		}
+		rep = buildStatus(page, f.node, f.staleAfter)
+		rep.Source = client.base
 	}
-	path := "/debug/streams"
-	if f.node != "" {
-		path += "?node=" + url.QueryEscape(f.node)
-	}
-	var page export.StreamsPage
-	if err := client.get(ctx, path, &page); err != nil {
-		fmt.Fprintf(stderr, "adstap status: %v\n", err)
-		return exitFailure
-	}
-	rep := buildStatus(page, f.node, f.staleAfter)
 	switch f.output {
 	case "json":
 		enc := json.NewEncoder(stdout)
@@ -128,63 +183,41 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 	if now.IsZero() {
 		now = time.Now()
 	}
-	rep := statusReport{Now: now, Proxies: []statusRow{}, Detectors: []track.DetectorState{}, InSync: true}
+	rep := statusReport{Now: now, Proxies: []statusRow{}, Problems: []statusProblem{}, Detectors: []track.DetectorState{}, InSync: true}
+	if page.Upstream.State != "" {
+		rep.Upstream = &page.Upstream
+	}
 	for _, s := range page.Streams {
 		row := statusRow{
 			Name: proxyName(s.NodeID, s.ID), NodeID: s.NodeID, Stream: s.ID, Protocol: string(s.Protocol), Peer: s.Peer,
-			ControlPlane: controlPlaneName(s.ControlPlane), Version: proxyVersion(s), FullSync: s.FullSyncSeconds,
+			ControlPlane: export.ControlPlaneName(s.ControlPlane), Version: proxyVersion(s), FullSync: s.FullSyncSeconds,
 			Types: map[string]statusCell{}, worst: 2,
 		}
 		for url, ts := range s.Types {
-			short := codec.ShortType(url)
 			if url == codec.TypeSyncz {
 				continue
 			}
-			c := statusCell{State: ts.State, ts: ts}
+			c := statusCell{State: ts.State, sent: ts.LastSentVersion, acked: ts.LastAckedVersion}
 			var at time.Time
 			switch ts.State {
 			case "SYNCED":
 				at = ts.LastACKAt
 			case "STALE":
 				at = ts.LastSentAt
-				c.Problem = now.Sub(at) >= staleAfter
 			case "NACKED":
-				c.State, at, c.Problem = "ERROR", ts.LastNACKAt, true
+				at, c.Message = ts.LastNACKAt, ts.LastError
 				if len(ts.LastErrorSource) > 0 {
 					var src origin.Rejection
 					if json.Unmarshal(ts.LastErrorSource, &src) == nil {
 						c.Source = &src
 					}
 				}
-			case "NOT_SENT":
-				c.State = "NOT SENT"
 			}
-			if !at.IsZero() {
-				secs := now.Sub(at).Seconds()
-				c.AgeSeconds, c.age = &secs, age(now, at)
-			}
-			switch {
-			case c.State == "ERROR":
-				row.worst = 0
-			case c.Problem && row.worst > 1:
-				row.worst = 1
-			}
-			if c.Problem {
-				rep.InSync = false
-			}
-			row.Types[short] = c
+			row.set(codec.ShortType(url), c, now, at, staleAfter)
 		}
 		rep.Proxies = append(rep.Proxies, row)
 	}
-	slices.SortStableFunc(rep.Proxies, func(a, b statusRow) int {
-		if a.worst != b.worst {
-			return a.worst - b.worst
-		}
-		if c := strings.Compare(a.Name, b.Name); c != 0 {
-			return c
-		}
-		return int(a.Stream) - int(b.Stream)
-	})
+	rep.finish()
 	shown := map[uint64]bool{}
 	nodes := map[string]bool{}
 	for _, s := range page.Streams {
@@ -198,6 +231,118 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 		}
 	}
 	return rep
+}
+
+// set puts a type's cell in the row: its state in status's words, its age
+// from at, and whether it is a problem.
+func (r *statusRow) set(typ string, c statusCell, now, at time.Time, staleAfter time.Duration) {
+	switch c.State {
+	case "STALE":
+		c.Problem = !at.IsZero() && now.Sub(at) >= staleAfter
+	case "NACKED":
+		c.State, c.Problem = "ERROR", true
+	case "NOT_SENT":
+		c.State = "NOT SENT"
+	}
+	if !at.IsZero() {
+		secs := now.Sub(at).Seconds()
+		c.AgeSeconds, c.age = &secs, age(now, at)
+	}
+	switch {
+	case c.State == "ERROR":
+		r.worst = 0
+	case c.Problem && r.worst > 1:
+		r.worst = 1
+	}
+	r.Types[typ] = c
+}
+
+// finish orders the rows, problems first, and lists the problems: the
+// upstream first (nothing reaches a proxy without it), then each row's in
+// the order of the table.
+func (rep *statusReport) finish() {
+	slices.SortStableFunc(rep.Proxies, func(a, b statusRow) int {
+		if a.worst != b.worst {
+			return a.worst - b.worst
+		}
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Tap, b.Tap); c != 0 {
+			return c
+		}
+		return int(a.Stream) - int(b.Stream)
+	})
+	if up := rep.Upstream; up != nil && up.State == export.UpstreamFailing {
+		p := statusProblem{Kind: problemUpstream, Message: up.Summary()}
+		if up.Error != "" {
+			p.Detail = []string{up.Error}
+		}
+		rep.Problems = append(rep.Problems, p)
+	}
+	saidTap := map[string]bool{}
+	for _, r := range rep.Proxies {
+		if up := r.Upstream; up != nil && up.State == export.UpstreamFailing && !saidTap[r.Tap] {
+			saidTap[r.Tap] = true
+			rep.Problems = append(rep.Problems, statusProblem{Kind: problemUpstream, Proxy: r.Name, Message: r.Name + ": " + up.Summary()})
+		}
+	}
+	cols := typeColumns(rep.Proxies)
+	for _, r := range rep.Proxies {
+		for _, t := range cols {
+			if c, ok := r.Types[t]; ok && c.Problem {
+				rep.Problems = append(rep.Problems, r.problem(t, c))
+			}
+		}
+	}
+	rep.InSync = len(rep.Problems) == 0
+}
+
+// problem says what is wrong with one type of a row.
+func (r statusRow) problem(typ string, c statusCell) statusProblem {
+	who := r.Name
+	if r.Stream != 0 {
+		who += fmt.Sprintf(" (stream %d)", r.Stream)
+	}
+	p := statusProblem{Proxy: r.Name, Stream: r.Stream, Type: typ}
+	var b strings.Builder
+	b.WriteString(who + " " + typ + ": ")
+	switch c.State {
+	case "ERROR":
+		p.Kind = problemNACK
+		b.WriteString("NACKED")
+		if c.age != "" {
+			b.WriteString(" " + c.age + " ago")
+		}
+		if c.sent != "" || c.acked != "" {
+			fmt.Fprintf(&b, "; running %s, rejected %s", orNone(c.acked), c.sent)
+		}
+		if c.TraceID != "" {
+			b.WriteString("; trace " + c.TraceID)
+		}
+		if c.Message != "" {
+			b.WriteString(": " + c.Message)
+		}
+		// The Istio object to fix, and how to look at it.
+		if sum := c.Source.Summary(); sum != "" {
+			p.Detail = append(p.Detail, sum)
+			for _, o := range c.Source.Objects() {
+				p.Detail = append(p.Detail, "  "+o.Kubectl())
+			}
+		}
+	case "STALE":
+		p.Kind = problemStale
+		b.WriteString("push ")
+		if c.sent != "" {
+			b.WriteString(c.sent + " ")
+		}
+		b.WriteString("unanswered for " + c.age)
+		if c.sent != "" {
+			b.WriteString("; running " + orNone(c.acked))
+		}
+	}
+	p.Message = b.String()
+	return p
 }
 
 // typeColumns are the types shown, in istioctl's order, then any other
@@ -217,27 +362,55 @@ func typeColumns(rows []statusRow) []string {
 }
 
 func printStatus(w io.Writer, rep statusReport, wide bool) {
-	if len(rep.Proxies) == 0 {
+	switch {
+	case len(rep.Proxies) == 0 && rep.Upstream != nil && rep.Upstream.State == export.UpstreamFailing:
+		fmt.Fprintln(w, "No streams: no proxy gets its configuration through this tap while its upstream fails (below).")
+	case len(rep.Proxies) == 0:
 		fmt.Fprintln(w, "No streams: no proxy is connected through this tap.")
-		return
+	default:
+		printTable(w, rep, wide)
 	}
+	if len(rep.Problems) > 0 {
+		fmt.Fprintln(w, "\nProblems:")
+		for _, p := range rep.Problems {
+			fmt.Fprintln(w, "  "+printable(p.Message))
+			for _, d := range p.Detail {
+				fmt.Fprintln(w, "    "+printable(d))
+			}
+		}
+	}
+	if len(rep.Detectors) > 0 {
+		fmt.Fprintln(w, "\nActive detectors:")
+		for _, d := range rep.Detectors {
+			fmt.Fprintf(w, "  %s: %s, for %s (%d)\n", export.DetectorName(d.Detector), printable(d.Key), age(rep.Now, d.Since), d.Count)
+		}
+	}
+}
+
+func printTable(w io.Writer, rep statusReport, wide bool) {
 	cols := typeColumns(rep.Proxies)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := []string{"NAME"}
-	if wide {
+	switch {
+	case wide && rep.mesh:
+		head = append(head, "TAP", "STREAMS")
+	case wide:
 		head = append(head, "STREAM", "PROTOCOL", "PEER")
 	}
 	for _, c := range cols {
 		head = append(head, strings.ToUpper(c))
 	}
 	head = append(head, "CONTROL PLANE", "VERSION")
-	if wide {
+	if wide && !rep.mesh {
 		head = append(head, "FULL SYNC")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, r := range rep.Proxies {
 		line := []string{printable(r.Name)}
-		if wide {
+		switch {
+		case wide && rep.mesh:
+			line = append(line, printable(r.Tap), strconv.Itoa(r.Streams))
+		case wide:
 			line = append(line, strconv.FormatUint(r.Stream, 10), r.Protocol, printable(r.Peer))
 		}
 		for _, c := range cols {
@@ -251,8 +424,12 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 				line = append(line, cell.State)
 			}
 		}
-		line = append(line, orDash(printable(r.ControlPlane)), orDash(printable(r.Version)))
-		if wide {
+		controlPlane := orDash(printable(r.ControlPlane))
+		if r.Upstream != nil && r.Upstream.State == export.UpstreamFailing {
+			controlPlane = "UPSTREAM FAILING"
+		}
+		line = append(line, controlPlane, orDash(printable(r.Version)))
+		if wide && !rep.mesh {
 			fs := "-"
 			if r.FullSync != nil {
 				fs = export.Latency(time.Duration(*r.FullSync * float64(time.Second)))
@@ -262,44 +439,6 @@ func printStatus(w io.Writer, rep statusReport, wide bool) {
 		fmt.Fprintln(tw, strings.Join(line, "\t"))
 	}
 	tw.Flush()
-
-	var problems []string
-	for _, r := range rep.Proxies {
-		for _, c := range cols {
-			cell, ok := r.Types[c]
-			if !ok || !cell.Problem {
-				continue
-			}
-			ts := cell.ts
-			switch cell.State {
-			case "ERROR":
-				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: NACKED %s ago; running %s, rejected %s: %s",
-					printable(r.Name), r.Stream, c, cell.age, orNone(printable(ts.LastAckedVersion)), printable(ts.LastSentVersion), printable(ts.LastError)))
-				// The Istio object to fix, and how to look at it.
-				if s := cell.Source.Summary(); s != "" {
-					problems = append(problems, "  "+printable(s))
-					for _, o := range cell.Source.Objects() {
-						problems = append(problems, "    "+printable(o.Kubectl()))
-					}
-				}
-			case "STALE":
-				problems = append(problems, fmt.Sprintf("%s (stream %d) %s: push %s unanswered for %s; running %s",
-					printable(r.Name), r.Stream, c, printable(ts.LastSentVersion), cell.age, orNone(printable(ts.LastAckedVersion))))
-			}
-		}
-	}
-	if len(problems) > 0 {
-		fmt.Fprintln(w, "\nProblems:")
-		for _, p := range problems {
-			fmt.Fprintln(w, "  "+p)
-		}
-	}
-	if len(rep.Detectors) > 0 {
-		fmt.Fprintln(w, "\nActive detectors:")
-		for _, d := range rep.Detectors {
-			fmt.Fprintf(w, "  %s: %s, for %s (%d)\n", export.DetectorName(d.Detector), printable(d.Key), age(rep.Now, d.Since), d.Count)
-		}
-	}
 }
 
 // proxyName is how istioctl names an Istio proxy: pod.namespace, from a node
@@ -312,16 +451,6 @@ func proxyName(nodeID string, stream uint64) string {
 		return parts[2]
 	}
 	return nodeID
-}
-
-// controlPlaneName shortens istiod's identifier, a JSON object naming its
-// pod ({"Component":"istiod","ID":"istiod-5d7c…",...}), to the pod.
-func controlPlaneName(id string) string {
-	var istiod struct{ ID string }
-	if strings.HasPrefix(id, "{") && json.Unmarshal([]byte(id), &istiod) == nil && istiod.ID != "" {
-		return istiod.ID
-	}
-	return id
 }
 
 // proxyVersion is the Istio version a sidecar reports, or else the client's

@@ -43,7 +43,7 @@ var demoImports = []string{"internal/demo"}
 var tools = []string{"cmd/adstap-bench", "internal/bench", "internal/demo", "internal/layers"}
 
 // testSupport serves tests (and tools) only.
-var testSupport = []string{"internal/xdstest", "internal/leakcheck", "internal/xdsconfig", "internal/jaegertest", "internal/syncbuf", "internal/heapbench", "internal/promsum", "internal/reliability", "internal/inspect/inspecttest"}
+var testSupport = []string{"internal/xdstest", "internal/leakcheck", "internal/xdsconfig", "internal/jaegertest", "internal/syncbuf", "internal/heapbench", "internal/promsum", "internal/reliability", "internal/inspect/inspecttest", "internal/promtest", "test/mesh"}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -58,6 +58,8 @@ type Pipeline struct {
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
 	Capture  *export.Capture     // nil without Config.Capture
+	// Upstream follows the tap's connections to its control plane.
+	Upstream *export.UpstreamHealth
 	// captureFile is Config.Capture, whose files /debug/capture lists.
 	captureFile *capture.Writer
 	relay       atomic.Pointer[tap.Server]
@@ -115,7 +117,9 @@ func New(cfg Config) (*Pipeline, error) {
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
 	}, export.RelayStatsFunc(p.relayStats))
-	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics}
+	p.Upstream = export.NewUpstreamHealth()
+	p.Metrics.WatchUpstream(p.Upstream)
+	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics, p.Upstream}
 	if p.Tracing != nil {
 		sinks = append(sinks, p.Tracing)
 	}
@@ -129,6 +133,7 @@ func New(cfg Config) (*Pipeline, error) {
 	detect.HandOverChanged = p.Tracing != nil
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
+	p.Metrics.WatchStreams(p.Tracker)
 	p.Observer = NewObserver(p.Tracker, sinks...)
 	observers := []tap.Observer{p.Observer}
 	if p.Retained != nil {
@@ -171,7 +176,7 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 // /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
-		"GET /debug/streams": export.DebugStreams(p.Tracker),
+		"GET /debug/streams": export.DebugStreams(p.Tracker, p.Upstream),
 		"GET /debug/pushes":  export.DebugPushes(p.Tracker),
 		"GET /debug/config":  export.ConfigOff(),
 		"GET /metrics":       p.Metrics.Handler(),

@@ -77,6 +77,21 @@ func NewCA(t testing.TB) *CA {
 // leaf will be reached by (e.g. 127.0.0.1 and "istiod.istio-system.svc").
 func (ca *CA) Issue(t testing.TB, commonName string, dnsNames []string, ips []net.IP, isClient bool) *KeyPair {
 	t.Helper()
+	now := time.Now()
+	return ca.issue(t, commonName, dnsNames, ips, isClient, now.Add(-certBackdate), now.Add(certLifetime))
+}
+
+// IssueExpired signs a server leaf that expired an hour ago, as istiod's
+// serving certificate is when its rotation failed: every handshake that
+// checks it fails with "x509: certificate has expired".
+func (ca *CA) IssueExpired(t testing.TB, commonName string, dnsNames []string, ips []net.IP) *KeyPair {
+	t.Helper()
+	now := time.Now()
+	return ca.issue(t, commonName, dnsNames, ips, false, now.Add(-certLifetime), now.Add(-time.Hour))
+}
+
+func (ca *CA) issue(t testing.TB, commonName string, dnsNames []string, ips []net.IP, isClient bool, notBefore, notAfter time.Time) *KeyPair {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatalf("xdstest: leaf key: %v", err)
@@ -85,14 +100,13 @@ func (ca *CA) Issue(t testing.TB, commonName string, dnsNames []string, ips []ne
 	if isClient {
 		usage = x509.ExtKeyUsageClientAuth
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
 		Subject:      pkix.Name{CommonName: commonName, Organization: []string{"adstap"}},
 		DNSNames:     dnsNames,
 		IPAddresses:  ips,
-		NotBefore:    now.Add(-certBackdate),
-		NotAfter:     now.Add(certLifetime),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
