@@ -91,7 +91,9 @@ func startRolloutFleet(t *testing.T) rolloutFleet {
 	}
 	for _, p := range proxies {
 		node, _, _ := strings.Cut(p.node, "|")
-		cp.WaitForRequest(t, 10*time.Second, func(r *discovery.DiscoveryRequest) bool { return r.VersionInfo == fleetV1 && r.GetNode().GetId() == node })
+		cp.WaitForRequest(t, 10*time.Second, func(r *discovery.DiscoveryRequest) bool {
+			return r.VersionInfo == fleetV1 && r.GetNode().GetId() == node
+		})
 	}
 	for _, p := range proxies {
 		node, _, _ := strings.Cut(p.node, "|")

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/adstap/adstap/origin"
 )
@@ -10,7 +11,8 @@ import (
 // NACKRef names one proxy's NACK for NACKs: the trace of its push round (a
 // metric exemplar's trace id) and, among the proxies of that round, which:
 // the span's id when known, else the proxy (its pod.namespace as the tap's
-// resource attributes give it, or its node id) and the type.
+// resource attributes give it, or its node id or the start of it, as an
+// exemplar shortens it) and the type.
 type NACKRef struct {
 	TraceID, SpanID string
 	Pod, Node, Type string
@@ -18,12 +20,11 @@ type NACKRef struct {
 
 // NACK is what a NACK's span says: the proxy's message, where the rejected
 // resources came from in words (xds.error.source), and the Istio objects
-// they record (KIND/NAMESPACE/NAME). Found is false when the trace holds no
-// such NACK.
+// they record. Found is false when the trace holds no such NACK.
 type NACK struct {
-	Message string   `json:"message"`
-	Source  string   `json:"source,omitempty"`
-	Objects []string `json:"istio_config,omitempty"`
+	Message string          `json:"message"`
+	Source  string          `json:"source,omitempty"`
+	Objects []origin.Object `json:"istio_config,omitempty"`
 	TraceID string   `json:"trace_id"`
 	SpanID  string   `json:"span_id,omitempty"`
 	Found   bool     `json:"found"`
@@ -58,7 +59,7 @@ func nackIn(spans []Span, ref NACKRef) NACK {
 		case s.Attrs["xds.result"] != "nack":
 		case ref.SpanID != "" && s.SpanID != ref.SpanID:
 		case ref.SpanID == "" && ref.Pod != "" && podOf(s) != ref.Pod:
-		case ref.SpanID == "" && ref.Node != "" && s.Attrs["xds.node.id"] != ref.Node:
+		case ref.SpanID == "" && ref.Node != "" && !strings.HasPrefix(s.Attrs["xds.node.id"], ref.Node):
 		case ref.SpanID == "" && ref.Type != "" && s.Attrs["xds.type"] != ref.Type:
 		case n.Found && !s.End.After(at.End):
 		default:
@@ -75,14 +76,14 @@ func nackIn(spans []Span, ref NACKRef) NACK {
 
 // nackOf is what a NACK's span says: the message, the source in words and
 // the Istio objects of what was rejected.
-func nackOf(s Span) (message, source string, objects []string) {
+func nackOf(s Span) (message, source string, objects []origin.Object) {
 	message = s.Attrs["xds.error.message"]
 	if message == "" {
 		message = s.Message
 	}
 	for _, path := range s.Lists["xds.error.istio_config"] {
-		if o, ok := origin.ParsePath(path); ok && !slices.Contains(objects, o.Ref()) {
-			objects = append(objects, o.Ref())
+		if o, ok := origin.ParsePath(path); ok && !slices.Contains(objects, o) {
+			objects = append(objects, o)
 		}
 	}
 	return message, s.Attrs["xds.error.source"], objects

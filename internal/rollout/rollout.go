@@ -306,7 +306,11 @@ func (p *proxyAcc) add(s Span, typ, result string) {
 		p.State = state
 	}
 	if state == StateNACKed && p.Message == "" {
-		p.Message, p.Source, p.Objects = nackOf(s)
+		var objs []origin.Object
+		p.Message, p.Source, objs = nackOf(s)
+		for _, o := range objs {
+			p.Objects = append(p.Objects, o.Ref())
+		}
 	}
 }
 
