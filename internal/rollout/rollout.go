@@ -41,7 +41,7 @@ func (q Query) Describe() string {
 	case q.Version != "":
 		return fmt.Sprintf("push rounds of version %q", q.Version)
 	}
-	return "the latest full push"
+	return "push round"
 }
 
 // ParseObject reads an object as rollout names it, KIND/NAMESPACE/NAME,
@@ -132,7 +132,7 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 		}
 		return Report{}, &NotFound{fmt.Sprintf("Jaeger at %s has no spans of service %q (it has: %s): do the taps send spans there (--otlp-endpoint), under another OTEL_SERVICE_NAME (--service)?", j.Target, q.Service, have)}
 	}
-	attrs := map[string]string{"xds.full_push": "true"}
+	var attrs map[string]string // the latest rounds, the latest full push among them
 	switch {
 	case q.Object != "":
 		attrs = map[string]string{"istio.object": q.Object}
@@ -147,7 +147,7 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 	}
 	rounds := Rounds(spans)
 	if q.Version == "" && q.Object == "" && len(rounds) > 1 {
-		rounds = rounds[len(rounds)-1:]
+		rounds = latest(rounds)
 	}
 	if len(rounds) == 0 {
 		return Report{}, notFound(ctx, j, q)
@@ -161,21 +161,35 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 	return rep, nil
 }
 
-// notFound says that nothing answers q, and what the latest full pushes
-// were, from one more search.
+// latest is the latest full push of rounds (oldest first), else the latest
+// round.
+func latest(rounds []Round) []Round {
+	for i, r := range slices.Backward(rounds) {
+		if r.FullPush {
+			return rounds[i : i+1]
+		}
+	}
+	return rounds[len(rounds)-1:]
+}
+
+// notFound says that nothing answers q, and what the latest rounds were,
+// from one more search.
 func notFound(ctx context.Context, j *Jaeger, q Query) error {
 	msg := fmt.Sprintf("no %s in the last %s of %s's spans in Jaeger at %s", q.Describe(), q.Since, q.Service, j.Target)
-	spans, err := j.Find(ctx, q.Service, map[string]string{"xds.full_push": "true"}, q.Since)
+	if q.Version == "" && q.Object == "" {
+		return &NotFound{msg + "; it holds no push in that time (try --since)"}
+	}
+	spans, err := j.Find(ctx, q.Service, nil, q.Since)
 	rounds := Rounds(spans)
 	switch {
 	case err != nil:
 	case len(rounds) == 0:
-		msg += "; it holds no full push in that time (try --since)"
+		msg += "; it holds no push in that time (try --since)"
 	default:
 		var versions, objects []string
 		for _, r := range slices.Backward(rounds) {
-			if len(versions) < 5 {
-				versions = append(versions, r.Version)
+			if len(versions) < 5 && !slices.Contains(versions, r.PushID) {
+				versions = append(versions, r.PushID)
 			}
 			for _, o := range r.Objects {
 				if !slices.Contains(objects, o) && len(objects) < 5 {
@@ -183,9 +197,9 @@ func notFound(ctx context.Context, j *Jaeger, q Query) error {
 				}
 			}
 		}
-		msg += "; the latest full pushes: " + strings.Join(versions, ", ")
+		msg += "; the latest push rounds: " + strings.Join(versions, ", ")
 		if q.Object != "" && len(objects) > 0 {
-			msg += "; objects they changed: " + strings.Join(objects, ", ")
+			msg += "; the objects they changed: " + strings.Join(objects, ", ")
 		}
 	}
 	return &NotFound{msg}

@@ -41,6 +41,9 @@ type TapOptions struct {
 	RetainResources bool
 	// Capture, when set, is the capture file (--capture), for adstap inspect.
 	Capture string
+	// OTLPEndpoint, when set, sends the spans there (--otlp-endpoint, a
+	// real Jaeger's) rather than to Tap.Spans.
+	OTLPEndpoint string
 }
 
 // Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
@@ -73,6 +76,9 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		Detect:  opts.Detect,
 		Tracing: &export.TracingConfig{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
 		Sinks:   []track.Sink{tp.events},
+	}
+	if opts.OTLPEndpoint != "" {
+		cfg.Tracing = &export.TracingConfig{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20
