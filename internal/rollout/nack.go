@@ -25,9 +25,9 @@ type NACK struct {
 	Message string          `json:"message"`
 	Source  string          `json:"source,omitempty"`
 	Objects []origin.Object `json:"istio_config,omitempty"`
-	TraceID string   `json:"trace_id"`
-	SpanID  string   `json:"span_id,omitempty"`
-	Found   bool     `json:"found"`
+	TraceID string          `json:"trace_id"`
+	SpanID  string          `json:"span_id,omitempty"`
+	Found   bool            `json:"found"`
 }
 
 // NACKs reads the NACK each ref names, in refs' order: one query per
