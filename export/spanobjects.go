@@ -1,7 +1,6 @@
 package export
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,7 +68,9 @@ func withObjects(span sdktrace.ReadOnlySpan, s origin.Stamped) sdktrace.ReadOnly
 	if len(s.Objects) == 0 {
 		return span
 	}
-	attrs := append(slices.Clone(span.Attributes()), objectAttrs(s)...)
+	// Appended in place: the SDK never writes an ended span's attributes
+	// again, and no one else reads past their end.
+	attrs := append(span.Attributes(), objectAttrs(s)...)
 	events := objectEvents(span.Events(), s, span.EndTime())
 	return objectSpan{ReadOnlySpan: span, attrs: attrs, events: events}
 }

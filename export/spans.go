@@ -27,8 +27,9 @@ type spanQueue struct {
 	lastWarn atomic.Int64 // unix nanoseconds of the last drop warning
 
 	// objects pairs a push span with what its push kept, whose Istio
-	// objects run reads (spanobjects.go).
+	// objects run reads with scanner (spanobjects.go).
 	objects spanObjects
+	scanner origin.Scanner
 
 	flush   chan chan struct{}
 	done    chan struct{}
@@ -56,12 +57,12 @@ type queuedSpan struct {
 }
 
 // withObjects is the span with the Istio objects of what its push changed,
-// read on the queue's goroutine, letting go of the bytes.
-func (s queuedSpan) withObjects() sdktrace.ReadOnlySpan {
+// read on the queue's goroutine with sc, letting go of the bytes.
+func (s queuedSpan) withObjects(sc *origin.Scanner) sdktrace.ReadOnlySpan {
 	if s.changed == nil {
 		return s.span
 	}
-	return withObjects(s.span, origin.Changed(s.changed))
+	return withObjects(s.span, sc.Changed(s.changed))
 }
 
 func (q *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
@@ -116,7 +117,7 @@ func (q *spanQueue) run() {
 		for {
 			select {
 			case s := <-q.queue:
-				batch = append(batch, s.withObjects())
+				batch = append(batch, s.withObjects(&q.scanner))
 				if len(batch) == q.batchSize {
 					export()
 				}
@@ -129,7 +130,7 @@ func (q *spanQueue) run() {
 	for {
 		select {
 		case s := <-q.queue:
-			batch = append(batch, s.withObjects())
+			batch = append(batch, s.withObjects(&q.scanner))
 			if len(batch) == q.batchSize {
 				export()
 			}

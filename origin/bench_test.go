@@ -80,8 +80,9 @@ func BenchmarkReadWholePush10k(b *testing.B) {
 // after it typically changed, one stamped cluster.
 func BenchmarkStampedWholePush10k(b *testing.B) {
 	data, _ := meshPush(b)
+	var sc Scanner
 	for b.Loop() {
-		if s := stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != MaxChanged || !s.Truncated {
+		if s := sc.stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != MaxChanged || !s.Truncated {
 			b.Fatalf("%d objects, truncated %v", len(s.Objects), s.Truncated)
 		}
 	}
@@ -99,9 +100,10 @@ func BenchmarkStampedOneCluster(b *testing.B) {
 		b.Fatal(err)
 	}
 	data := mem.BufferSlice{mem.SliceBuffer(raw)}
+	var sc Scanner
 	b.ReportAllocs()
 	for b.Loop() {
-		if s := stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != 1 {
+		if s := sc.stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != 1 {
 			b.Fatalf("%d objects", len(s.Objects))
 		}
 	}

@@ -100,7 +100,7 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 			break
 		}
 		if !res.Heartbeat && !r.UnchangedAt(i) {
-			x.changed.scan(res.Body)
+			x.changed.scan(res.Body, nil)
 		}
 	}
 	var found []bool // names found among the resources kept

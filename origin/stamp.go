@@ -30,24 +30,38 @@ type Stamped struct {
 // unmarshals a resource: it looks for each object's path in the bytes, where
 // istiod writes it, and checks the protobuf fields around it (stampAt), so it
 // costs about a pass over the changed resources' bytes. A nil c gives none.
-func Changed(c *track.Changed) Stamped {
+func Changed(c *track.Changed) Stamped { return new(Scanner).Changed(c) }
+
+// Scanner is Changed for one goroutine that reads push after push (the span
+// queue's): it reuses its decoding space, and parses each object's path
+// once.
+type Scanner struct {
+	resp   codec.Response
+	parsed map[string]Object
+}
+
+// maxParsed bounds the paths a Scanner remembers.
+const maxParsed = 1024
+
+// Changed is the package's Changed, reusing sc's space.
+func (sc *Scanner) Changed(c *track.Changed) Stamped {
 	if c == nil {
 		return Stamped{}
 	}
 	s, _ := c.Read(func(data mem.BufferSlice) any {
-		return stampedIn(data, c.Delta, c.UnchangedAt)
+		return sc.stampedIn(data, c.Delta, c.UnchangedAt)
 	}).(Stamped)
 	return s
 }
 
 // stampedIn reads the objects of the resources of data, a response's bytes,
 // but those unchanged says were carried unchanged.
-func stampedIn(data mem.BufferSlice, delta bool, unchanged func(int) bool) Stamped {
+func (sc *Scanner) stampedIn(data mem.BufferSlice, delta bool, unchanged func(int) bool) Stamped {
 	var s Stamped
 	if data == nil {
 		return s
 	}
-	var resp codec.Response
+	resp := &sc.resp
 	if resp.DecodeBuffers(data, delta) != nil {
 		return s
 	}
@@ -56,14 +70,33 @@ func stampedIn(data mem.BufferSlice, delta bool, unchanged func(int) bool) Stamp
 			break
 		}
 		if !r.Heartbeat && !unchanged(i) {
-			s.scan(r.Body)
+			s.scan(r.Body, sc)
 		}
 	}
 	return s
 }
 
-// scan adds the objects whose paths body records.
-func (s *Stamped) scan(body []byte) {
+// parse is ParsePath, remembered by sc when there is one.
+func (sc *Scanner) parse(path []byte) (Object, bool) {
+	if sc == nil {
+		return ParsePath(string(path))
+	}
+	if o, ok := sc.parsed[string(path)]; ok {
+		return o, true
+	}
+	o, ok := ParsePath(string(path))
+	if ok {
+		if sc.parsed == nil || len(sc.parsed) == maxParsed {
+			sc.parsed = map[string]Object{}
+		}
+		sc.parsed[o.Path] = o
+	}
+	return o, ok
+}
+
+// scan adds the objects whose paths body records; sc, when not nil,
+// remembers the paths it parsed.
+func (s *Stamped) scan(body []byte, sc *Scanner) {
 	for off := 0; off < len(body); {
 		i := bytes.Index(body[off:], stampMarker)
 		if i < 0 {
@@ -75,7 +108,7 @@ func (s *Stamped) scan(body []byte) {
 		if !ok || slices.ContainsFunc(s.Objects, func(o Object) bool { return o.Path == string(path) }) {
 			continue
 		}
-		o, ok := ParsePath(string(path))
+		o, ok := sc.parse(path)
 		switch {
 		case !ok:
 		case len(s.Objects) == MaxChanged:
