@@ -7,17 +7,16 @@ import (
 	"testing"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/track"
 )
 
@@ -25,22 +24,20 @@ import (
 // DestinationRule of its name in shop when rules says one (""; none).
 func stampedCDS(t testing.TB, version string, rules map[string]string) (*codec.Response, mem.BufferSlice) {
 	t.Helper()
-	r := &discoveryv3.DiscoveryResponse{TypeUrl: codec.TypeCluster, VersionInfo: version, Nonce: "n" + version}
+	var clusters []*anypb.Any
 	for _, name := range []string{"reviews", "ratings", "details"} {
 		c := xdsconfig.Cluster("outbound|9080||"+name+".shop.svc.cluster.local", true)
 		if rule, ok := rules[name]; ok {
 			c.Metadata = xdsconfig.IstioConfig("destination-rule", "shop", rule)
 		}
-		a, err := anypb.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Resources = append(r.Resources, a)
+		clusters = append(clusters, xdstest.MustAny(c))
 	}
-	raw, err := proto.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return decodedPush(t, xdstest.PushFrame(codec.TypeCluster, version, "n"+version, clusters))
+}
+
+// decodedPush is raw as the tap hands a push to the tracker.
+func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
+	t.Helper()
 	data := mem.BufferSlice{mem.SliceBuffer(raw)}
 	var resp codec.Response
 	if err := resp.DecodeBuffers(data, false); err != nil {
@@ -179,27 +176,15 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 		data mem.BufferSlice
 	}, benchRounds)
 	for i := range pushes {
-		r := &discoveryv3.DiscoveryResponse{TypeUrl: codec.TypeCluster, VersionInfo: fmt.Sprint("2026-11-30T09:00:00Z/", 100+i), Nonce: fmt.Sprint(i)}
+		var clusters []*anypb.Any
 		for k := range 10 {
 			c := xdsconfig.Cluster(fmt.Sprintf("outbound|9080||svc-%d.shop.svc.cluster.local", k), true)
 			if k == 0 {
 				c.Metadata = xdsconfig.IstioConfig("destination-rule", "shop", fmt.Sprint("svc-0-", i%2))
 			}
-			a, err := anypb.New(c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.Resources = append(r.Resources, a)
+			clusters = append(clusters, xdstest.MustAny(c))
 		}
-		raw, err := proto.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pushes[i].data = mem.BufferSlice{mem.SliceBuffer(raw)}
-		pushes[i].resp = new(codec.Response)
-		if err := pushes[i].resp.DecodeBuffers(pushes[i].data, false); err != nil {
-			b.Fatal(err)
-		}
+		pushes[i].resp, pushes[i].data = decodedPush(b, xdstest.PushFrame(codec.TypeCluster, fmt.Sprint("2026-11-30T09:00:00Z/", 100+i), fmt.Sprint(i), clusters))
 	}
 	for _, objects := range []bool{false, true} {
 		b.Run(map[bool]string{false: "without-objects", true: "with-objects"}[objects], func(b *testing.B) {
