@@ -24,7 +24,12 @@ import (
 )
 
 // Jaeger reads spans from Jaeger's query service, through its api_v3
-// QueryService over gRPC (port 16685 by default), spans as OTLP.
+// QueryService over gRPC (port 16685 by default), spans as OTLP. The client
+// is Jaeger's own, generated from its IDL: jaeger-idl publishes the api_v3
+// protos without Go code, and Jaeger has kept its generated api_v3 package
+// public (proto-gen/api_v3) only up to v1.42; its messages are wire-compatible
+// with today's query service for what rollout asks (GetServices, FindTraces,
+// GetTrace).
 type Jaeger struct {
 	Target string // as given
 	conn   *grpc.ClientConn
@@ -115,11 +120,7 @@ func (j *Jaeger) Trace(ctx context.Context, traceID string) ([]Span, error) {
 	if err != nil {
 		return nil, j.wrap(err)
 	}
-	spans, err := j.receive(stream.Recv)
-	if status.Code(errors.Unwrap(err)) == codes.NotFound {
-		return nil, nil
-	}
-	return spans, err
+	return j.receive(stream.Recv)
 }
 
 func (j *Jaeger) receive(recv func() (*api_v3.SpansResponseChunk, error)) ([]Span, error) {
@@ -130,7 +131,8 @@ func (j *Jaeger) receive(recv func() (*api_v3.SpansResponseChunk, error)) ([]Spa
 			return spans, nil
 		}
 		if err != nil {
-			// Jaeger ends a search that found nothing with NotFound.
+			// Jaeger ends a search or a GetTrace that found nothing with
+			// NotFound.
 			if status.Code(err) == codes.NotFound {
 				return spans, nil
 			}
