@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKGS     := ./...
 
-.PHONY: build test test-istio lint fmt vet fuzz-short demo clean jaeger-bin jaeger rules chromium dashboard
+.PHONY: build test test-istio lint fmt vet fuzz-short demo clean jaeger-bin jaeger rules chromium dashboard prometheus
 
 # A control plane and two xDS clients talking through a real tap on loopback;
 # the live log shows pushes, ACKs, NACKs, a NACK storm and recovery. Ctrl-C stops.
@@ -30,7 +30,7 @@ image:
 # The test command of the README and of CI: every package with the race
 # detector and goroutine-leak checks, plus lint, the alert rules and the
 # Grafana dashboard. The demo tag includes the demo's test.
-test: lint rules dashboard jaeger-bin chromium
+test: lint rules dashboard jaeger-bin chromium prometheus
 	$(GO) test -race -count=1 -timeout 15m -tags demo $(PKGS)
 	$(MAKE) fuzz-short
 
@@ -39,6 +39,13 @@ test: lint rules dashboard jaeger-bin chromium
 # (and fails in CI).
 chromium:
 	@bash scripts/ensure-chromium.sh
+
+# Debian's prometheus, for the mesh suite (test/mesh): a real Prometheus
+# server scraping many taps for adstap status --prometheus. Installed when
+# missing and apt-get can run; otherwise the suite is skipped (and fails in
+# CI).
+prometheus:
+	@bash scripts/ensure-prometheus.sh
 
 # The Grafana dashboard (deploy/grafana/dashboard.json): deploy/grafana, a
 # module of its own so that Prometheus's parser and its dependencies stay out

@@ -511,25 +511,44 @@ func containerPort(c corev1.Container, name string) (int, bool) {
 
 func unspecified(host string) bool { return host == "" || host == "0.0.0.0" || host == "::" }
 
-// TestTapAdminPortAndProbes: the admin port the probes and Prometheus use is
-// the one adstap listens on, on an address they can reach.
+func loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// TestTapAdminPortAndProbes: the admin address (the pages, captures and
+// configuration) stays on loopback, where the exec probes reach it; the port
+// Prometheus scrapes is --metrics-listen's, which serves /metrics alone, on
+// an address Prometheus reaches.
 func TestTapAdminPortAndProbes(t *testing.T) {
 	leakcheck.Check(t)
 	for _, tp := range taps(t) {
 		where := tp.cfg.where
-		host, port, err := tp.cfg.hostPort("admin")
+		host, _, err := tp.cfg.hostPort("admin")
 		if err != nil {
 			t.Error(err)
 			continue
 		}
-		scraped := tp.p.meta.Annotations["prometheus.io/scrape"] == "true"
-		if scraped && !unspecified(host) {
-			t.Errorf("%s: --admin=%s: Prometheus scrapes it from outside the pod; listen on 0.0.0.0", where, tp.cfg.get("admin"))
+		if !loopback(host) {
+			t.Errorf("%s: --admin=%s: the admin address shows every proxy's configuration; keep it on loopback (127.0.0.1) and let Prometheus scrape --metrics-listen", where, tp.cfg.get("admin"))
 		}
-		if got, ok := containerPort(tp.c, "admin"); ok && got != port {
-			t.Errorf("%s: container port admin is %d, --admin listens on %d", where, got, port)
-		} else if !ok && scraped {
-			t.Errorf("%s: no container port named admin", where)
+		if _, ok := containerPort(tp.c, "admin"); ok {
+			t.Errorf("%s: a container port named admin: the admin address is on loopback, no other pod reaches it", where)
+		}
+		scraped := tp.p.meta.Annotations["prometheus.io/scrape"] == "true"
+		var port int
+		if scraped {
+			var mhost string
+			mhost, port, err = tp.cfg.hostPort("metrics-listen")
+			switch {
+			case err != nil:
+				t.Errorf("%s: scraped by Prometheus, without --metrics-listen: %v", where, err)
+			case !unspecified(mhost):
+				t.Errorf("%s: --metrics-listen=%s: Prometheus scrapes it from outside the pod; listen on 0.0.0.0", where, tp.cfg.get("metrics-listen"))
+			}
+			if got, ok := containerPort(tp.c, "metrics"); !ok || got != port {
+				t.Errorf("%s: container port metrics is %d (present: %v), --metrics-listen listens on %d", where, got, ok, port)
+			}
 		}
 		probes := []struct {
 			kind     string
@@ -561,13 +580,13 @@ func TestTapAdminPortAndProbes(t *testing.T) {
 				t.Errorf("%s: --admin=%s on the command line: adstap probe cannot see it; set ADSTAP_ADMIN instead, which both read", where, tp.cfg.args["admin"])
 			}
 		}
-		if tp.p.meta.Annotations["prometheus.io/scrape"] == "true" {
+		if scraped {
 			a := tp.p.meta.Annotations
 			if a["prometheus.io/port"] != strconv.Itoa(port) {
-				t.Errorf("%s: prometheus.io/port %q, want the admin port %d", where, a["prometheus.io/port"], port)
+				t.Errorf("%s: prometheus.io/port %q, want the metrics port %d", where, a["prometheus.io/port"], port)
 			}
-			if a["prometheus.io/path"] != "/metrics" || !slices.Contains(tp.cfg.cli.adminPaths, "/metrics") {
-				t.Errorf("%s: prometheus.io/path %q, want /metrics (served: %v)", where, a["prometheus.io/path"], tp.cfg.cli.adminPaths)
+			if a["prometheus.io/path"] != "/metrics" || !strings.Contains(tp.cfg.cli.flags["metrics-listen"].help, "/metrics") {
+				t.Errorf("%s: prometheus.io/path %q, want /metrics (--metrics-listen: %q)", where, a["prometheus.io/path"], tp.cfg.cli.flags["metrics-listen"].help)
 			}
 		}
 		if xdsPort, ok := containerPort(tp.c, "grpc-xds"); ok {

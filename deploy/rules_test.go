@@ -203,6 +203,7 @@ func TestRules(t *testing.T) {
 	for _, want := range []string{
 		"AdstapNACKStorm", "AdstapNACKLoop", "AdstapRepeatedFullSyncs", "AdstapPushUnanswered",
 		"AdstapSlowACKs", "AdstapUpstreamConnectFailures", "AdstapSlowFullSync",
+		"AdstapProxyNotACKing", "AdstapPushNearReceiveLimit", "AdstapMeshNACKRatio", "AdstapUpstreamFailing",
 	} {
 		if !seen[want] {
 			t.Errorf("%s: no alert %s", alertsFile, want)
@@ -246,6 +247,12 @@ var metrics = map[string]labels{
 	"adstap_metrics_node_overflow_total":     {},
 	"adstap_build_info":                      {"version": anyValue, "goversion": anyValue},
 	"adstap_spans_dropped_total":             {},
+	"adstap_stream_states":                   {"type": typeValue, "state": {"SYNCED", "STALE", "NACKED", "NOT_SENT"}},
+	"adstap_last_push_timestamp_seconds":     {"type": typeValue},
+	"adstap_last_ack_timestamp_seconds":      {"type": typeValue},
+	"adstap_proxy_streams":                   {"version": anyValue, "control_plane": anyValue},
+	"adstap_upstream_failing":                {"reason": {"certificate_expired", "unknown_authority", "wrong_name", "tls", "dns", "refused", "timeout", "tcp"}},
+	"adstap_upstream_failed_attempts":        {},
 }
 
 // histograms, with their labels and the bucket bounds a rule may name in le
@@ -255,7 +262,7 @@ var histograms = map[string]struct {
 	le     []string
 }{
 	"adstap_push_ack_seconds":         {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_push_bytes":               {labels{"type": typeValue}, nil},
+	"adstap_push_bytes":               {labels{"type": typeValue}, []string{"1000", "10000", "100000", "1e+06", "2e+06", "3e+06", "4e+06", "4.194304e+06", "1e+07", "2e+07", "4e+07", "1e+08", "+Inf"}},
 	"adstap_push_resources":           {labels{"type": typeValue}, nil},
 	"adstap_full_sync_seconds":        {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
 	"adstap_upstream_connect_seconds": {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},

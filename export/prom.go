@@ -63,8 +63,10 @@ func (f RelayStatsFunc) Stats() map[codec.Protocol]codec.ProtocolStats { return 
 // Buckets that fit real xDS: istiod's push size histogram goes to 40 MB,
 // Envoy's init_fetch_timeout is 15 s, a full sync over 5 s is worth a look.
 var (
-	latencyBuckets   = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
-	sizeBuckets      = []float64{1e3, 1e4, 1e5, 1e6, 4e6, 1e7, 2e7, 4e7, 1e8}
+	latencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// 2, 3 MB and 4 MiB: within reach of gRPC's default receive limit
+	// (4 MiB), the one proxyless clients hit first (AdstapPushNearReceiveLimit).
+	sizeBuckets      = []float64{1e3, 1e4, 1e5, 1e6, 2e6, 3e6, 4e6, 4 << 20, 1e7, 2e7, 4e7, 1e8}
 	resourceBuckets  = []float64{1, 10, 100, 1000, 5000, 10000, 50000, 100000}
 	fullSyncBuckets  = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	connectBuckets   = []float64{.0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}

@@ -83,6 +83,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	nodeLabel := c.m.cfg.NodeLabel
 	types := map[typeKey]*typeAgg{}
 	proxies := map[proxyKey]int{}
+	kinds := map[[2]string]bool{} // the distinct (version, control plane) pairs
 	for _, s := range c.streams.Summaries(nil) {
 		node := ""
 		if nodeLabel {
@@ -92,11 +93,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if version == "" {
 			version = s.UserAgent
 		}
-		pk := proxyKey{node, version, ControlPlaneName(s.ControlPlane)}
-		if _, ok := proxies[pk]; !ok && len(proxies) >= maxProxyKinds {
-			pk = proxyKey{node, overflowNode, overflowNode}
+		kind := [2]string{version, ControlPlaneName(s.ControlPlane)}
+		if !kinds[kind] {
+			if len(kinds) >= maxProxyKinds {
+				kind = [2]string{overflowNode, overflowNode}
+			}
+			kinds[kind] = true
 		}
-		proxies[pk]++
+		proxies[proxyKey{node, kind[0], kind[1]}]++
 		for _, ts := range s.Types {
 			k := typeKey{ts.Type, node}
 			a := types[k]

@@ -33,9 +33,9 @@ import (
 // moved to free ones and temporary directories, the same way in every
 // container of the pod, so the pod's wiring is kept.
 
-// podPorts are the pod's ports this test moves: adstap's listener and
-// admin, the app's metrics, Envoy's readiness.
-var podPorts = []string{"15100", "15101", "9080", "15021"}
+// podPorts are the pod's ports this test moves: adstap's listener, admin
+// and metrics, the app's metrics, Envoy's readiness.
+var podPorts = []string{"15100", "15101", "15102", "9080", "15021"}
 
 // remap moves the pod's ports and paths for one test.
 type remap struct {
@@ -286,7 +286,7 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 				t.Log("this host has no address but loopback: the bound address above is the check")
 			}
 			for _, ip := range others {
-				for _, p := range []string{port, rt.remap.ports["15100"]} {
+				for _, p := range []string{port, rt.remap.ports["15100"], rt.remap.ports["15102"]} {
 					addr := net.JoinHostPort(ip.String(), p)
 					if conn, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
 						conn.Close()
@@ -294,7 +294,7 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("admin on %s; its port and the xDS listener's (%s) refused on %v", rt.admin, rt.remap.ports["15100"], others)
+			t.Logf("admin on %s; its port, the xDS listener's (%s) and the metrics listener's (%s) refused on %v", rt.admin, rt.remap.ports["15100"], rt.remap.ports["15102"], others)
 		})
 	}
 }
@@ -341,7 +341,7 @@ func TestAdstapMetricsMergedByIstioAgent(t *testing.T) {
 			t.Setenv(status.PrometheusScrapingConfig.Name, rt.remap.of(scrape))
 			agentPort := startAgentStatus(t)
 
-			own := string(get(t, "http://"+rt.admin+"/metrics"))
+			own := string(get(t, "http://127.0.0.1:"+rt.remap.ports["15102"]+"/metrics")) // --metrics-listen, which the agent scrapes
 			merged := string(get(t, "http://127.0.0.1:"+agentPort+"/stats/prometheus"))
 			families := 0
 			for line := range strings.SplitSeq(own, "\n") {

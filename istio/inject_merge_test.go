@@ -53,8 +53,8 @@ func TestAdstapTemplateKeepsThePodsOwnSettings(t *testing.T) {
 			t.Errorf("istio-agent's discoveryAddress = %q, want the tap", pc.DiscoveryAddress)
 		}
 		scrape, _ := env(container(t, pod, "istio-proxy"), "ISTIO_PROMETHEUS_ANNOTATIONS")
-		if !strings.Contains(scrape, `"port":"9080","path":"/stats"`) || !strings.Contains(scrape, `"port":"15101","path":"/metrics"`) {
-			t.Errorf("ISTIO_PROMETHEUS_ANNOTATIONS = %s, want the app's 9080:/stats and adstap's 15101:/metrics", scrape)
+		if !strings.Contains(scrape, `"port":"9080","path":"/stats"`) || !strings.Contains(scrape, `"port":"15102","path":"/metrics"`) {
+			t.Errorf("ISTIO_PROMETHEUS_ANNOTATIONS = %s, want the app's 9080:/stats and adstap's 15102:/metrics (--metrics-listen)", scrape)
 		}
 		if pod.Annotations["prometheus.io/port"] != "15020" {
 			t.Errorf("prometheus.io/port = %q, want istio-agent's merged 15020", pod.Annotations["prometheus.io/port"])

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/adstap/adstap/internal/demo"
 	"github.com/adstap/adstap/internal/leakcheck"
@@ -265,4 +268,39 @@ func TestLivePageInARealBrowser(t *testing.T) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestLivePageShowsAFailingUpstream: with the control plane's certificate
+// expired no proxy gets a stream; the page says the upstream fails, why in
+// words, how many attempts failed and the error, in a real headless chromium.
+func TestLivePageShowsAFailingUpstream(t *testing.T) {
+	leakcheck.Check(t)
+	ctx, consoleProblems := browser(t)
+	const istiod = "istiod.istio-system.svc"
+	ca := xdstest.NewCA(t)
+	caFile := xdstest.WriteFiles(t, "", "root-cert.pem", ca.CertPEM())
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.IssueExpired(t, istiod, []string{istiod}, nil).TLSCertificate()}})
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), grpc.Creds(creds))
+	var logBuf syncbuf.Buffer
+	tapAddr, admin := startTracedTap(t, cp.Addr(), &logBuf, "--upstream-ca="+caFile, "--upstream-server-name="+istiod)
+	cc := xdstest.DialRaw(t, "xds:///greeter", grpc.WithResolvers(xdstest.XDSResolver(t, tapAddr, "sidecar~10.0.0.9~productpage-v1-6b7f.shop~shop.svc.cluster.local")))
+	cc.Connect()
+
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+admin+"/")); err != nil {
+		t.Fatalf("opening the page: %v", err)
+	}
+	waitJS(t, ctx, "the failing upstream, after two attempts", `!document.getElementById("upstream-section").hidden &&
+		/; [2-9]\d* attempts failed since the last success/.test(document.getElementById("upstream").textContent)`)
+	shown := evalJS[string](t, ctx, `document.getElementById("upstream").textContent + "\n" + document.getElementById("upstream-error").textContent + "\n" + document.getElementById("summary").textContent`)
+	for _, want := range []string{"Upstream " + cp.Addr() + " FAILING: the control plane's certificate has expired", "x509: certificate has expired", "upstream FAILING, 0 streams"} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("the page lacks %q:\n%s", want, shown)
+		}
+	}
+	if reason := evalJS[string](t, ctx, `document.getElementById("upstream").dataset.reason`); reason != "certificate_expired" {
+		t.Errorf("the upstream's reason is %q, want certificate_expired", reason)
+	}
+	if p := consoleProblems(); len(p) > 0 {
+		t.Errorf("the console has errors:\n%s", strings.Join(p, "\n"))
+	}
 }

@@ -66,7 +66,7 @@ type statusRow struct {
 	Peer         string                `json:"peer,omitempty"`
 	ControlPlane string                `json:"control_plane"`
 	Version      string                `json:"version"`
-	FullSync     *float64              `json:"full_sync_seconds,omitempty"`
+	FullSync     *float64              `json:"full_sync_seconds"`
 	Types        map[string]statusCell `json:"types"` // by short type name
 	// Tap is, with --prometheus, the scrape target the row comes from (its
 	// instance label), and Streams how many of its streams the row sums.

@@ -50,6 +50,28 @@ func quantile(q, metric, by, extra string) string {
 }
 
 var rows = []rowSpec{
+	{"Mesh", []panelSpec{
+		{title: "Proxies by state, per type", unit: "short", width: 8,
+			description: "Streams of every selected tap (a sidecar tap has one proxy) in each state of istioctl proxy-status: SYNCED, STALE (a push unanswered), NACKED (the latest push rejected), NOT_SENT. adstap status --prometheus lists them, problems first.",
+			queries:     []query{{expr: "sum by (type, state) (adstap_stream_states{" + sel + "})", legend: "{{type}} {{state}}"}}},
+		{title: "Proxies in ERROR or STALE now", unit: "short", stat: true, width: 4,
+			queries: []query{{expr: "sum(adstap_stream_states{" + sel + `, state=~"NACKED|STALE"})`, legend: "not in sync"}}},
+		{title: "Time to ACK across the mesh, p50 and p99", unit: "s", width: 6,
+			description: "Push to ACK over every selected tap: convergence as the proxies apply it, which istiod's pilot_proxy_convergence_time (it stops at send) cannot show. Exemplars open the push round's trace.",
+			queries: []query{
+				{expr: quantile("0.99", "adstap_push_ack_seconds", "result", `result="ack"`), legend: "p99", exemplar: true},
+				{expr: quantile("0.5", "adstap_push_ack_seconds", "result", `result="ack"`), legend: "p50"},
+			}},
+		{title: "Top NACKing proxies", unit: "short", width: 6,
+			description: "NACKs over the dashboard's range, by tap (pod and namespace when Prometheus's Kubernetes discovery adds them).",
+			queries:     []query{{expr: "topk(10, sum by (namespace, pod, instance) (increase(adstap_nacks_total{" + sel + "}[$__range])))", legend: "{{pod}}.{{namespace}} {{instance}}"}}},
+		{title: "Longest since an ACK, by tap and type", unit: "s", width: 12,
+			description: "Seconds since each tap's proxy last ACKed a push of the type: one far behind its peers is stuck (AdstapProxyNotACKing).",
+			queries:     []query{{expr: "topk(10, time() - max by (instance, type) (adstap_last_ack_timestamp_seconds{" + sel + "}))", legend: "{{instance}} {{type}}"}}},
+		{title: "Taps whose upstream fails, by reason", unit: "short", width: 12,
+			description: "Taps whose latest connection to the control plane failed: an expired or untrusted certificate, a wrong name, DNS, refused, a timeout. Their proxies get no configuration (AdstapUpstreamFailing).",
+			queries:     []query{{expr: "sum by (reason) (adstap_upstream_failing{" + sel + "})", legend: "{{reason}}"}}},
+	}},
 	{"Pushes and ACKs", []panelSpec{
 		{title: "Pushes per second, by type", unit: "ops", width: 8,
 			description: "Responses the control plane sent to proxies through the tap.",

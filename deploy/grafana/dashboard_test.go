@@ -166,9 +166,10 @@ func TestFileIsAValidDashboard(t *testing.T) {
 	}
 }
 
-// targetLabels are the labels Prometheus adds to every series it scrapes;
-// they are not in the tap's own scrape.
-var targetLabels = []string{"instance", "job"}
+// targetLabels are the labels Prometheus adds to every series it scrapes,
+// and the pod and namespace Kubernetes service discovery's relabelling adds
+// (docs/metrics.md); they are not in the tap's own scrape.
+var targetLabels = []string{"instance", "job", "namespace", "pod"}
 
 // TestQueriesParseAndNameScrapedSeries parses every query with Prometheus's
 // own parser, as Prometheus will see it once Grafana has expanded its
@@ -374,6 +375,10 @@ func outputLabels(e parser.Expr, families map[string]*dto.MetricFamily) []string
 	case *parser.ParenExpr:
 		return outputLabels(n.Expr, families)
 	case *parser.AggregateExpr:
+		if (n.Op == parser.TOPK || n.Op == parser.BOTTOMK) && len(n.Grouping) == 0 && !n.Without {
+			// topk and bottomk keep the series they pick, labels and all.
+			return outputLabels(n.Expr, families)
+		}
 		if n.Without {
 			return slices.DeleteFunc(outputLabels(n.Expr, families), func(l string) bool { return slices.Contains(n.Grouping, l) })
 		}

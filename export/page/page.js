@@ -163,6 +163,23 @@ function renderDetectors(page) {
   document.getElementById("no-detectors").hidden = active.length > 0;
 }
 
+// renderUpstream shows the control plane the tap cannot reach: with it
+// failing no proxy gets a stream, so the table alone would look empty and
+// calm.
+function renderUpstream(page) {
+  const up = page.upstream || { state: "unknown" };
+  const failing = up.state === "failing";
+  document.getElementById("upstream-section").hidden = !failing;
+  if (!failing) return false;
+  const p = document.getElementById("upstream");
+  p.dataset.reason = up.reason || "";
+  p.textContent = "Upstream " + (up.address || "") + " FAILING: " + (up.words || up.reason) + "; " +
+    up.failed_attempts + (up.failed_attempts === 1 ? " attempt" : " attempts") + " failed since the last success" +
+    (up.last_failure ? ", the latest " + age(page.now, up.last_failure) + " ago" : "") + ".";
+  document.getElementById("upstream-error").textContent = up.error || "";
+  return true;
+}
+
 function describePush(p) {
   const outcome = p.result ? p.result.toUpperCase() + " after " + latency(p.latency_seconds) : "waiting for its answer";
   const lines = [
@@ -264,6 +281,7 @@ async function refresh() {
   const conn = document.getElementById("conn");
   try {
     const page = await getJSON("/debug/streams");
+    const upstreamFailing = renderUpstream(page);
     renderDetectors(page);
     if (selected === null || !page.streams.some((s) => s.id === selected)) {
       const m = /stream=(\d+)/.exec(location.hash);
@@ -275,6 +293,7 @@ async function refresh() {
     await refreshTimeline();
     const nacked = page.streams.filter((s) => worst(s) === 0).length;
     document.getElementById("summary").textContent =
+      (upstreamFailing ? "upstream FAILING, " : "") +
       page.streams.length + " streams, " + nacked + " with a NACK, " +
       page.detectors.filter((d) => d.active).length + " active detectors";
     conn.textContent = "updated " + new Date(page.now).toLocaleTimeString();
