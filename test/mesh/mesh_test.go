@@ -277,20 +277,6 @@ func TestStatusPrometheusAcrossTaps(t *testing.T) {
 		}
 	}
 
-	// With --jaeger, each ERROR says its NACK's message, read from the
-	// span of the proxy's NACK in the trace its exemplar names.
-	code, out, stderr = status(t, bin, "--prometheus", server.URL, "--jaeger", jaeger.QueryGRPC)
-	t.Logf("adstap status --prometheus %s --jaeger %s (exit %d):\n%s", server.URL, jaeger.QueryGRPC, code, out)
-	if code != 3 || stderr != "" {
-		t.Errorf("--jaeger: exit %d, want 3; stderr %q", code, stderr)
-	}
-	for _, pod := range []string{"reviews-v1-03", "reviews-v2-07"} {
-		re := regexp.MustCompile(`(?m)^  ` + pod + `\.shop cds: NACKED \d+m?s ago; trace [0-9a-f]{32}: .*(?i:maglev).*$`)
-		if !re.MatchString(out) {
-			t.Errorf("--jaeger: no line matching %s:\n%s", re, out)
-		}
-	}
-
 	// --node: one proxy, by its node id or its pod.namespace.
 	if code, out, _ := status(t, bin, "--prometheus", server.URL, "--node", "sidecar~10.0.0.11~reviews-v2-01.shop~shop.svc.cluster.local"); code != 0 ||
 		!regexp.MustCompile(`^NAME.*\nreviews-v2-01\.shop\s+SYNCED[^\n]*\n$`).MatchString(out) {
