@@ -527,10 +527,29 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 				if paths := objectPaths(x); len(paths) > 0 {
 					attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
 				}
+				// What the push changed, as a push that was not rejected
+				// says it: read with the rejection, on this goroutine
+				// since a NACK is rare.
+				if st := x.Changed(); len(st.Objects) > 0 {
+					attrs = append(attrs, objectAttrs(st)...)
+					for _, ev := range objectEvents(nil, st, e.At) {
+						span.AddEvent(ev.Name, trace.WithTimestamp(ev.Time), trace.WithAttributes(ev.Attributes...))
+					}
+				}
 			}
 		}
 		span.SetAttributes(attrs...)
 		sc.attrs = attrs
+	}
+	// What the push kept of the resources it changed goes with its span to
+	// the span queue, whose own goroutine reads their objects; never this
+	// one, the tracker's.
+	if e.Changed != nil {
+		if span.IsRecording() && span.SpanContext().IsSampled() {
+			t.queue.objects.expect(span.SpanContext().SpanID(), e.Changed)
+		} else {
+			e.Changed.Release()
+		}
 	}
 	switch e.Result {
 	case track.ResultNACK:
@@ -543,8 +562,9 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 }
 
 // maxPushAttrs is the most attributes a push span has: node (3), rpc (2),
-// the push (17), its names (3), its NACK (3) and its source (2).
-const maxPushAttrs = 30
+// the push (17), its names (3), its NACK (3), its source (2) and the
+// objects of what it changed (2).
+const maxPushAttrs = 32
 
 // pushScratch is what making a push span needs only until the span ends.
 type pushScratch struct {

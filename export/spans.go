@@ -8,6 +8,9 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/track"
 )
 
 // spanQueue is a span processor with a bounded queue that never blocks:
@@ -15,13 +18,18 @@ import (
 // dropped and counted, and the tap's observation goes on at full speed.
 type spanQueue struct {
 	exp           sdktrace.SpanExporter
-	queue         chan sdktrace.ReadOnlySpan
+	queue         chan queuedSpan
 	batchSize     int
 	exportTimeout time.Duration
 	log           *slog.Logger
 
 	dropped  atomic.Uint64
 	lastWarn atomic.Int64 // unix nanoseconds of the last drop warning
+
+	// objects pairs a push span with what its push kept, whose Istio
+	// objects run reads with scanner (spanobjects.go).
+	objects spanObjects
+	scanner origin.Scanner
 
 	flush   chan chan struct{}
 	done    chan struct{}
@@ -33,7 +41,7 @@ var _ sdktrace.SpanProcessor = (*spanQueue)(nil)
 
 func newSpanQueue(exp sdktrace.SpanExporter, size int, log *slog.Logger) *spanQueue {
 	q := &spanQueue{
-		exp: exp, queue: make(chan sdktrace.ReadOnlySpan, size), batchSize: 512,
+		exp: exp, queue: make(chan queuedSpan, size), batchSize: 512,
 		exportTimeout: 5 * time.Second, log: log,
 		flush: make(chan chan struct{}), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -41,16 +49,36 @@ func newSpanQueue(exp sdktrace.SpanExporter, size int, log *slog.Logger) *spanQu
 	return q
 }
 
+// queuedSpan is a span waiting for export, and what its push kept of the
+// resources it changed, if anything.
+type queuedSpan struct {
+	span    sdktrace.ReadOnlySpan
+	changed *track.Changed
+}
+
+// withObjects is the span with the Istio objects of what its push changed,
+// read on the queue's goroutine with sc, letting go of the bytes.
+func (s queuedSpan) withObjects(sc *origin.Scanner) sdktrace.ReadOnlySpan {
+	if s.changed == nil {
+		return s.span
+	}
+	return withObjects(s.span, sc.Changed(s.changed))
+}
+
 func (q *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
-// OnEnd queues a finished span, or drops it when the queue is full.
+// OnEnd queues a finished span, or drops it when the queue is full, with
+// what its push kept (Tracing.pushEnded).
 func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
+	c := q.objects.take(s.SpanContext().SpanID())
 	if !s.SpanContext().IsSampled() {
+		c.Release()
 		return
 	}
 	select {
-	case q.queue <- s:
+	case q.queue <- queuedSpan{s, c}:
 	default:
+		c.Release()
 		q.drop(1, "the span queue is full: the collector is slow or unreachable")
 	}
 }
@@ -89,7 +117,7 @@ func (q *spanQueue) run() {
 		for {
 			select {
 			case s := <-q.queue:
-				batch = append(batch, s)
+				batch = append(batch, s.withObjects(&q.scanner))
 				if len(batch) == q.batchSize {
 					export()
 				}
@@ -102,7 +130,7 @@ func (q *spanQueue) run() {
 	for {
 		select {
 		case s := <-q.queue:
-			batch = append(batch, s)
+			batch = append(batch, s.withObjects(&q.scanner))
 			if len(batch) == q.batchSize {
 				export()
 			}

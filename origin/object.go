@@ -11,13 +11,15 @@ import (
 // /apis/<group>/<version>/namespaces/<namespace>/<kebab-kind>/<name>, e.g.
 // /apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews.
 type Object struct {
-	Group, Version string // networking.istio.io, v1
+	Group   string `json:"group"`   // networking.istio.io
+	Version string `json:"version"` // v1
 	// Kind is the object's kind as Kubernetes spells it: DestinationRule,
 	// VirtualService, Sidecar...
-	Kind            string
-	Namespace, Name string
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 	// Path is the string as it was recorded.
-	Path string
+	Path string `json:"path"`
 }
 
 // ParsePath reads the path istiod records (pilot/pkg/networking/util,

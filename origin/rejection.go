@@ -55,6 +55,8 @@ type Rejection struct {
 	// summary is set on a Rejection read back from JSON, which has no
 	// bytes to read.
 	summary string
+	// changed is what every resource the push added or changed records.
+	changed Stamped
 }
 
 // ErrNotKept is the error of a Rejection whose push's bytes were not kept.
@@ -92,6 +94,14 @@ func read(r *track.Rejected, data mem.BufferSlice) any {
 	if err := resp.DecodeBuffers(data, r.Delta); err != nil {
 		x.err = err
 		return x
+	}
+	for i, res := range resp.Resources {
+		if x.changed.Truncated {
+			break
+		}
+		if !res.Heartbeat && !r.UnchangedAt(i) {
+			x.changed.scan(res.Body, nil)
+		}
 	}
 	var found []bool // names found among the resources kept
 	if r.OnlyChanged {
@@ -146,6 +156,16 @@ func (x *Rejection) Resources() ([]Resource, error) {
 		return nil, nil
 	}
 	return x.resources, x.err
+}
+
+// Changed is what the resources the rejected push added or changed record
+// of their Istio objects, whether the message names them or not: what the
+// push came from, as Changed reads it for a push that was not rejected.
+func (x *Rejection) Changed() Stamped {
+	if x == nil {
+		return Stamped{}
+	}
+	return x.changed
 }
 
 // Named reports whether the NACK's message named the rejected resources,

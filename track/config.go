@@ -17,6 +17,12 @@ type Config struct {
 	// KeepBytes bounds the bytes of unanswered pushes kept for their NACKs
 	// (Tracker.ResponseFrame) across all streams; negative keeps none.
 	KeepBytes int64
+	// HandOverChanged makes a push that ends with an ACK, superseded or
+	// with its stream hand what it kept to its PushEnded (Changed) rather
+	// than let go of it, for an output to read the Istio objects the
+	// resources it changed came from. Whoever takes a Changed must release
+	// it. Set it only when such an output is there (tracing).
+	HandOverChanged bool
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.

@@ -153,6 +153,11 @@ type PushEnded struct {
 	// message mentions, for the outputs to read the Istio objects the
 	// resources came from (origin.Of).
 	Rejected *Rejected
+	// Changed is what the push kept of the resources it added or changed,
+	// for an output to read the Istio objects they came from and release
+	// (Config.HandOverChanged; nil without it, for a NACK or a timeout, or
+	// when nothing was kept).
+	Changed *Changed
 }
 
 // LateAnswer: the client answered a push after it had timed out.

@@ -39,6 +39,10 @@ const DefaultKeepBytes = 64 << 20
 type keeper struct {
 	limit int64 // <0: keep nothing
 	held  atomic.Int64
+	// handOver: a push that ends otherwise than by a NACK or a timeout
+	// hands what it kept to its PushEnded (Changed) rather than letting go
+	// of it (Config.HandOverChanged).
+	handsOver bool
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
 }
@@ -194,9 +198,8 @@ func (k *keeper) reject(slot *kept, delta bool, message string, names []string) 
 	r := &Rejected{Delta: delta, Message: message, Names: names}
 	switch {
 	case slot.data != nil:
-		size := slot.size
-		r.data, r.release = slot.data, func() { k.held.Add(-size) }
-		r.OnlyChanged, r.Unchanged, r.unchangedBits = slot.compact, slot.unchanged, slot.unchangedBits
+		r.keptBytes = keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
+		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
 	case slot.skipped:
 		r.NotKept = "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
 	case k.limit < 0:
@@ -205,6 +208,20 @@ func (k *keeper) reject(slot *kept, delta bool, message string, names []string) 
 		r.NotKept = "its bytes were not given to the tracker"
 	}
 	return r
+}
+
+// handOver moves what slot holds to a Changed for the push's PushEnded,
+// when the keeper hands over (Config.HandOverChanged) and holds bytes; nil
+// otherwise. What slot says of the push's answer (pending) and of the
+// acknowledged state stays for the caller to settle, as after drop.
+func (k *keeper) handOver(slot *kept, delta bool) *Changed {
+	if !k.handsOver || slot.data == nil {
+		return nil
+	}
+	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
+		keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	return c
 }
 
 // The compact form of a push is a DiscoveryResponse (or, for a Delta push,
@@ -370,31 +387,7 @@ type Rejected struct {
 	// state, out of suspicion (heartbeats aside).
 	Unchanged int
 
-	once          sync.Once
-	data          mem.BufferSlice
-	unchangedBits []uint64
-	release       func()
-	read          any
-}
-
-// UnchangedAt reports whether the i-th resource of the bytes Read hands over
-// is one the push carried unchanged since the state the client
-// acknowledged. It is never set when OnlyChanged (those are not there).
-func (r *Rejected) UnchangedAt(i int) bool {
-	return i >= 0 && i/64 < len(r.unchangedBits) && r.unchangedBits[i/64]&(1<<(i%64)) != 0
-}
-
-// Read calls read with the rejected push's bytes (nil when NotKept) the
-// first time it is called, then lets go of the bytes; every call returns
-// what that first read returned. It returns nil when the tracker let go of
-// the bytes before anyone asked: an ACK, a NACK of other content or the end
-// of the stream came first.
-func (r *Rejected) Read(read func(data mem.BufferSlice) any) any {
-	r.once.Do(func() {
-		r.read = read(r.data)
-		r.free()
-	})
-	return r.read
+	keptBytes
 }
 
 // discard lets go of the bytes if no one has read them: the tracker calls it
@@ -406,10 +399,67 @@ func (r *Rejected) discard() {
 	}
 }
 
-func (r *Rejected) free() {
-	if r.data != nil {
-		r.data.Free()
-		r.data = nil
-		r.release()
+// Changed is what a push kept of its resources, handed to the outputs when
+// it ends with an ACK, superseded or with its stream
+// (PushEnded.Changed, with Config.HandOverChanged): the bytes of the
+// resources it added or changed since the state the client acknowledged,
+// for an output to read the Istio objects they record, on its own
+// goroutine. The tracker never reads them. They count against
+// Config.KeepBytes until Read or Release lets go of them: whoever takes
+// them must do one or the other.
+type Changed struct {
+	Delta bool // the push is a DeltaDiscoveryResponse
+	// OnlyChanged is set when the bytes hold only the changed resources;
+	// otherwise they are the whole push, and UnchangedAt marks the rest.
+	OnlyChanged bool
+
+	keptBytes
+}
+
+// Release lets go of the bytes if no one has read them. A nil Changed is
+// fine.
+func (c *Changed) Release() {
+	if c != nil {
+		c.once.Do(c.free)
+	}
+}
+
+// keptBytes are the bytes of a push a keeper let go of to a Rejected or a
+// Changed, read at most once.
+type keptBytes struct {
+	once          sync.Once
+	data          mem.BufferSlice
+	size          int64   // what data counts against the keeper's bound
+	keeper        *keeper // nil when data is nil
+	unchangedBits []uint64
+	read          any
+}
+
+// UnchangedAt reports whether the i-th resource of the bytes Read hands over
+// is one the push carried unchanged since the state the client
+// acknowledged. It is never set when OnlyChanged (those are not there).
+func (b *keptBytes) UnchangedAt(i int) bool {
+	return i >= 0 && i/64 < len(b.unchangedBits) && b.unchangedBits[i/64]&(1<<(i%64)) != 0
+}
+
+// Read calls read with the push's bytes (nil when a Rejected's are
+// NotKept) the first time it is called, then lets go of the bytes; every
+// call returns what that first read returned. It returns nil when the bytes
+// were let go of before anyone asked: for a Rejected, an ACK, a NACK of
+// other content or the end of the stream came first; for a Changed,
+// Release.
+func (b *keptBytes) Read(read func(data mem.BufferSlice) any) any {
+	b.once.Do(func() {
+		b.read = read(b.data)
+		b.free()
+	})
+	return b.read
+}
+
+func (b *keptBytes) free() {
+	if b.data != nil {
+		b.data.Free()
+		b.data = nil
+		b.keeper.held.Add(-b.size)
 	}
 }

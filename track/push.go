@@ -119,7 +119,8 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p := &ts.p
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
-		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)})
+		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt),
+			Changed: ts.keep.handOver(&ts.held, p.delta)})
 		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if ts.pending() {
@@ -191,6 +192,9 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected})
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
+		if result == ResultACK {
+			e.Changed = ts.keep.handOver(&ts.held, p.delta)
+		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
 			e.Error = req.ErrorDetail.Message
@@ -257,7 +261,8 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 	}
 	p.state = pushAnswered
 	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
-	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt)})
+	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
+		Changed: ts.keep.handOver(&ts.held, p.delta)})
 }
 
 // errorNames returns the pushed names a NACK message mentions. Envoy names

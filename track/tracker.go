@@ -34,7 +34,7 @@ type Tracker struct {
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults()}
-	t.keep.limit = t.cfg.KeepBytes
+	t.keep.limit, t.keep.handsOver = t.cfg.KeepBytes, t.cfg.HandOverChanged
 	t.det = newDetectors(&t.cfg)
 	return t
 }

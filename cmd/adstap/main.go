@@ -40,6 +40,7 @@ Commands:
   inspect   replay a capture file (run --capture): timeline, summary per stream, a version's diff, every NACK
   replay    serve a captured node's configuration to a real client (envoy -c, grpc-go): reproduce a NACK, bisect it to the resource
   probe     exit 0 if the tap in this pod is ready (or healthy): Kubernetes exec probes in a distroless image
+  rollout   how a push round reached the fleet, from every tap's spans in Jaeger: ACKs, NACKs, time to ACK
   run       relay and observe xDS streams: adstap run --upstream=istiod.istio-system.svc:15012 ...
   status    every proxy of a running tap, as istioctl proxy-status: SYNCED, STALE, ERROR (NACK), NOT SENT
   version   print the version, commit and Go version
@@ -70,6 +71,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdout, stderr)
+	case "rollout":
+		return runRollout(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout)
 		return exitOK

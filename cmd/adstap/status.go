@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,7 @@ const exitOutOfSync = 3
 type statusFlags struct {
 	admin      string
 	prometheus string
+	jaeger     string
 	output     string
 	staleAfter time.Duration
 	node       string
@@ -38,6 +40,7 @@ func statusCommand(f *statusFlags) *command {
 	c.group("Where")
 	adminFlag(c, &f.admin)
 	c.String(&f.prometheus, "prometheus", "", "read every tap Prometheus scrapes instead of one tap's admin address: Prometheus's `URL` (e.g. http://prometheus.istio-system:9090); rows are named pod.namespace from the scrape targets' labels, or by node with --metrics-node-label")
+	c.String(&f.jaeger, "jaeger", "", "with --prometheus, Jaeger's gRPC query API, `host:port` (16685): each ERROR then shows its NACK's message and Istio object, read from the span its exemplar points to")
 	c.String(&f.node, "node", "", "only the proxy with this node `id` (with --prometheus, also its pod.namespace)")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
@@ -94,7 +97,14 @@ type statusCell struct {
 	// nack bucket. Its span holds the NACK's message and Istio objects,
 	// which metrics cannot carry.
 	TraceID string `json:"trace_id,omitempty"`
-	age     string
+	// SourceWords and IstioConfig are, with --jaeger, where the NACK's
+	// span says the rejected resources came from (xds.error.source) and
+	// the Istio objects they record.
+	SourceWords string          `json:"source_words,omitempty"`
+	IstioConfig []origin.Object `json:"istio_config,omitempty"`
+	// nackNode is the node id (or its start) of the exemplar of TraceID.
+	nackNode string
+	age      string
 	// sent and acked are the versions of the latest push and ACK, for the
 	// problem lines (local status only).
 	sent, acked string
@@ -144,11 +154,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap status: -o %q: want table, wide or json\n", f.output)
 		return exitUsage
 	}
+	if err := cmd.needs("jaeger", "prometheus", f.prometheus != ""); err != nil {
+		fmt.Fprintf(stderr, "adstap status: %v (see adstap status --help)\n", err)
+		return exitUsage
+	}
 	var rep statusReport
 	if f.prometheus != "" {
 		var code int
 		if rep, code = meshStatus(ctx, f, stderr); code != exitOK {
 			return code
+		}
+		if f.jaeger != "" {
+			if code := nackSpans(ctx, &rep, f.jaeger, stderr); code != exitOK {
+				return code
+			}
 		}
 	} else {
 		client, err := newAdminClient(f.admin)
@@ -351,6 +370,11 @@ func (r statusRow) problem(typ string, c statusCell) statusProblem {
 		if sum := c.Source.Summary(); sum != "" {
 			p.Detail = append(p.Detail, sum)
 			for _, o := range c.Source.Objects() {
+				p.Detail = append(p.Detail, "  "+o.Kubectl())
+			}
+		} else if c.SourceWords != "" || len(c.IstioConfig) > 0 {
+			p.Detail = append(p.Detail, cmp.Or(c.SourceWords, "from the Istio config below"))
+			for _, o := range c.IstioConfig {
 				p.Detail = append(p.Detail, "  "+o.Kubectl())
 			}
 		}

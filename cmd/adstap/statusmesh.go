@@ -114,6 +114,7 @@ type meshType struct {
 type meshExemplar struct {
 	traceID string
 	at      time.Time
+	node    string // the exemplar's node id, or the start of it
 }
 
 // readMesh asks Prometheus for the state of every tap and builds the
@@ -219,7 +220,7 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 					at = unixTime(mt.lastPush)
 				case "NACKED":
 					if ex, ok := exemplars[exemplarKey{id, nodeID, typ}]; ok {
-						c.TraceID, at = ex.traceID, ex.at
+						c.TraceID, c.nackNode, at = ex.traceID, ex.node, ex.at
 					}
 				}
 				row.set(typ, c, now, at, staleAfter)
@@ -315,7 +316,7 @@ func nackExemplars(ctx context.Context, a promv1.API, now time.Time) map[exempla
 			trace := string(e.Labels["trace_id"])
 			at := e.Timestamp.Time()
 			if trace != "" && at.After(out[k].at) {
-				out[k] = meshExemplar{trace, at}
+				out[k] = meshExemplar{trace, at, string(e.Labels["node_id"])}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ type Jaeger struct {
 	OTLPGRPC  string // OTLP/gRPC receiver: otlptracegrpc.WithEndpoint(j.OTLPGRPC), WithInsecure
 	OTLPHTTP  string // OTLP/HTTP receiver: otlptracehttp.WithEndpoint(j.OTLPHTTP), WithInsecure
 	QueryHTTP string // query API and UI: http://QueryHTTP/
+	QueryGRPC string // query gRPC API (api_v2 and api_v3 QueryService)
 
 	client *http.Client
 }
@@ -33,8 +34,8 @@ const (
 var errPortTaken = errors.New("a port picked for Jaeger was taken before it bound it")
 
 // Start starts Jaeger and waits until its query API and both OTLP receivers
-// answer. It opens four ports, the three in Jaeger's fields and the query
-// gRPC API's, each a free 127.0.0.1 port, so any number of Jaegers can run at
+// answer. It opens four ports, those in Jaeger's fields, each a free
+// 127.0.0.1 port, so any number of Jaegers can run at
 // once, beside one on the standard ports too. Its output goes to a log file
 // in t.TempDir(), shown when the test fails. Jaeger is killed, and waited
 // for, at cleanup: start it before the exporters sending to it, so that
@@ -69,6 +70,7 @@ func start(t testing.TB, bin, logPath string) (*Jaeger, error) {
 		OTLPGRPC:  addrs[0],
 		OTLPHTTP:  addrs[1],
 		QueryHTTP: addrs[2],
+		QueryGRPC: addrs[3],
 		// No keep-alives: no idle connection goroutines outlive a request,
 		// for the goleak checks of the packages using this one.
 		client: &http.Client{

@@ -29,9 +29,10 @@ var mayImport = map[string][]string{
 	"origin":            {"codec", "track", "redact"},
 	"export":            {"codec", "track", "origin", "capture", "redact", "refgraph"},
 	"internal/gctune":   {},
+	"internal/rollout":  {"origin"},
 	"internal/inspect":  {"codec", "track", "origin", "capture", "redact", "export", "refgraph"},
 	"internal/pipeline": {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph"},
-	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline"},
+	"cmd/adstap":        {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/rollout"},
 }
 
 // demoImports are what cmd/adstap's files may add under the demo build tag

@@ -146,7 +146,11 @@ func New(cfg Config) (*Pipeline, error) {
 		sinks = append(sinks, p.References)
 	}
 	sinks = append(sinks, cfg.Sinks...)
-	p.Tracker = track.New(cfg.Detect)
+	detect := cfg.Detect
+	// Tracing reads the Istio objects of what each push changed from what
+	// the tracker kept of it, on its own goroutine.
+	detect.HandOverChanged = p.Tracing != nil
+	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
 	p.Observer = NewObserver(p.Tracker, sinks...)

@@ -44,6 +44,9 @@ type TapOptions struct {
 	// ReferencesGrace is --references-grace; 0 is its default. References
 	// are checked, as adstap run checks them by default.
 	ReferencesGrace time.Duration
+	// OTLPEndpoint, when set, sends the spans there (--otlp-endpoint, a
+	// real Jaeger's) rather than to Tap.Spans.
+	OTLPEndpoint string
 }
 
 // Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
@@ -79,6 +82,9 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 
 		CheckReferences: true,
 		ReferencesGrace: opts.ReferencesGrace,
+	}
+	if opts.OTLPEndpoint != "" {
+		cfg.Tracing = &export.TracingConfig{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20
