@@ -27,6 +27,8 @@ type command struct {
 	epilog string
 	// set holds the flags given, on the command line or by their twin.
 	set map[string]bool
+	// typed are the flags given on the command line.
+	typed map[string]bool
 }
 
 func newCommand(name, summary, usage string) *command {
@@ -90,7 +92,13 @@ func (c *command) parse(args []string, getenv func(string) string) error {
 	if c.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", c.fs.Arg(0))
 	}
-	c.fs.Visit(func(f *flag.Flag) { c.given(f.Name) })
+	c.fs.Visit(func(f *flag.Flag) {
+		c.given(f.Name)
+		if c.typed == nil {
+			c.typed = map[string]bool{}
+		}
+		c.typed[f.Name] = true
+	})
 	return nil
 }
 
@@ -104,6 +112,10 @@ func (c *command) given(name string) {
 // isSet reports whether flag name was given, on the command line or by its
 // environment twin.
 func (c *command) isSet(name string) bool { return c.set[name] }
+
+// onCommandLine reports whether flag name was given on the command line, not
+// only by its environment twin (which other subcommands may share).
+func (c *command) onCommandLine(name string) bool { return c.typed[name] }
 
 // needs fails when a flag that only means something with another one is
 // given without it: a setting that would silently do nothing.

@@ -154,8 +154,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap status: -o %q: want table, wide or json\n", f.output)
 		return exitUsage
 	}
-	if err := cmd.needs("jaeger", "prometheus", f.prometheus != ""); err != nil {
-		fmt.Fprintf(stderr, "adstap status: %v (see adstap status --help)\n", err)
+	// ADSTAP_JAEGER alone is rollout's too: a tap's own status, which has each
+	// NACK's message already, leaves it; typed without --prometheus, it is a
+	// mistake to say.
+	if f.prometheus == "" && cmd.onCommandLine("jaeger") {
+		fmt.Fprintf(stderr, "adstap status: --jaeger needs --prometheus (see adstap status --help)\n")
 		return exitUsage
 	}
 	var rep statusReport

@@ -198,6 +198,7 @@ func TestStatusAndConfigErrors(t *testing.T) {
 		{"config with node and stream", []string{"config", "--admin", admin, "--stream", "1", "--node", "x", "--type", "cluster"}, exitUsage, "one of --node or --stream"},
 		{"config of an unknown node", []string{"config", "--admin", admin, "--node", "nobody", "--type", "cluster"}, exitFailure, `no stream of node "nobody" has cds`},
 		{"config without retention", []string{"config", "--admin", admin, "--stream", "1", "--type", "cluster"}, exitFailure, "start adstap with --retain-resources"},
+		{"jaeger without prometheus", []string{"status", "--admin", admin, "--jaeger", "127.0.0.1:16685"}, exitUsage, "--jaeger needs --prometheus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := cli(t, tc.args...)
@@ -208,6 +209,19 @@ func TestStatusAndConfigErrors(t *testing.T) {
 				t.Errorf("stdout %q, want it to say there are no streams", out)
 			}
 		})
+	}
+}
+
+// ADSTAP_JAEGER set for rollout does not break a tap's own status, which
+// reads each NACK's message from the tap itself.
+func TestStatusLeavesRolloutsJaegerFromTheEnvironment(t *testing.T) {
+	leakcheck.Check(t)
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
+	var log syncbuf.Buffer
+	_, admin := startTracedTap(t, cp.Addr(), &log)
+	withEnv(t, map[string]string{"ADSTAP_JAEGER": "127.0.0.1:16685"})
+	if code, out, stderr := cli(t, "status", "--admin", admin); code != exitOK || !strings.Contains(out, "No streams") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0 and no streams", code, out, stderr)
 	}
 }
 
