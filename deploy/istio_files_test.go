@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite deploy/istio's helm values and IstioOperator files from adstap-template.tmpl")
+var update = flag.Bool("update", false, "rewrite deploy/istio's helm values and IstioOperator files from sidecar.yaml")
 
 // istioTemplateFiles are the two forms users install the adstap injection
-// template in, each wrapping deploy/istio/adstap-template.tmpl: helm values
+// template in, each wrapping deploy/sidecar.yaml: helm values
 // for the istiod chart, and an IstioOperator for istioctl.
 var istioTemplateFiles = map[string]struct {
 	head   string
@@ -23,7 +23,7 @@ var istioTemplateFiles = map[string]struct {
 #   inject.istio.io/templates: sidecar,adstap
 # Install or upgrade istiod with it, next to your own values:
 #   helm upgrade istiod istio/istiod -n istio-system --reuse-values -f deploy/istio/adstap-values.yaml
-# Generated from adstap-template.tmpl (go test ./deploy -run TestIstioTemplateFiles -update); docs/deploy.md.
+# Generated from sidecar.yaml (go test ./deploy -run TestIstioTemplateFiles -update); docs/deploy.md.
 sidecarInjectorWebhook:
   templates:
     adstap: |
@@ -33,7 +33,7 @@ sidecarInjectorWebhook:
 #   inject.istio.io/templates: sidecar,adstap
 # Install with it, next to your own overlays (add --revision for a revisioned istiod):
 #   istioctl install -f your-istiooperator.yaml -f deploy/istio/adstap-istiooperator.yaml
-# Generated from adstap-template.tmpl (go test ./deploy -run TestIstioTemplateFiles -update); docs/deploy.md.
+# Generated from sidecar.yaml (go test ./deploy -run TestIstioTemplateFiles -update); docs/deploy.md.
 apiVersion: install.istio.io/v1alpha1
 kind: IstioOperator
 spec:
@@ -45,11 +45,11 @@ spec:
 }
 
 // TestIstioTemplateFiles: the helm values and the IstioOperator carry the
-// template as it is in adstap-template.tmpl, which the Istio compatibility
+// template as it is in sidecar.yaml, which the Istio compatibility
 // suite (istio/inject_test.go) runs through Istio's injector.
 func TestIstioTemplateFiles(t *testing.T) {
 	leakcheck.Check(t)
-	tmpl, err := os.ReadFile(filepath.Join("istio", "adstap-template.tmpl"))
+	tmpl, err := os.ReadFile("sidecar.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestIstioTemplateFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(got) != b.String() {
-			t.Errorf("%s does not carry adstap-template.tmpl as it is: run go test ./deploy -run TestIstioTemplateFiles -update", path)
+			t.Errorf("%s does not carry sidecar.yaml as it is: run go test ./deploy -run TestIstioTemplateFiles -update", path)
 		}
 	}
 }

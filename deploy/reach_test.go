@@ -33,7 +33,7 @@ type listeners struct {
 // the injector renders them (every one is a literal of the template).
 func templateListeners(t *testing.T) listeners {
 	t.Helper()
-	text := string(readFile(t, "istio/adstap-template.tmpl"))
+	text := string(readFile(t, "sidecar.yaml"))
 	vars := map[string]string{}
 	for _, m := range regexp.MustCompile(`\{\{-? \$(\w+) := "([^"]*)" \}\}`).FindAllStringSubmatch(text, -1) {
 		vars[m[1]] = m[2]
@@ -43,12 +43,12 @@ func templateListeners(t *testing.T) listeners {
 			name := regexp.MustCompile(`\$(\w+)`).FindStringSubmatch(ref)[1]
 			v, ok := vars[name]
 			if !ok {
-				t.Fatalf("adstap-template.tmpl: %s refers to $%s, which is no literal of the template", ref, name)
+				t.Fatalf("sidecar.yaml: %s refers to $%s, which is no literal of the template", ref, name)
 			}
 			return v
 		})
 	}
-	l := listeners{where: "istio/adstap-template.tmpl"}
+	l := listeners{where: "sidecar.yaml"}
 	for _, m := range regexp.MustCompile(`(?m)^\s+- --(listen|admin|metrics-listen)=(.+)$`).FindAllStringSubmatch(text, -1) {
 		switch m[1] {
 		case "listen":
@@ -63,7 +63,7 @@ func templateListeners(t *testing.T) listeners {
 		l.admin = expand(m[1])
 	}
 	if l.listen == "" || l.admin == "" {
-		t.Fatalf("adstap-template.tmpl: no --listen or admin address found (%+v)", l)
+		t.Fatalf("sidecar.yaml: no --listen or admin address found (%+v)", l)
 	}
 	return l
 }

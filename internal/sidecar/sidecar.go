@@ -1,4 +1,4 @@
-// Package sidecar reads the adstap container of the injection template (deploy/istio/adstap-template.tmpl) — its flags, environment and memory request and limit — so that tests and the bench run adstap as an injected pod does.
+// Package sidecar reads the adstap container of the injection template (deploy/sidecar.yaml) — its flags, environment and memory request and limit — so that tests and the bench run adstap as an injected pod does.
 package sidecar
 
 import (
