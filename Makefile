@@ -65,7 +65,7 @@ test-istio:
 	cd istio && bash ../scripts/heartbeat.sh test-istio $(GO) test -race -count=1 -timeout 60m $(ISTIO_TEST_FLAGS) ./...
 
 # Jaeger v2 (all-in-one, memory storage) for the tests that check spans in a
-# real Jaeger (internal/jaegertest) and for looking at spans by hand: built
+# real Jaeger (internal/testutil/jaegertest) and for looking at spans by hand: built
 # once from the Go module proxy into .cache/bin/jaeger (git-ignored), a few
 # minutes the first time, then cached. Go's build says nothing for minutes,
 # so a line every 30s shows it is still going.
@@ -91,7 +91,7 @@ jaeger: jaeger-bin
 		--set=extensions.jaeger_query.http.endpoint=127.0.0.1:16686 \
 		--set=extensions.jaeger_query.grpc.endpoint=127.0.0.1:16685 $(JAEGER_FLAGS)
 
-# The long form of the fault and load suite (internal/reliability,
+# The long form of the fault and load suite (test/reliability,
 # docs/reliability.md): 100,000 messages over 200 streams with random
 # disconnects, 500 MiB to a client that stops reading, a 60 s NACK loop, 60 s
 # collector outages, a 1,000-stream reconnect herd, five upstream kills. Its
@@ -101,7 +101,7 @@ SOAK_FIGURES ?= .cache/soak-figures.jsonl
 .PHONY: soak
 soak: jaeger-bin
 	@mkdir -p $(dir $(SOAK_FIGURES))
-	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./internal/reliability/
+	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./test/reliability/
 
 # Performance (docs/performance.md): each workload over five paths —
 # direct, a pass-through relay, adstap with observation off, adstap with

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v2"

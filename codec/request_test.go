@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"

@@ -5,7 +5,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"os"
 	"os/exec"
 	"path"
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 )
 
 // The image: what can be checked without a Docker engine. The binary the

@@ -2,7 +2,7 @@ package deploy_test
 
 import (
 	"flag"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"os"
 	"path/filepath"
 	"strings"

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // listeners are the addresses an adstap container listens on, as its

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"

@@ -19,9 +19,9 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // countingPool is gRPC's buffer pool as far as a test can see it: it

@@ -2,7 +2,7 @@ package export
 
 import (
 	"fmt"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"testing"
 	"time"
 )

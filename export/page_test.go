@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // TestPageServesItsOwnFilesOnly: the page and what it loads come from the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestPrettyLine(t *testing.T) {

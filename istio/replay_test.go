@@ -18,7 +18,7 @@ import (
 	"istio.io/istio/tests/util/leak"
 
 	"github.com/adstap/adstap/internal/inspect"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/istio/internal/mesh"
 	"github.com/adstap/adstap/track"
 )

@@ -9,9 +9,9 @@ import (
 
 	"istio.io/istio/tests/util/leak"
 
-	"github.com/adstap/adstap/internal/jaegertest"
 	"github.com/adstap/adstap/internal/rollout"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/istio/internal/mesh"
 )
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"

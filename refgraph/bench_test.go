@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/heapbench"
+	"github.com/adstap/adstap/internal/testutil/heapbench"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/refgraph"
 )

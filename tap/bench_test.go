@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/internal/pipeline"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )

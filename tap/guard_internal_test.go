@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // waitTimeout is far longer than anything here takes on a loaded machine
-// (internal/xdstest's WaitTimeout; xdstest imports tap, so not from there).
+// (internal/testutil/xdstest's WaitTimeout; xdstest imports tap, so not from there).
 const waitTimeout = 10 * time.Second
 
 // seqFrame is a frame whose bytes are its sequence number in its stream.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/heapbench"
+	"github.com/adstap/adstap/internal/testutil/heapbench"
 	"github.com/adstap/adstap/track"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/mem"

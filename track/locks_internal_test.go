@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 const sotwMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"

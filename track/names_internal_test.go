@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/go-cmp/cmp"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 	"google.golang.org/protobuf/proto"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 )

@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"testing"
 	"time"
 )

@@ -19,9 +19,9 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/gctune"
-	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/sidecar"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/inspect/inspecttest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/inspecttest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 // recordCapture runs the real tap, capturing, through inspecttest's

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

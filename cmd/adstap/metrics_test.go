@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/promsum"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 func scrape(t *testing.T, admin string) []byte {

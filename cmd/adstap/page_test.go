@@ -27,10 +27,10 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/adstap/adstap/internal/demo"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // chromium finds Debian's chromium (ADSTAP_CHROMIUM names another). Without

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 )
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {

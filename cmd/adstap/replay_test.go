@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
-	"github.com/adstap/adstap/internal/inspect/inspecttest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/inspecttest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 func replayCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -16,12 +16,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/adstap/adstap/internal/jaegertest"
-	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/rollout"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // rolloutFleet is twelve sidecar taps, each with its own proxy (a raw ADS

@@ -21,11 +21,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/jaegertest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // startTracedTap starts the tap as adstap run does, with flags added to the

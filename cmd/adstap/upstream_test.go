@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 // TestStatusShowsAFailingUpstream: when the tap cannot connect to its

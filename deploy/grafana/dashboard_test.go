@@ -29,8 +29,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	rel "github.com/adstap/adstap/internal/reliability"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
+	rel "github.com/adstap/adstap/test/reliability"
 	"github.com/adstap/adstap/track"
 )
 

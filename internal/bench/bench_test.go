@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/adstap/adstap/internal/bench"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // The workloads check what they measure: every push arrives byte for byte

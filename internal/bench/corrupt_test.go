@@ -15,7 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/bench"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // corrupting is a middle that relays raw frames but flips the last byte of

@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"os"
 	"path/filepath"
 	"strings"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestPercent(t *testing.T) {

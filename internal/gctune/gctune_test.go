@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/internal/gctune"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // runBisector answers the bisector's parts with rejects until it is done,

@@ -23,11 +23,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/adstap/adstap/internal/inspect/inspecttest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/inspecttest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"go.uber.org/goleak"
 )
 
@@ -43,8 +43,22 @@ var demoImports = []string{"internal/demo"}
 // use test support, and nothing of the tap may import them.
 var tools = []string{"cmd/adstap-bench", "internal/bench", "internal/demo", "internal/layers"}
 
-// testSupport serves tests (and tools) only.
-var testSupport = []string{"internal/xdstest", "internal/leakcheck", "internal/xdsconfig", "internal/jaegertest", "internal/syncbuf", "internal/heapbench", "internal/promsum", "internal/reliability", "internal/sidecar", "internal/inspect/inspecttest", "internal/promtest", "test/mesh"}
+// testSupportAreas hold everything a test imports that links testing:
+// peers, starters, leak checks (internal/testutil/...) and the suites that
+// run the whole binary (test/...). Nothing outside them links testing.
+var testSupportAreas = []string{"internal/testutil/", "test/"}
+
+// fixtures serve tests and tools (the bench, the demo) without linking
+// testing: realistic resources, metric sums, the injected container.
+var fixtures = []string{"internal/xdsconfig", "internal/promsum", "internal/sidecar"}
+
+// inTestSupportArea reports whether dir is under one of testSupportAreas.
+func inTestSupportArea(dir string) bool {
+	return slices.ContainsFunc(testSupportAreas, func(area string) bool { return strings.HasPrefix(dir+"/", area) })
+}
+
+// isTestSupport reports whether dir serves tests (and tools) only.
+func isTestSupport(dir string) bool { return inTestSupportArea(dir) || slices.Contains(fixtures, dir) }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -127,7 +141,7 @@ func TestImportsPointOneWay(t *testing.T) {
 						t.Errorf("%s imports %s (tags %v): it may import only %v", dir, imp, tags, allowed)
 					}
 				}
-			case slices.Contains(tools, dir), slices.Contains(testSupport, dir):
+			case slices.Contains(tools, dir), isTestSupport(dir):
 				for _, imp := range got {
 					if slices.Contains(tools, imp) && imp != "internal/demo" && imp != "internal/bench" {
 						t.Errorf("%s imports the tool %s", dir, imp)
@@ -136,7 +150,7 @@ func TestImportsPointOneWay(t *testing.T) {
 			case dir == "deploy":
 				// Manifests and their tests; no Go of its own to ship.
 			default:
-				t.Errorf("package %s is in no layer: add it to mayImport, tools or testSupport", dir)
+				t.Errorf("package %s is in no layer: add it to mayImport or tools, or put it in a test-support area", dir)
 			}
 		}
 	}
@@ -162,9 +176,30 @@ func TestShippedBinaryLinksNoTestOrDemoCode(t *testing.T) {
 				t.Errorf("the shipped adstap links %s", dep)
 			}
 		}
-		if p, ok := strings.CutPrefix(dep, module); ok && (slices.Contains(tools, p) || slices.Contains(testSupport, p)) {
+		if p, ok := strings.CutPrefix(dep, module); ok && (slices.Contains(tools, p) || isTestSupport(p)) {
 			t.Errorf("the shipped adstap links %s, which is not part of the tap", p)
 		}
 	}
 	t.Logf("the shipped adstap links %d packages", len(deps))
+}
+
+// TestOnlyTestSupportLinksTesting fails when a package outside the
+// test-support areas imports testing in its non-test files: test machinery
+// lives in internal/testutil/... and test/..., not beside shipped code.
+func TestOnlyTestSupportLinksTesting(t *testing.T) {
+	leakcheck.Check(t)
+	root, dirs := packages(t)
+	for _, dir := range dirs {
+		for _, tags := range [][]string{nil, {"demo"}} {
+			ctx := build.Default
+			ctx.BuildTags = tags
+			pkg, err := ctx.ImportDir(filepath.Join(root, dir), 0)
+			if err != nil {
+				continue // no Go files: packages() reports the rest
+			}
+			if slices.Contains(pkg.Imports, "testing") && !inTestSupportArea(dir) {
+				t.Errorf("%s links testing (tags %v): move it under %v", dir, tags, testSupportAreas)
+			}
+		}
+	}
 }

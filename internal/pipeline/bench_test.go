@@ -21,8 +21,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/heapbench"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/testutil/heapbench"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/tap"
 )

@@ -25,10 +25,10 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 )
 
 // Process is an adstap binary running as the template's container does.

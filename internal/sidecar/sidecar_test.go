@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/adstap/adstap/internal/leakcheck"
 	"github.com/adstap/adstap/internal/sidecar"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -15,11 +15,11 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/adstap/adstap/internal/jaegertest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/promtest"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/promtest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 // TestStatusPrometheusWithJaeger: three sidecar taps (`adstap run`), each

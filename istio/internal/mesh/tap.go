@@ -21,7 +21,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/promsum"
-	"github.com/adstap/adstap/internal/syncbuf"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )

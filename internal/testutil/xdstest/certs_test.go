@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 // TestMutualTLS proves issued leaves complete a real mTLS handshake against

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
-	"github.com/adstap/adstap/internal/jaegertest"
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,7 +35,7 @@ func send(t *testing.T, exp sdktrace.SpanExporter, service string) sent {
 			attribute.String("host.name", "jaegertest"),
 		)),
 	)
-	tracer := tp.Tracer("github.com/adstap/adstap/internal/jaegertest")
+	tracer := tp.Tracer("github.com/adstap/adstap/internal/testutil/jaegertest")
 	ctx, push := tracer.Start(context.Background(), "push CDS",
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("xds.type", "CDS")))

@@ -3,7 +3,7 @@ package heapbench_test
 import (
 	"testing"
 
-	"github.com/adstap/adstap/internal/heapbench"
+	"github.com/adstap/adstap/internal/testutil/heapbench"
 )
 
 // A benchmark whose build keeps 64 slices of 64 KiB sees the live heap grow

@@ -26,8 +26,8 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 

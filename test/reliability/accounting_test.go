@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/test/reliability"
 )
 
 // The child upstream that TestUpstreamKilledMidPush kills is this binary.

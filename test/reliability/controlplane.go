@@ -15,7 +15,7 @@ import (
 )
 
 // ControlPlane is go-control-plane's ADS server over its snapshot cache, as
-// internal/xdstest starts it, but keeping nothing of what it receives:
+// internal/testutil/xdstest starts it, but keeping nothing of what it receives:
 // xdstest.ControlPlane records every request, which in a loop of thousands
 // of NACKs a second is memory the tests here would then blame on the tap.
 type ControlPlane struct {

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/jaegertest"
-	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/jaegertest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
+	rel "github.com/adstap/adstap/test/reliability"
 )
 
 // field appends one length-delimited field: protowire by hand, since

@@ -16,7 +16,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/promsum"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )

@@ -17,11 +17,11 @@ import (
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 	"github.com/adstap/adstap/tap"
+	rel "github.com/adstap/adstap/test/reliability"
 	"github.com/adstap/adstap/track"
 )
 

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
+	rel "github.com/adstap/adstap/test/reliability"
 )
 
 // Frames no xDS decoder accepts: each one's envelope fails to decode.

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/adstap/adstap/internal/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
-	"github.com/adstap/adstap/internal/xdstest"
 )
 
 var node = &core.Node{Id: "raw-node"}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	rel "github.com/adstap/adstap/test/reliability"
 )
 
 func TestLatencyWindows(t *testing.T) {

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/adstap/adstap/internal/leakcheck"
-	rel "github.com/adstap/adstap/internal/reliability"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
+	rel "github.com/adstap/adstap/test/reliability"
 )
 
 // TestUpstreamKilledMidPush: the control plane's process is killed (SIGKILL)

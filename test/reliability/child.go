@@ -20,7 +20,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/xdstest"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 // The child upstream is this test binary started again with these variables:
