@@ -3,16 +3,13 @@ package deploy_test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,31 +65,6 @@ func templateListeners(t *testing.T) listeners {
 	return l
 }
 
-var (
-	reachBinOnce sync.Once
-	reachBin     string
-	reachBinErr  error
-)
-
-func builtAdstap(t *testing.T) string {
-	t.Helper()
-	reachBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "adstap-deploy-")
-		if err != nil {
-			reachBinErr = err
-			return
-		}
-		reachBin = filepath.Join(dir, "adstap")
-		if out, err := exec.Command(goTool(), "build", "-o", reachBin, "../cmd/adstap").CombinedOutput(); err != nil {
-			reachBinErr = fmt.Errorf("go build ../cmd/adstap: %v\n%s", err, out)
-		}
-	})
-	if reachBinErr != nil {
-		t.Fatal(reachBinErr)
-	}
-	return reachBin
-}
-
 // anyPort keeps an address's host and lets the system choose its port.
 func anyPort(t *testing.T, addr string) string {
 	t.Helper()
@@ -112,7 +84,7 @@ func startListeners(t *testing.T, l listeners) listeners {
 	if l.metrics != "" {
 		args = append(args, "--metrics-listen="+anyPort(t, l.metrics))
 	}
-	cmd := exec.Command(builtAdstap(t), args...)
+	cmd := exec.Command(adstapbin.Build(t), args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net"
 	"net/http"
@@ -64,18 +65,6 @@ func newRemap(t *testing.T, dirs ...string) *remap {
 
 func (m *remap) of(s string) string { return m.r.Replace(s) }
 
-// buildAdstap builds the product's binary in its own module.
-func buildAdstap(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "adstap")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/adstap")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/adstap: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // runningTap is the injected adstap container, running.
 type runningTap struct {
 	bin   string
@@ -95,7 +84,7 @@ func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
 	}
 	caDir, captureDir := t.TempDir(), t.TempDir()
 	xdstest.WriteFiles(t, caDir, "root-cert.pem", xdstest.NewCA(t).CertPEM())
-	bin := buildAdstap(t)
+	bin := adstapbin.Build(t)
 	for attempt := 1; ; attempt++ {
 		rt := &runningTap{bin: bin, remap: newRemap(t, caDir, captureDir)}
 		for _, e := range c.Env {

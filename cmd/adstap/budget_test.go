@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -25,18 +24,6 @@ import (
 	"github.com/adstap/adstap/tap"
 )
 
-// buildAdstap builds the shipped binary, as make build does, into dir.
-func buildAdstap(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "adstap")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/adstap: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestLargePushWithinTheTemplatesMemoryLimit: adstap run, started with the
 // injection template's flags and environment in a container of the
 // template's memory limit, relays a 100 MB CDS push of 100,000 clusters
@@ -51,7 +38,7 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 		t.Skip("builds adstap and pushes 100 MB through it")
 	}
 	dir := t.TempDir()
-	bin := buildAdstap(t, dir)
+	bin := adstapbin.Build(t)
 	const version, nonce = "2026-12-01T00:00:00Z/1", "1"
 	push := xdstest.ClusterPush(100_000, 940, version, nonce)
 	want := xxhash.Sum64(push)

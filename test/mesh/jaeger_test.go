@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"context"
 	"fmt"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"regexp"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ import (
 // storage hands out a trace while it appends to it.)
 func TestStatusPrometheusWithJaeger(t *testing.T) {
 	leakcheck.Check(t)
-	bin := adstapBinary(t)
+	bin := adstapbin.Build(t)
 	promtest.Binary(t) // skipped without Prometheus before anything starts
 	jaeger := jaegertest.Start(t)
 

@@ -7,12 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,33 +26,6 @@ import (
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
-
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// adstapBinary builds the tap that ships, once for the suite.
-func adstapBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "adstap-mesh-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "adstap")
-		out, err := exec.Command("go", "build", "-o", builtBin, "../../cmd/adstap").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/adstap: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
 
 // tapProcess is an `adstap run` of the built binary.
 type tapProcess struct {
@@ -174,7 +146,7 @@ type meshReport struct {
 // the real Jaeger the taps send spans to has.
 func TestStatusPrometheusAcrossTaps(t *testing.T) {
 	leakcheck.Check(t)
-	bin := adstapBinary(t)
+	bin := adstapbin.Build(t)
 	promtest.Binary(t) // skipped without Prometheus before anything starts
 	jaeger := jaegertest.Start(t)
 
@@ -296,7 +268,7 @@ func TestStatusPrometheusAcrossTaps(t *testing.T) {
 // one line naming it and what exists, never a table that looks healthy.
 func TestStatusPrometheusBadInput(t *testing.T) {
 	leakcheck.Check(t)
-	bin := adstapBinary(t)
+	bin := adstapbin.Build(t)
 	empty := promtest.Start(t, time.Second) // scrapes nothing
 	lis := xdstest.ListenTCP(t)
 	nothing := "http://" + lis.Addr().String()

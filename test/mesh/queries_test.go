@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,7 +64,7 @@ func (c *countingProxy) take() []string {
 // the requests.
 func TestStatusPrometheusQueriesDoNotGrowWithProxies(t *testing.T) {
 	leakcheck.Check(t)
-	bin := adstapBinary(t)
+	bin := adstapbin.Build(t)
 	var streams fleet
 	m := export.NewMetrics(export.MetricsConfig{NodeLabel: true, MaxNodes: 2000, Version: "test"}, nil)
 	m.WatchStreams(&streams)
