@@ -272,7 +272,7 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 
 func TestTracingGolden(t *testing.T) {
 	leakcheck.Check(t)
-	events := story()
+	events := tracked(story()...)
 	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
 			cfg := export.TracingConfig{Grouping: g, Scope: "mesh-golden"}
@@ -283,7 +283,7 @@ func TestTracingGolden(t *testing.T) {
 
 func TestLiveLogGolden(t *testing.T) {
 	leakcheck.Check(t)
-	events := story()
+	events := tracked(story()...)
 	t.Run("pretty", func(t *testing.T) {
 		golden(t, "livelog-pretty.golden", strings.Join(lines(events...), "\n")+"\n")
 	})
@@ -306,7 +306,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// hand one over.
 		var buf bytes.Buffer
 		l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
-		for _, e := range story() {
+		for _, e := range tracked(story()...) {
 			l.OnEvent(e)
 		}
 		var out []string

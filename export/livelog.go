@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -35,14 +36,20 @@ type LiveLog struct {
 	// a push's facts were most of the live log's garbage.
 	detail      bool
 	repeatEvery time.Duration
-
-	mu      sync.Mutex
-	repeats map[repeatKey]*repeat
+	// later, when set, runs the lines that read a NACK's Istio objects on
+	// the log's own goroutine (DecodeLater).
+	later func(func()) bool
 }
 
-type repeatKey struct {
-	stream  uint64
-	typeURL string
+// logStream is what the live log keeps of a stream, on the stream itself
+// (track.State): no lock of the live log's is shared by its streams.
+type logStream struct {
+	mu      sync.Mutex
+	repeats map[string]*repeat // by type URL
+	// deferred counts the stream's lines waiting on the log's goroutine
+	// (DecodeLater); while there are any, its next lines wait there too, so
+	// that they keep their order.
+	deferred atomic.Int32
 }
 
 // repeat is the last NACK line written for a stream and type.
@@ -60,22 +67,104 @@ var _ track.Sink = (*LiveLog)(nil)
 // NewLiveLog logs to l.
 func NewLiveLog(l *slog.Logger) *LiveLog {
 	_, human := l.Handler().(*Pretty)
-	return &LiveLog{log: l, detail: !human, repeatEvery: DefaultRepeatEvery, repeats: map[repeatKey]*repeat{}}
+	return &LiveLog{log: l, detail: !human, repeatEvery: DefaultRepeatEvery}
 }
+
+// DecodeLater makes the lines that name the Istio objects a NACK rejected
+// run on an output's own goroutine (run: LogWriter.Later), which reads the
+// objects (origin.Of) there rather than on the observation worker that hands
+// the live log its events; the lines of the stream that follow wait there
+// too, so the stream's lines keep their order. Without it, they are read
+// where the event is handled (inspect, tests).
+func (l *LiveLog) DecodeLater(run func(func()) bool) { l.later = run }
 
 // OnEvent logs e if it is worth a line.
 func (l *LiveLog) OnEvent(e track.Event) {
+	ref, rejected := streamOf(e)
+	st := track.State[logStream](ref, l)
+	pe, isPush := e.(track.PushEnded)
+	suppressed := 0
+	if isPush {
+		// Decided here, in the stream's event order; only the line may wait.
+		var write bool
+		if suppressed, write = l.throttle(st, pe); !write {
+			return
+		}
+	}
+	if l.later == nil || (rejected == nil && (st == nil || st.deferred.Load() == 0)) {
+		if isPush {
+			l.pushEnded(pe, suppressed)
+		} else {
+			l.write(e)
+		}
+		return
+	}
+	line := func() {
+		if isPush {
+			l.pushEnded(pe, suppressed)
+		} else {
+			l.write(e)
+		}
+	}
+	origin.Claim(rejected)
+	if st == nil {
+		l.later(line)
+		return
+	}
+	st.deferred.Add(1)
+	if !l.later(func() {
+		line()
+		st.deferred.Add(-1)
+	}) {
+		st.deferred.Add(-1) // dropped, and counted, as a line
+	}
+}
+
+// streamOf is the stream an event is about, if any, and what a NACK it
+// carries rejected, if its bytes are at hand to read.
+func streamOf(e track.Event) (*track.StreamRef, *track.Rejected) {
+	var r *track.Rejected
+	var ref *track.StreamRef
+	switch e := e.(type) {
+	case track.PushEnded:
+		ref, r = e.Push.Ref, e.Rejected
+	case track.LateAnswer:
+		ref, r = e.Push.Ref, e.Rejected
+	case track.StreamOpened:
+		ref = e.Ref
+	case track.StreamClosed:
+		ref = e.Ref
+	case track.RequestSeen:
+		ref = e.Ref
+	case track.FullPush:
+		ref = e.Ref
+	case track.FullSyncComplete:
+		ref = e.Ref
+	case track.DetectorStarted:
+		ref = e.Ref
+	case track.DetectorEnded:
+		ref = e.Ref
+	case track.DecodeError:
+		ref = e.Ref
+	case track.ObservationGap:
+		ref = e.Ref
+	}
+	if r != nil && r.NotKept != "" {
+		r = nil
+	}
+	return ref, r
+}
+
+// write logs e, but for a push's outcome (pushEnded).
+func (l *LiveLog) write(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d open: %s %s from %s", e.Stream.ID, e.Stream.Protocol, shortMethod(e.Stream.Method), e.Stream.Peer),
 			"stream", e.Stream.ID, "conn", e.Stream.ConnID, "protocol", string(e.Stream.Protocol), "method", e.Stream.Method, "peer", e.Stream.Peer)
 	case track.StreamClosed:
-		l.forget(e.Stream.ID)
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d closed after %s: %s %s%s", e.Stream.ID, e.At.Sub(e.Stream.OpenedAt).Round(time.Millisecond),
 			codeName(e.Code), quoteIf(e.Message), nodeSuffix(e.Node.ID)),
 			"stream", e.Stream.ID, "node", e.Node.ID, "code", codeName(e.Code), "message", e.Message)
-	case track.PushEnded:
-		l.pushEnded(e)
 	case track.LateAnswer:
 		source := ""
 		facts := []any{"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency)}
@@ -129,12 +218,8 @@ func (l *LiveLog) OnEvent(e track.Event) {
 	}
 }
 
-func (l *LiveLog) pushEnded(e track.PushEnded) {
+func (l *LiveLog) pushEnded(e track.PushEnded, suppressed int) {
 	p := e.Push
-	suppressed, write := l.throttle(e)
-	if !write {
-		return
-	}
 	level := slog.LevelInfo
 	if e.Result == track.ResultNACK || e.Result == track.ResultTimeout {
 		level = slog.LevelWarn
@@ -272,15 +357,19 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 }
 
 // throttle decides whether a push outcome gets its line, and how many
-// identical NACKs were left out before it.
-func (l *LiveLog) throttle(e track.PushEnded) (suppressed int, write bool) {
-	k := repeatKey{e.Push.StreamID, e.Push.TypeURL}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.repeats[k]
+// identical NACKs were left out before it. st is the push's stream's (nil
+// for an event made outside a tracker: every line is written).
+func (l *LiveLog) throttle(st *logStream, e track.PushEnded) (suppressed int, write bool) {
+	if st == nil {
+		return 0, true
+	}
+	k := e.Push.TypeURL
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r := st.repeats[k]
 	if e.Result != track.ResultNACK {
 		if r != nil && e.Result == track.ResultACK {
-			delete(l.repeats, k)
+			delete(st.repeats, k)
 		}
 		return 0, true
 	}
@@ -290,22 +379,15 @@ func (l *LiveLog) throttle(e track.PushEnded) (suppressed int, write bool) {
 	}
 	if r == nil {
 		r = &repeat{}
-		l.repeats[k] = r
+		if st.repeats == nil {
+			st.repeats = map[string]*repeat{}
+		}
+		st.repeats[k] = r
 	} else {
 		suppressed = r.suppressed
 	}
 	*r = repeat{version: e.Push.Version, message: e.Error, written: e.At}
 	return suppressed, true
-}
-
-func (l *LiveLog) forget(stream uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for k := range l.repeats {
-		if k.stream == stream {
-			delete(l.repeats, k)
-		}
-	}
 }
 
 // line logs msg with its facts, which are for machines only.

@@ -25,7 +25,7 @@ const node = "sidecar~10.0.0.1~app-1.default~default.svc.cluster.local"
 
 func cdsPush(version string) track.Push {
 	return track.Push{
-		StreamID: 3, Node: track.Node{ID: node}, TypeURL: codec.TypeCluster, Type: "cds",
+		StreamID: 3, Ref: stream3, Node: track.Node{ID: node}, TypeURL: codec.TypeCluster, Type: "cds",
 		Version: version, Nonce: version + "abc", Resources: 120, Bytes: 1258291,
 		Diff:   track.Diff{Added: 2, Changed: 1, Unchanged: 117},
 		SentAt: t0,
@@ -37,7 +37,7 @@ func cdsPush(version string) track.Push {
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
 	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
-	for _, e := range events {
+	for _, e := range tracked(events...) {
 		l.OnEvent(e)
 	}
 	var out []string

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -79,19 +80,27 @@ type Tracing struct {
 	queue    *spanQueue
 	tracer   trace.Tracer
 
-	mu       sync.Mutex
-	streams  map[uint64]*streamSpans
-	versions versionTraces
+	// What a stream's spans need of its earlier events is on the stream
+	// (track.State), so no lock of Tracing's is shared by its streams.
+	// connecting lists the streams whose connect span is open, for
+	// Shutdown to end: changed when a stream opens and when its connect
+	// span ends, never per push.
+	connecting sync.Map // stream id → *streamSpans
+	versions   versionTraces
 }
 
 var _ track.Sink = (*Tracing)(nil)
 
-// streamSpans is what a stream's spans need from its earlier events.
+// streamSpans is what a stream's spans need from its earlier events, kept
+// on the stream (track.State). mu guards it: a stream's events come from
+// its observation worker and from the tracker's clock.
 type streamSpans struct {
+	mu   sync.Mutex
 	meta track.StreamMeta
 	node track.Node
 	// connect is open from the stream's start until its full sync; then
-	// only its SpanContext is kept (see connectEnded). t.mu guards it.
+	// only its SpanContext is kept (see connectEnded); nil for a stream
+	// that has no spans (opaque).
 	connect   trace.Span
 	firstPush time.Time
 	fullSync  bool
@@ -99,7 +108,7 @@ type streamSpans struct {
 	// What every push span of the stream repeats, made once rather than for
 	// each of its pushes: each allocation per push is garbage the relay
 	// pays for in collector pauses (docs/performance.md, W2).
-	inConnect context.Context       // a context whose span is connect: a push's parent; t.mu guards it
+	inConnect context.Context       // a context whose span is connect: a push's parent
 	link      trace.SpanStartOption // the link from a push to connect
 	traceHex  string                // connect's trace id, for exemplars; made when first asked for
 	// attrsNode is the node pushAttrs were made for: a push carries the node
@@ -113,14 +122,14 @@ type streamSpans struct {
 // stream would keep for nothing: what the stream's later spans need of it
 // is its SpanContext, as a parent or a link, and a context carrying only
 // that parents a span as the span itself did (the SDK reads the parent's
-// SpanContext; an ended span counts no children). t.mu must be held.
+// SpanContext; an ended span counts no children). s.mu must be held.
 func (s *streamSpans) connectEnded() {
 	s.inConnect = trace.ContextWithSpanContext(context.Background(), s.connect.SpanContext())
 	s.connect = trace.SpanFromContext(s.inConnect)
 }
 
 // pushAttrsFor returns the attributes that open every push span of the
-// stream made by node n. t.mu must be held.
+// stream made by node n. s.mu must be held.
 func (s *streamSpans) pushAttrsFor(n track.Node) []attribute.KeyValue {
 	if s.pushAttrs == nil || s.attrsNode != n {
 		attrs := appendNodeAttrs(make([]attribute.KeyValue, 0, 5), n)
@@ -160,7 +169,7 @@ func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("tracing: building the resource: %w", err)
 	}
-	t := &Tracing{cfg: cfg, queue: newSpanQueue(exp, cfg.QueueSize, cfg.Logger), streams: map[uint64]*streamSpans{}}
+	t := &Tracing{cfg: cfg, queue: newSpanQueue(exp, cfg.QueueSize, cfg.Logger)}
 	// The sampler is the SDK's default, which follows OTEL_TRACES_SAMPLER.
 	t.provider = sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
@@ -219,12 +228,17 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	t.mu.Lock()
-	for id, s := range t.streams {
-		s.connect.End()
-		delete(t.streams, id)
-	}
-	t.mu.Unlock()
+	t.connecting.Range(func(id, v any) bool {
+		s := v.(*streamSpans)
+		s.mu.Lock()
+		if !s.fullSync {
+			s.fullSync = true
+			s.connect.End()
+		}
+		s.mu.Unlock()
+		t.connecting.Delete(id)
+		return true
+	})
 	return t.provider.Shutdown(ctx)
 }
 
@@ -250,55 +264,44 @@ func VersionTraceID(scope, version string) trace.TraceID {
 // versionTraces remembers the trace ids of the latest versions. Every stream
 // gets a control plane's new version within moments, and each of its pushes
 // needs the trace id twice (its span, the exemplar of its ACK latency): made
-// once per version rather than per push, they make no garbage.
+// once per version rather than per push, they make no garbage. Read without
+// a lock: an entry is made whole, then put in place of the oldest.
 type versionTraces struct {
-	mu     sync.Mutex
-	recent [8]versionTrace
-	next   int // the entry to replace next
+	recent [8]atomic.Pointer[versionTrace]
+	next   atomic.Uint32 // the entry to replace next
 }
 
+// versionTrace is a version's trace; never changed once made.
 type versionTrace struct {
-	set     bool // an empty version is a version too
 	version string
 	id      trace.TraceID
-	ctx     context.Context // carries id to idGenerator; made when first asked for
-	hex     string          // id.String(); made when first asked for
+	ctx     context.Context // carries id to idGenerator
+	hex     string          // id.String()
 }
 
 // entry returns version's entry, making one in place of the oldest if need
-// be. v.mu must be held.
+// be. Two goroutines that make the same one at once both put it in: the
+// same trace, in two places, until it is the oldest.
 func (v *versionTraces) entry(scope, version string) *versionTrace {
 	for i := range v.recent {
-		if e := &v.recent[i]; e.set && e.version == version {
+		if e := v.recent[i].Load(); e != nil && e.version == version {
 			return e
 		}
 	}
-	e := &v.recent[v.next]
-	v.next = (v.next + 1) % len(v.recent)
-	*e = versionTrace{set: true, version: version, id: VersionTraceID(scope, version)}
+	id := VersionTraceID(scope, version)
+	e := &versionTrace{version: version, id: id, ctx: withTraceID(context.Background(), id), hex: id.String()}
+	v.recent[(v.next.Add(1)-1)%uint32(len(v.recent))].Store(e)
 	return e
 }
 
 // context is a context that gives the spans started in it version's trace.
 func (v *versionTraces) context(scope, version string) context.Context {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e := v.entry(scope, version)
-	if e.ctx == nil {
-		e.ctx = withTraceID(context.Background(), e.id)
-	}
-	return e.ctx
+	return v.entry(scope, version).ctx
 }
 
 // hex is version's trace id as text.
 func (v *versionTraces) hex(scope, version string) string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e := v.entry(scope, version)
-	if e.hex == "" {
-		e.hex = e.id.String()
-	}
-	return e.hex
+	return v.entry(scope, version).hex
 }
 
 // TraceIDFor is the trace id of a push's span, for metric exemplars; "" when
@@ -310,9 +313,9 @@ func (t *Tracing) TraceIDFor(p track.Push) string {
 	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
 		return t.versions.hex(t.cfg.Scope, p.PushID())
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s := t.streams[p.StreamID]; s != nil {
+	if s := t.stream(p.Ref); s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.traceHex == "" {
 			s.traceHex = s.connect.SpanContext().TraceID().String()
 		}
@@ -321,20 +324,36 @@ func (t *Tracing) TraceIDFor(p track.Push) string {
 	return ""
 }
 
+// stream is what the spans of stream r need, nil for a stream with no
+// spans or an event from outside a tracker.
+func (t *Tracing) stream(r *track.StreamRef) *streamSpans {
+	s := track.State[streamSpans](r, t)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	open := s.connect != nil
+	s.mu.Unlock()
+	if !open {
+		return nil
+	}
+	return s
+}
+
 // OnEvent turns tracker events into spans.
 func (t *Tracing) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
-		t.streamOpened(e.Stream)
+		t.streamOpened(e.Stream, e.Ref)
 	case track.PushSent:
-		t.mu.Lock()
-		if s := t.streams[e.Push.StreamID]; s != nil {
+		if s := t.stream(e.Push.Ref); s != nil {
+			s.mu.Lock()
 			s.node = e.Push.Node
 			if s.firstPush.IsZero() {
 				s.firstPush = e.Push.SentAt
 			}
+			s.mu.Unlock()
 		}
-		t.mu.Unlock()
 	case track.PushEnded:
 		t.pushEnded(e)
 	case track.FullSyncComplete:
@@ -342,17 +361,17 @@ func (t *Tracing) OnEvent(e track.Event) {
 	case track.StreamClosed:
 		t.streamClosed(e)
 	case track.DetectorStarted:
-		t.detector(e.Detector, e.Key, e.StreamID, e.Node, e.TypeURL, e.At, e.At, e.Count, e.Detail, true)
+		t.detector(e.Detector, e.Key, e.StreamID, e.Ref, e.Node, e.TypeURL, e.At, e.At, e.Count, e.Detail, true)
 	case track.DetectorEnded:
-		t.detector(e.Detector, e.Key, e.StreamID, e.Node, e.TypeURL, e.At.Add(-e.Duration), e.At, e.Count, "", false)
+		t.detector(e.Detector, e.Key, e.StreamID, e.Ref, e.Node, e.TypeURL, e.At.Add(-e.Duration), e.At, e.Count, "", false)
 	}
 }
 
 // rpcMethod is rpc.method as the semantic conventions spell it: no leading slash.
 func rpcMethod(m string) string { return strings.TrimPrefix(m, "/") }
 
-func (t *Tracing) streamOpened(m track.StreamMeta) {
-	if m.Protocol == ccodec.Opaque {
+func (t *Tracing) streamOpened(m track.StreamMeta, ref *track.StreamRef) {
+	if m.Protocol == ccodec.Opaque || ref == nil {
 		return
 	}
 	start := m.OpenedAt
@@ -390,25 +409,30 @@ func (t *Tracing) streamOpened(m track.StreamMeta) {
 	} else {
 		connect.SetAttributes(attribute.Bool("xds.connection.reused", true))
 	}
-	s := &streamSpans{meta: m, connect: connect, inConnect: ctx,
-		link: trace.WithLinks(trace.Link{SpanContext: connect.SpanContext(), Attributes: streamLinkAttrs})}
-	t.mu.Lock()
-	t.streams[m.ID] = s
-	t.mu.Unlock()
+	s := track.State[streamSpans](ref, t)
+	s.mu.Lock()
+	s.meta, s.connect, s.inConnect = m, connect, ctx
+	s.link = trace.WithLinks(trace.Link{SpanContext: connect.SpanContext(), Attributes: streamLinkAttrs})
+	s.mu.Unlock()
+	t.connecting.Store(m.ID, s)
 }
 
 // fullSync ends the connect span with its last two phases: HTTP/2 and the
 // first response, then the full sync.
 func (t *Tracing) fullSync(e track.FullSyncComplete) {
-	t.mu.Lock()
-	s := t.streams[e.StreamID]
-	if s == nil || s.fullSync {
-		t.mu.Unlock()
+	s := t.stream(e.Ref)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.fullSync {
+		s.mu.Unlock()
 		return
 	}
 	s.fullSync = true
 	ctx, connect, firstPush := s.inConnect, s.connect, s.firstPush
-	t.mu.Unlock()
+	s.mu.Unlock()
+	t.connecting.Delete(e.StreamID)
 	opened := s.meta.OpenedAt
 	if !firstPush.IsZero() {
 		_, fr := t.tracer.Start(ctx, "first response", trace.WithTimestamp(opened))
@@ -421,19 +445,24 @@ func (t *Tracing) fullSync(e track.FullSyncComplete) {
 	connect.SetAttributes(nodeAttrs(e.Node)...)
 	connect.SetAttributes(attribute.Float64("xds.full_sync.seconds", e.Elapsed.Seconds()))
 	connect.End(trace.WithTimestamp(end))
-	t.mu.Lock()
+	s.mu.Lock()
 	s.connectEnded()
-	t.mu.Unlock()
+	s.mu.Unlock()
 }
 
 func (t *Tracing) streamClosed(e track.StreamClosed) {
-	t.mu.Lock()
-	s := t.streams[e.Stream.ID]
-	delete(t.streams, e.Stream.ID)
-	t.mu.Unlock()
-	if s == nil || s.fullSync {
+	s := t.stream(e.Ref)
+	if s == nil {
 		return
 	}
+	s.mu.Lock()
+	done := s.fullSync
+	s.fullSync = true
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	t.connecting.Delete(e.Stream.ID)
 	// The stream ended before its full sync: its connect span says so.
 	s.connect.SetAttributes(nodeAttrs(e.Node)...)
 	s.connect.SetAttributes(attribute.Bool("xds.full_sync.complete", false))
@@ -443,16 +472,17 @@ func (t *Tracing) streamClosed(e track.StreamClosed) {
 
 func (t *Tracing) pushEnded(e track.PushEnded) {
 	p := e.Push
-	t.mu.Lock()
-	s := t.streams[p.StreamID]
+	s := t.stream(p.Ref)
 	var (
 		streamAttrs []attribute.KeyValue
 		inConnect   context.Context
+		link        trace.SpanStartOption
 	)
 	if s != nil {
-		streamAttrs, inConnect = s.pushAttrsFor(p.Node), s.inConnect
+		s.mu.Lock()
+		streamAttrs, inConnect, link = s.pushAttrsFor(p.Node), s.inConnect, s.link
+		s.mu.Unlock()
 	}
-	t.mu.Unlock()
 	// Everything built only for the span's making comes from a pool: the
 	// SDK copies what it keeps.
 	sc := pushScratchPool.Get().(*pushScratch)
@@ -463,7 +493,7 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 		if t.cfg.Grouping == GroupByStream || p.Version == "" {
 			ctx = inConnect
 		} else {
-			opts = append(opts, s.link)
+			opts = append(opts, link)
 		}
 	}
 	var pushID string
@@ -520,33 +550,22 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 			if len(e.ErrorNames) > 0 {
 				attrs = append(attrs, attribute.StringSlice("xds.error.resources", e.ErrorNames))
 			}
-			if x := origin.Of(e.Rejected); x != nil {
-				// The Istio objects to fix, as istiod recorded them, and
-				// the sentence the live log shows.
-				attrs = append(attrs, attribute.String("xds.error.source", x.Summary()))
-				if paths := objectPaths(x); len(paths) > 0 {
-					attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
-				}
-				// What the push changed, as a push that was not rejected
-				// says it: read with the rejection, on this goroutine
-				// since a NACK is rare.
-				if st := x.Changed(); len(st.Objects) > 0 {
-					attrs = append(attrs, objectAttrs(st)...)
-					for _, ev := range objectEvents(nil, st, e.At) {
-						span.AddEvent(ev.Name, trace.WithTimestamp(ev.Time), trace.WithAttributes(ev.Attributes...))
-					}
-				}
-			}
 		}
 		span.SetAttributes(attrs...)
 		sc.attrs = attrs
 	}
-	// What the push kept of the resources it changed goes with its span to
-	// the span queue, whose own goroutine reads their objects; never this
-	// one, the tracker's.
-	if e.Changed != nil {
+	// What the push kept of the resources it changed, and what its NACK
+	// rejected, go with its span to the span queue, whose own goroutine
+	// reads their Istio objects (spanQueue.run); never this one, the
+	// tracker's.
+	rejected := e.Rejected
+	if e.Result != track.ResultNACK || (rejected != nil && rejected.NotKept != "") {
+		rejected = nil
+	}
+	if e.Changed != nil || rejected != nil {
 		if span.IsRecording() && span.SpanContext().IsSampled() {
-			t.queue.objects.expect(span.SpanContext().SpanID(), e.Changed)
+			origin.Claim(rejected)
+			t.queue.objects.expect(span.SpanContext().SpanID(), kept{changed: e.Changed, rejected: rejected})
 		} else {
 			e.Changed.Release()
 		}
@@ -611,7 +630,7 @@ func pushSpanName(shortType string) string {
 	return strings.ToUpper(shortType) + " push"
 }
 
-func (t *Tracing) detector(name, key string, stream uint64, node, typeURL string, start, end time.Time, count int, detail string, started bool) {
+func (t *Tracing) detector(name, key string, stream uint64, ref *track.StreamRef, node, typeURL string, start, end time.Time, count int, detail string, started bool) {
 	opName := name
 	if started {
 		opName += " started"
@@ -635,11 +654,12 @@ func (t *Tracing) detector(name, key string, stream uint64, node, typeURL string
 		attrs = append(attrs, attribute.String("xds.detector.detail", detail))
 	}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithTimestamp(start), trace.WithAttributes(attrs...)}
-	t.mu.Lock()
-	if s := t.streams[stream]; s != nil {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: s.connect.SpanContext()}))
+	if s := t.stream(ref); s != nil {
+		s.mu.Lock()
+		sc := s.connect.SpanContext()
+		s.mu.Unlock()
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
-	t.mu.Unlock()
 	_, span := t.tracer.Start(context.Background(), opName, opts...)
 	if started {
 		span.SetStatus(codes.Error, detail)

@@ -16,18 +16,17 @@ import (
 // "dangling reference resolved"), in the trace of the push whose answer
 // made the change (its round's trace, as the push's span), else under the
 // stream's connect span. Its status is an error when a finding started.
-func (t *Tracing) references(stream uint64, node string, p *track.Push, changes []refgraph.Change) {
+func (t *Tracing) references(stream uint64, ref *track.StreamRef, node string, p *track.Push, changes []refgraph.Change) {
 	at := changes[0].At
 	ctx := context.Background()
 	opts := []trace.SpanStartOption{trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindInternal)}
-	t.mu.Lock()
-	s := t.streams[stream]
 	var inConnect context.Context
 	var link trace.SpanStartOption
-	if s != nil {
+	if s := t.stream(ref); s != nil {
+		s.mu.Lock()
 		inConnect, link = s.inConnect, s.link
+		s.mu.Unlock()
 	}
-	t.mu.Unlock()
 	switch {
 	case p != nil && t.cfg.Grouping == GroupByVersion && p.Version != "":
 		ctx = t.versions.context(t.cfg.Scope, p.PushID())

@@ -175,12 +175,14 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 			const streams, pushes = 8, 50
 			var wg sync.WaitGroup
 			for id := uint64(1); id <= streams; id++ {
-				tr.OnEvent(track.StreamOpened{Stream: track.StreamMeta{ID: id, Method: ads, Protocol: codec.SotW, OpenedAt: t0}})
+				m := track.StreamMeta{ID: id, Method: ads, Protocol: codec.SotW, OpenedAt: t0}
+				ref := track.NewStreamRef(m)
+				tr.OnEvent(track.StreamOpened{Stream: m, Ref: ref})
 				for range 2 { // the stream's goroutine and the clock
 					wg.Go(func() {
 						for i := range pushes {
 							n := track.Node{ID: fmt.Sprint("node-", i%3)}
-							p := track.Push{StreamID: id, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i%12), SentAt: t0}
+							p := track.Push{StreamID: id, Ref: ref, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i%12), SentAt: t0}
 							tr.OnEvent(track.PushSent{Push: p})
 							tr.OnEvent(track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 							if tr.TraceIDFor(p) == "" {

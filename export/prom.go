@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -96,12 +97,14 @@ type Metrics struct {
 	connectFailures                                 *prometheus.CounterVec
 	nodeOverflow                                    prometheus.Counter
 
-	mu       sync.Mutex
-	nodes    map[string]bool
-	warned   bool
-	opened   map[uint64]time.Time // streams still waiting for their first response
-	protocol map[uint64]codec.Protocol
-	streamTy map[uint64]string // stream -> last decoded type, for decode errors
+	// The node label's values, when asked for: read without a lock on
+	// every event; nodeMu is taken only to let a new node in, at most
+	// MaxNodes times, and never once nodesFull is set.
+	nodes     sync.Map // node id → struct{}
+	nodeMu    sync.Mutex
+	nodeCount int // guarded by nodeMu
+	nodesFull atomic.Bool
+	warned    atomic.Bool
 }
 
 var _ track.Sink = (*Metrics)(nil)
@@ -114,7 +117,7 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), nodes: map[string]bool{}, opened: map[uint64]time.Time{}, protocol: map[uint64]codec.Protocol{}, streamTy: map[uint64]string{}}
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry()}
 	typeLabels := []string{"type"}
 	if cfg.NodeLabel {
 		typeLabels = append(typeLabels, "node")
@@ -235,22 +238,12 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
-		m.mu.Lock()
-		m.opened[e.Stream.ID] = e.Stream.OpenedAt
-		m.protocol[e.Stream.ID] = e.Stream.Protocol
-		m.mu.Unlock()
 		if e.Stream.Protocol != codec.Opaque {
 			l := []string{string(e.Stream.Protocol)}
 			if !m.cfg.NodeLabel {
 				m.fullPushes.WithLabelValues(l...) // from 0, for increase()
 			}
 		}
-	case track.StreamClosed:
-		m.mu.Lock()
-		delete(m.opened, e.Stream.ID)
-		delete(m.protocol, e.Stream.ID)
-		delete(m.streamTy, e.Stream.ID)
-		m.mu.Unlock()
 	case track.PushSent:
 		p := e.Push
 		l := m.labels(p.TypeURL, p.Node.ID)
@@ -273,13 +266,8 @@ func (m *Metrics) OnEvent(e track.Event) {
 			}
 			m.fullSyncs.WithLabelValues(append(l, reason)...).Inc()
 		}
-		m.mu.Lock()
-		opened, first := m.opened[p.StreamID]
-		delete(m.opened, p.StreamID)
-		m.streamTy[p.StreamID] = codec.ShortType(p.TypeURL)
-		m.mu.Unlock()
-		if first {
-			m.connectSeconds.WithLabelValues("first_response").Observe(p.SentAt.Sub(opened).Seconds())
+		if p.First && p.Ref != nil {
+			m.connectSeconds.WithLabelValues("first_response").Observe(p.SentAt.Sub(p.Ref.Meta.OpenedAt).Seconds())
 		}
 	case track.PushEnded:
 		l := m.labels(e.Push.TypeURL, e.Push.Node.ID)
@@ -307,9 +295,10 @@ func (m *Metrics) OnEvent(e track.Event) {
 			m.stale.WithLabelValues(m.labels(e.TypeURL, e.Node.ID)...).Inc()
 		}
 	case track.FullPush:
-		m.mu.Lock()
-		proto := m.protocol[e.StreamID]
-		m.mu.Unlock()
+		var proto codec.Protocol
+		if e.Ref != nil {
+			proto = e.Ref.Meta.Protocol
+		}
 		l := []string{string(proto)}
 		if m.cfg.NodeLabel {
 			l = append(l, m.labels("", e.Node.ID)[1])
@@ -322,11 +311,9 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.DetectorEnded:
 		m.detector(e.Detector, e.TypeURL, e.Node, -1)
 	case track.DecodeError:
-		m.mu.Lock()
-		t, ok := m.streamTy[e.StreamID]
-		m.mu.Unlock()
-		if !ok {
-			t = "other"
+		t := "other"
+		if e.TypeURL != "" {
+			t = codec.ShortType(e.TypeURL)
 		}
 		m.decodeErrors.WithLabelValues(t).Inc()
 	case track.UpstreamConnected:
@@ -434,22 +421,30 @@ func (m *Metrics) labels(typeURL, node string) []string {
 // have one, else overflowNode. An event past the cap is counted; a scrape
 // reading state (count false) is not, since it repeats.
 func (m *Metrics) nodeValue(node string, count bool) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.nodes[node] {
-		if len(m.nodes) >= m.cfg.MaxNodes {
-			if count {
-				m.nodeOverflow.Inc()
-				if !m.warned {
-					m.warned = true
-					m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
-				}
-			}
-			return overflowNode
-		}
-		m.nodes[node] = true
+	if _, ok := m.nodes.Load(node); ok {
+		return node
 	}
-	return node
+	if !m.nodesFull.Load() {
+		m.nodeMu.Lock()
+		_, in := m.nodes.Load(node)
+		if !in && m.nodeCount < m.cfg.MaxNodes {
+			m.nodes.Store(node, struct{}{})
+			m.nodeCount++
+			in = true
+		}
+		m.nodesFull.Store(m.nodeCount >= m.cfg.MaxNodes)
+		m.nodeMu.Unlock()
+		if in {
+			return node
+		}
+	}
+	if count {
+		m.nodeOverflow.Inc()
+		if m.warned.CompareAndSwap(false, true) {
+			m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
+		}
+	}
+	return overflowNode
 }
 
 // typeLabelValues are the label values of codec.ShortType's fixed set, made

@@ -47,7 +47,7 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
 	}
-	for _, e := range events {
+	for _, e := range tracked(events...) {
 		m.OnEvent(e)
 	}
 	if problems, err := testutil.GatherAndLint(m.Registry()); err != nil || len(problems) > 0 {

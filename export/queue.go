@@ -220,8 +220,18 @@ func warnLost(log *slog.Logger, output, what string) func(uint64) {
 // and said once stderr takes lines again, never a wait on the relay or the
 // tracker.
 type LogWriter struct {
-	q *queue[[]byte]
+	q *queue[logItem]
 }
+
+// logItem is a line to write, or work that logs lines (Later).
+type logItem struct {
+	line  []byte
+	later func()
+}
+
+// laterSize is what a Later counts against the bound: about the line it
+// makes.
+const laterSize = 512
 
 // NewLogWriter writes to w, holding at most maxBytes of lines that wait.
 // Lost lines are said, once w keeps up again, by a line built by lost
@@ -233,14 +243,30 @@ func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, los
 		}
 	}
 	l := &LogWriter{}
-	l.q = newQueue("log", maxBytes, func(b []byte) { w.Write(b) }, func(n uint64) { w.Write(lost(n)) }, nil)
+	l.q = newQueue("log", maxBytes, func(it logItem) {
+		if it.later != nil {
+			it.later()
+			return
+		}
+		w.Write(it.line)
+	}, func(n uint64) { w.Write(lost(n)) }, nil)
 	return l
 }
 
 // Write queues a copy of p, or drops it when too much waits already.
 func (l *LogWriter) Write(p []byte) (int, error) {
-	l.q.put(append([]byte(nil), p...), len(p), false)
+	l.q.put(logItem{line: append([]byte(nil), p...)}, len(p), false)
 	return len(p), nil
+}
+
+// Later runs f on the writer's goroutine, after the lines queued before it,
+// or drops it (counted as a line) when too much waits already; it reports
+// whether f was queued. The lines f logs through this writer come after
+// those queued before f ran: work whose lines need something slow (the
+// Istio objects a NACK rejected, LiveLog.DecodeLater) runs here rather than
+// on the tracker's goroutine.
+func (l *LogWriter) Later(f func()) bool {
+	return l.q.put(logItem{later: f}, laterSize, false)
 }
 
 // Dropped counts the lines dropped.

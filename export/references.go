@@ -59,6 +59,7 @@ type References struct {
 type refStream struct {
 	graph *refgraph.Graph
 	node  string
+	ref   *track.StreamRef // from its first verdict, for the spans
 	// off says why the stream's references are no longer checked.
 	off string
 }
@@ -244,6 +245,9 @@ func (r *References) do(op refOp) {
 		if op.push.Node.ID != "" {
 			st.node = op.push.Node.ID
 		}
+		if op.push.Ref != nil {
+			st.ref = op.push.Ref
+		}
 		r.report(op.stream, st, &op.push, st.graph.Answered(op.push.TypeURL, op.push.Nonce, op.accepted, op.at, op.push.Round))
 	case refLost:
 		st.off = "frames of the stream went unchecked (a full queue or skipped observation): its reference graph would be wrong"
@@ -279,7 +283,7 @@ func (r *References) report(id uint64, st *refStream, p *track.Push, changes []r
 		r.logChange(id, st.node, c)
 	}
 	if r.tracing != nil {
-		r.tracing.references(id, st.node, p, changes)
+		r.tracing.references(id, st.ref, st.node, p, changes)
 	}
 }
 

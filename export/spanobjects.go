@@ -25,42 +25,60 @@ const (
 )
 
 // spanObjects pairs push spans with what their push kept
-// (track.Changed) from the moment the tracker's goroutine ends them to the
-// moment the span queue takes them, where they wait for export. The queue's
-// goroutine reads the objects as it takes each span off its queue (run),
-// never the tracker's goroutine.
+// (track.Changed) or its NACK rejected (track.Rejected) from the moment the
+// tracker's goroutine ends them to the moment the span queue takes them,
+// where they wait for export. The queue's goroutine reads the objects as it
+// takes each span off its queue (run), never the tracker's goroutine. The
+// spans wait in shards by their (random) id, so that streams ending spans
+// at once seldom share a lock.
 type spanObjects struct {
-	mu      sync.Mutex
-	waiting map[trace.SpanID]*track.Changed // spans about to end, with what their push kept
-	expects atomic.Int32                    // len(waiting), read without the lock
+	shards  [64]spanShard
+	expects atomic.Int32 // spans waiting, read without a lock
 }
 
-// expect says that the span id, about to end, carries c.
-func (o *spanObjects) expect(id trace.SpanID, c *track.Changed) {
-	o.mu.Lock()
-	if o.waiting == nil {
-		o.waiting = map[trace.SpanID]*track.Changed{}
+type spanShard struct {
+	mu      sync.Mutex
+	waiting map[trace.SpanID]kept // spans about to end, with what their push kept
+}
+
+// kept is what a push span carries to the span queue.
+type kept struct {
+	changed  *track.Changed
+	rejected *track.Rejected // claimed (origin.Claim)
+}
+
+func (o *spanObjects) shard(id trace.SpanID) *spanShard {
+	return &o.shards[id[len(id)-1]%byte(len(o.shards))]
+}
+
+// expect says that the span id, about to end, carries k.
+func (o *spanObjects) expect(id trace.SpanID, k kept) {
+	sh := o.shard(id)
+	sh.mu.Lock()
+	if sh.waiting == nil {
+		sh.waiting = map[trace.SpanID]kept{}
 	}
-	o.waiting[id] = c
-	o.mu.Unlock()
+	sh.waiting[id] = k
+	sh.mu.Unlock()
 	o.expects.Add(1)
 }
 
 // take returns what span id carries, if anything, and forgets it.
-func (o *spanObjects) take(id trace.SpanID) *track.Changed {
+func (o *spanObjects) take(id trace.SpanID) kept {
 	if o.expects.Load() == 0 {
-		return nil // every span but a push's with kept bytes: one atomic load
+		return kept{} // every span but a push's with kept bytes: one atomic load
 	}
-	o.mu.Lock()
-	c, ok := o.waiting[id]
+	sh := o.shard(id)
+	sh.mu.Lock()
+	k, ok := sh.waiting[id]
 	if ok {
-		delete(o.waiting, id)
+		delete(sh.waiting, id)
 	}
-	o.mu.Unlock()
+	sh.mu.Unlock()
 	if ok {
 		o.expects.Add(-1)
 	}
-	return c
+	return k
 }
 
 // withObjects is span with the objects s names: its attributes and events.
@@ -72,6 +90,26 @@ func withObjects(span sdktrace.ReadOnlySpan, s origin.Stamped) sdktrace.ReadOnly
 	// again, and no one else reads past their end.
 	attrs := append(span.Attributes(), objectAttrs(s)...)
 	events := objectEvents(span.Events(), s, span.EndTime())
+	return objectSpan{ReadOnlySpan: span, attrs: attrs, events: events}
+}
+
+// withRejection is a NACK's span with what it rejected, read: the Istio
+// objects to fix, as istiod recorded them, and the sentence the live log
+// shows; then what the push changed, as a push that was not rejected says
+// it.
+func withRejection(span sdktrace.ReadOnlySpan, x *origin.Rejection) sdktrace.ReadOnlySpan {
+	if x == nil {
+		return span
+	}
+	attrs := append(span.Attributes(), attribute.String("xds.error.source", x.Summary()))
+	if paths := objectPaths(x); len(paths) > 0 {
+		attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
+	}
+	events := span.Events()
+	if st := x.Changed(); len(st.Objects) > 0 {
+		attrs = append(attrs, objectAttrs(st)...)
+		events = objectEvents(events, st, span.EndTime())
+	}
 	return objectSpan{ReadOnlySpan: span, attrs: attrs, events: events}
 }
 

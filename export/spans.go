@@ -10,7 +10,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/origin"
-	"github.com/adstap/adstap/track"
 )
 
 // spanQueue is a span processor with a bounded queue that never blocks:
@@ -52,17 +51,22 @@ func newSpanQueue(exp sdktrace.SpanExporter, size int, log *slog.Logger) *spanQu
 // queuedSpan is a span waiting for export, and what its push kept of the
 // resources it changed, if anything.
 type queuedSpan struct {
-	span    sdktrace.ReadOnlySpan
-	changed *track.Changed
+	span sdktrace.ReadOnlySpan
+	kept
 }
 
 // withObjects is the span with the Istio objects of what its push changed,
-// read on the queue's goroutine with sc, letting go of the bytes.
+// or what its NACK rejected, read on the queue's goroutine with sc, letting
+// go of the bytes.
 func (s queuedSpan) withObjects(sc *origin.Scanner) sdktrace.ReadOnlySpan {
-	if s.changed == nil {
-		return s.span
+	span := s.span
+	if s.rejected != nil {
+		span = withRejection(span, origin.Of(s.rejected))
 	}
-	return withObjects(s.span, sc.Changed(s.changed))
+	if s.changed != nil {
+		span = withObjects(span, sc.Changed(s.changed))
+	}
+	return span
 }
 
 func (q *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
@@ -70,15 +74,15 @@ func (q *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 // OnEnd queues a finished span, or drops it when the queue is full, with
 // what its push kept (Tracing.pushEnded).
 func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
-	c := q.objects.take(s.SpanContext().SpanID())
+	k := q.objects.take(s.SpanContext().SpanID())
 	if !s.SpanContext().IsSampled() {
-		c.Release()
+		k.changed.Release()
 		return
 	}
 	select {
-	case q.queue <- queuedSpan{s, c}:
+	case q.queue <- queuedSpan{s, k}:
 	default:
-		c.Release()
+		k.changed.Release()
 		q.drop(1, "the span queue is full: the collector is slow or unreachable")
 	}
 }

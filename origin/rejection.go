@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	// The resource types istiod stamps, and the filter that can carry an
 	// inline route configuration, so their Anys can be opened.
@@ -73,10 +74,47 @@ func Of(r *track.Rejected) *Rejection {
 	case r.NotKept != "":
 		return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: %s", ErrNotKept, r.NotKept)}
 	}
-	if x, ok := r.Read(func(data mem.BufferSlice) any { return read(r, data) }).(*Rejection); ok {
+	switch x := r.Read(func(data mem.BufferSlice) any { return read(r, data) }).(type) {
+	case *Rejection:
 		return x
+	case *claimed:
+		return x.rejection()
 	}
 	return &Rejection{named: len(r.Names) > 0, err: fmt.Errorf("%w: adstap let go of it before any output asked", ErrNotKept)}
+}
+
+// Claim takes r's bytes, without reading them, for an Of on an output's
+// goroutine later: the tracker may let go of r meanwhile (an ACK of the
+// next push), and Of then reads what Claim took, once. It costs a
+// reference to the bytes, no copy and no decode, so the goroutine that
+// hands a NACK to an output's queue calls it, and never waits for the
+// decode. A nil r, or one whose bytes were not kept or are read already,
+// is left as it is.
+func Claim(r *track.Rejected) {
+	if r == nil || r.NotKept != "" {
+		return
+	}
+	r.Read(func(data mem.BufferSlice) any {
+		data.Ref() // Read lets go of r's own reference when this returns
+		return &claimed{r: r, data: data}
+	})
+}
+
+// claimed is what Claim took of a Rejected, read by the first Of.
+type claimed struct {
+	once sync.Once
+	r    *track.Rejected
+	data mem.BufferSlice
+	x    *Rejection
+}
+
+func (c *claimed) rejection() *Rejection {
+	c.once.Do(func() {
+		c.x = read(c.r, c.data).(*Rejection)
+		c.data.Free()
+		c.data = nil
+	})
+	return c.x
 }
 
 // read decodes the rejected push: the whole push, or only the resources it

@@ -41,6 +41,7 @@ type episode struct {
 	detector string
 	key      string
 	streamID uint64
+	ref      *StreamRef
 	node     string
 	typeURL  string
 	since    time.Time
@@ -96,7 +97,7 @@ func (d *detectors) startLocked(ep *episode, detail string, evs []Event) []Event
 	d.started[ep.detector]++
 	d.lastStarted[ep.detector] = ep.since
 	return append(evs, DetectorStarted{
-		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Node: ep.node, TypeURL: ep.typeURL,
+		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Ref: ep.ref, Node: ep.node, TypeURL: ep.typeURL,
 		At: ep.since, Count: ep.count, Detail: detail,
 	})
 }
@@ -118,14 +119,14 @@ func (d *detectors) end(ep *episode, at time.Time, evs []Event) []Event {
 func (d *detectors) endLocked(ep *episode, at time.Time, evs []Event) []Event {
 	delete(d.active, ep)
 	return append(evs, DetectorEnded{
-		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Node: ep.node, TypeURL: ep.typeURL,
+		Detector: ep.detector, Key: ep.key, StreamID: ep.streamID, Ref: ep.ref, Node: ep.node, TypeURL: ep.typeURL,
 		At: at, Duration: at.Sub(ep.since), Count: ep.count,
 	})
 }
 
 func streamEpisode(detector string, s *stream, ts *typeState, at time.Time, count int) *episode {
 	return &episode{
-		detector: detector, key: fmt.Sprintf("stream %d %s", s.meta.ID, ts.short), streamID: s.meta.ID,
+		detector: detector, key: fmt.Sprintf("stream %d %s", s.meta.ID, ts.short), streamID: s.meta.ID, ref: s.ref,
 		node: s.node.ID, typeURL: ts.url, since: at, count: count,
 	}
 }

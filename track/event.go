@@ -67,7 +67,9 @@ type Diff struct {
 
 // Push is one response, from the moment it crossed the tap.
 type Push struct {
-	StreamID  uint64
+	StreamID uint64
+	// Ref is the push's stream, for what the outputs keep of it.
+	Ref       *StreamRef
 	Node      Node
 	TypeURL   string
 	Type      string // codec.ShortType
@@ -78,6 +80,7 @@ type Push struct {
 	Diff      Diff
 	FullSync  bool // carries the whole subscribed set of its type
 	Initial   bool // the first full sync of the type on this stream
+	First     bool // the stream's first push, of any type
 	Redundant bool // changes nothing: no resource added, removed or changed
 	SentAt    time.Time
 	// Round is the stream's push round the push belongs to (1, 2, ...):
@@ -111,11 +114,15 @@ func (p Push) PushID() string {
 }
 
 // StreamOpened: a stream began.
-type StreamOpened struct{ Stream StreamMeta }
+type StreamOpened struct {
+	Stream StreamMeta
+	Ref    *StreamRef
+}
 
 // StreamClosed: a stream ended; Code and Message are the gRPC status the client got.
 type StreamClosed struct {
 	Stream  StreamMeta
+	Ref     *StreamRef
 	Node    Node
 	At      time.Time
 	Code    uint32
@@ -125,6 +132,7 @@ type StreamClosed struct {
 // RequestSeen: a request was classified.
 type RequestSeen struct {
 	StreamID uint64
+	Ref      *StreamRef
 	Node     Node
 	TypeURL  string
 	Kind     RequestKind
@@ -174,6 +182,7 @@ type LateAnswer struct {
 // stream has an acknowledged push (the seed's "full sync complete").
 type FullSyncComplete struct {
 	StreamID uint64
+	Ref      *StreamRef
 	Node     Node
 	At       time.Time
 	Elapsed  time.Duration // from the stream opening
@@ -186,6 +195,7 @@ type FullSyncComplete struct {
 // endpoint-only (incremental) push and a stream's initial sync never are.
 type FullPush struct {
 	StreamID uint64
+	Ref      *StreamRef // Ref.Meta.Protocol: SotW or Delta
 	Node     Node
 	Version  string
 	Round    uint64
@@ -197,9 +207,13 @@ type FullPush struct {
 // DecodeError: a frame that could not be decoded; it was relayed all the same.
 type DecodeError struct {
 	StreamID  uint64
-	Direction string // "request" or "response"
-	Err       error
-	At        time.Time
+	Ref       *StreamRef // nil when the stream is not tracked
+	Direction string     // "request" or "response"
+	// TypeURL is the type of the stream's latest push, the likeliest of
+	// the frame; empty before any.
+	TypeURL string
+	Err     error
+	At      time.Time
 }
 
 // Detector names.
@@ -213,8 +227,9 @@ const (
 // DetectorStarted: a detector's condition began to hold.
 type DetectorStarted struct {
 	Detector string
-	Key      string // what it is about: "stream 12 cds", "node sidecar~…", "tap"
-	StreamID uint64 // 0 when not about one stream
+	Key      string     // what it is about: "stream 12 cds", "node sidecar~…", "tap"
+	StreamID uint64     // 0 when not about one stream
+	Ref      *StreamRef // nil when not about one stream
 	Node     string
 	TypeURL  string
 	At       time.Time
@@ -227,6 +242,7 @@ type DetectorEnded struct {
 	Detector string
 	Key      string
 	StreamID uint64
+	Ref      *StreamRef
 	Node     string
 	TypeURL  string
 	At       time.Time

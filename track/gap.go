@@ -11,6 +11,7 @@ import (
 // until its next full push.
 type ObservationGap struct {
 	StreamID uint64
+	Ref      *StreamRef // nil when the stream is not tracked
 	Skipped  int
 	At       time.Time
 }

@@ -140,6 +140,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 		p.ev.Redundant = ts.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
 	}
 	p.ev.StreamID = s.meta.ID
+	p.ev.Ref = s.ref
 	p.ev.Node = s.node
 	p.ev.TypeURL = ts.url
 	p.ev.Type = ts.short
@@ -151,6 +152,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
 	p.ev.Content = content
 	p.state = pushOpen
+	p.ev.First = s.recent == nil
 	if s.recent == nil {
 		s.recent = new(pushRing)
 	}
@@ -168,7 +170,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	}
 	evs = append(evs, PushSent{Push: p.ev})
 	if full {
-		evs = append(evs, FullPush{StreamID: s.meta.ID, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
+		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
 	}
 	return evs, full
 }

@@ -19,6 +19,7 @@ type stream struct {
 	mu      sync.Mutex
 	closed  bool // no longer tracked; a sweep that got it before its close skips it
 	meta    StreamMeta
+	ref     *StreamRef // what the stream's events hand the outputs
 	node    Node
 	hasNode bool
 	// defaultType is the type of a per-type (non-ADS) stream, for frames
@@ -45,6 +46,9 @@ type stream struct {
 	// istioVersion is the node metadata's ISTIO_VERSION.
 	istioVersion string
 	recent       *pushRing // nil before the first push
+	// lastPushType is the type URL of the latest push, what an undecodable
+	// frame most likely was.
+	lastPushType string
 }
 
 // fullSyncClock measures the time to full sync. Clients request types in a
@@ -60,7 +64,7 @@ type fullSyncClock struct {
 }
 
 func newStream(m StreamMeta, keep *keeper) *stream {
-	return &stream{meta: m, defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: new(scratch), keep: keep}
+	return &stream{meta: m, ref: NewStreamRef(m), defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: new(scratch), keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -174,5 +178,5 @@ func (s *stream) settle(now time.Time, settle time.Duration, closing bool, evs [
 	}
 	c.done, c.pending = true, false
 	c.elapsed = c.candidate.Sub(s.meta.OpenedAt)
-	return append(evs, FullSyncComplete{StreamID: s.meta.ID, Node: s.node, At: c.candidate, Elapsed: c.elapsed, Types: c.types})
+	return append(evs, FullSyncComplete{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, At: c.candidate, Elapsed: c.elapsed, Types: c.types})
 }

@@ -99,8 +99,9 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 		evs = t.closeStream(old, m.OpenedAt, 0, "replaced by a stream with the same id", evs)
 		old.unlock()
 	}
-	t.streams.Store(m.ID, newStream(m, &t.keep))
-	evs = append(evs, StreamOpened{Stream: m})
+	s := newStream(m, &t.keep)
+	t.streams.Store(m.ID, s)
+	evs = append(evs, StreamOpened{Stream: m, Ref: s.ref})
 	return t.det.opened(m.OpenedAt, evs)
 }
 
@@ -128,7 +129,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		ts.askVersion, ts.askAny = s.round.version, s.round.seq == 0
 	}
 	evs = append(evs, RequestSeen{
-		StreamID: streamID, Node: s.node, TypeURL: ts.url, Kind: c.kind,
+		StreamID: streamID, Ref: s.ref, Node: s.node, TypeURL: ts.url, Kind: c.kind,
 		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
 	})
 	if c.answers {
@@ -167,6 +168,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	if ts == nil {
 		return evs
 	}
+	s.lastPushType = ts.url
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
 	ts.hold(resp, data)
 	return t.det.pushed(s, ts, at, full, evs)
@@ -197,7 +199,7 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	}
 	s.closed = true
 	t.streams.CompareAndDelete(s.meta.ID, s)
-	return append(evs, StreamClosed{Stream: s.meta, Node: s.node, At: at, Code: code, Message: message})
+	return append(evs, StreamClosed{Stream: s.meta, Ref: s.ref, Node: s.node, At: at, Code: code, Message: message})
 }
 
 // Gap tells the tracker that skipped frames of a stream were relayed but
@@ -205,20 +207,27 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 // is observed, a request with a nonce the tracker does not know is reported
 // as KindUnobserved rather than stale.
 func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
+	e := ObservationGap{StreamID: streamID, Skipped: skipped, At: at}
 	if s := t.lock(streamID); s != nil {
 		for _, ts := range s.order {
 			ts.unsure = true
 		}
 		s.unsure = true
+		e.Ref = s.ref
 		s.unlock()
 	}
-	return []Event{ObservationGap{StreamID: streamID, Skipped: skipped, At: at}}
+	return []Event{e}
 }
 
 // DecodeFailed reports a frame that could not be decoded. The stream's state
 // is left as it was: the frame was relayed, but what it meant is unknown.
 func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction string, err error) []Event {
-	return []Event{DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}}
+	e := DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}
+	if s := t.lock(streamID); s != nil {
+		e.Ref, e.TypeURL = s.ref, s.lastPushType
+		s.unlock()
+	}
+	return []Event{e}
 }
 
 // Tick runs the rules that depend on time passing rather than on frames:

@@ -335,6 +335,7 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 	}
 	if logOut != nil {
 		pcfg.LogDropped = logOut.Dropped
+		pcfg.LogLater = logOut.Later
 	}
 	if f.retainResources {
 		pcfg.RetainMaxBytes = int64(f.retainMaxBytes)

@@ -52,6 +52,10 @@ type Config struct {
 	// LogDropped, when set, counts the log lines the logger's writer
 	// dropped (export.LogWriter.Dropped), for the metrics.
 	LogDropped func() uint64
+	// LogLater, when set, runs work on the log writer's goroutine, in order
+	// with its lines (export.LogWriter.Later): the live log reads the Istio
+	// objects a NACK rejected there, not on an observation worker.
+	LogLater func(func()) bool
 	// Sinks are told every tracker event after the pipeline's own sinks.
 	Sinks []track.Sink
 }
@@ -135,7 +139,11 @@ func New(cfg Config) (*Pipeline, error) {
 		p.References = export.NewReferences(export.ReferencesConfig{Grace: cfg.ReferencesGrace, QueueBytes: cfg.OutputQueueBytes,
 			Logger: log, Registry: p.Metrics.Registry(), Tracing: p.Tracing})
 	}
-	sinks := []track.Sink{export.NewLiveLog(log), p.Metrics, p.Upstream}
+	live := export.NewLiveLog(log)
+	if cfg.LogLater != nil {
+		live.DecodeLater(cfg.LogLater)
+	}
+	sinks := []track.Sink{live, p.Metrics, p.Upstream}
 	if p.Tracing != nil {
 		sinks = append(sinks, p.Tracing)
 	}
