@@ -64,21 +64,29 @@ func (s *Server) ObserveQueue() ObserveQueue {
 
 // observePool runs the observer for every stream of a tap on a few
 // long-lived goroutines, its workers. A stream with something to tell the
-// observer (its opening, frames, its end) waits on the pool's run queue —
-// once, however many frames it has queued. A worker takes the stream at the
-// head, tells the observer what the stream had queued at that moment, and
-// puts the stream back at the tail if more came meanwhile. So:
+// observer (its opening, frames, its end) waits on a run queue — once,
+// however many frames it has queued. A worker takes a stream, tells the
+// observer what the stream had queued at that moment, and puts the stream
+// back at the tail if more came meanwhile. So:
 //
 //   - a stream is with one worker at a time: the observer's calls for it keep
 //     their order and never overlap;
 //   - an idle stream holds no goroutine, and a push to a thousand streams is
 //     observed by the same few goroutines, whose stacks have grown already,
 //     rather than by a thousand new ones whose stacks grow again;
-//   - the run queue holds at most one entry per stream (it is linked through
-//     the streams themselves), so the relay appends to it without ever
-//     waiting for room;
+//   - the run queues hold at most one entry per stream (they are linked
+//     through the streams themselves), so the relay appends to them without
+//     ever waiting for room;
 //   - the streams take turns, so a busy stream delays the others by one
 //     batch at a time, not by its whole backlog.
+//
+// The run queue is sharded, so that no lock is taken by every stream's
+// frames: each stream is queued on a shard of its own (given when it
+// opens), whose lock only the streams of that shard share, for the moment
+// of linking or unlinking one. A worker takes from its own shard first,
+// then from the others, so a worker stuck on one stream strands nothing:
+// the others drain its shard. Idle workers sleep on a channel each, and
+// the relay wakes one only when some worker says it is idle.
 //
 // The price: an observer stuck on one stream holds a worker, and with every
 // worker stuck no stream is observed until one returns. The relay goes on
@@ -92,21 +100,43 @@ type observePool struct {
 	abandon   <-chan struct{} // closed: drop what is queued, counted as skipped
 	workers   *sync.WaitGroup
 
-	mu         sync.Mutex
-	work       sync.Cond    // on mu: a stream was queued, or the pool may end
-	head, tail *observation // the run queue, linked through observation.next
-	idle       int          // workers waiting on work
-	started    bool
+	start     sync.Once
+	shards    []runShard
+	nextShard atomic.Uint32 // the shard of the next stream to open
+
+	// idle[i] is set while worker i sleeps on wake[i] (or is about to);
+	// whoever clears it sends the one token that wakes it.
+	idle      []atomic.Bool
+	wake      []chan struct{}
+	idleCount atomic.Int32
+	nextWake  atomic.Uint32 // where the search for an idle worker starts
+
 	// closing is set once no stream can open any more (Shutdown, after
 	// every handler returned); the workers end when every stream's end has
-	// been told.
-	closing bool
-	open    int // streams whose OnStreamClose has not returned
+	// been told (open is 0).
+	closing atomic.Bool
+	open    atomic.Int64 // streams whose OnStreamClose has not returned
 }
 
+// runShard is one shard of the run queue, linked through
+// observation.next; its lock is held only to link or unlink a stream.
+type runShard struct {
+	mu         sync.Mutex
+	head, tail *observation
+	queued     atomic.Int32 // streams on it, read without the lock
+	_          [32]byte     // keeps shards off each other's cache lines
+}
+
+// minShards is the fewest run-queue shards: with one or two workers, the
+// streams still spread over several locks.
+const minShards = 8
+
 func newObservePool(obs Observer, budget *byteBudget, maxFrames, size int, abandon <-chan struct{}, workers *sync.WaitGroup) *observePool {
-	p := &observePool{obs: obs, budget: budget, maxFrames: maxFrames, size: size, abandon: abandon, workers: workers}
-	p.work.L = &p.mu
+	p := &observePool{obs: obs, budget: budget, maxFrames: maxFrames, size: size, abandon: abandon, workers: workers,
+		shards: make([]runShard, max(size, minShards)), idle: make([]atomic.Bool, size), wake: make([]chan struct{}, size)}
+	for i := range p.wake {
+		p.wake[i] = make(chan struct{}, 1)
+	}
 	return p
 }
 
@@ -114,106 +144,151 @@ func newObservePool(obs Observer, budget *byteBudget, maxFrames, size int, aband
 // first stream starts the workers, so a tap that never relays a stream
 // holds none.
 func (p *observePool) startObservation(info StreamInfo) *observation {
-	o := &observation{pool: p, info: info, scheduled: true}
-	p.mu.Lock()
-	if !p.started {
-		p.started = true
+	p.start.Do(func() {
 		p.workers.Add(p.size)
-		for range p.size {
-			go p.run()
+		for i := range p.size {
+			go p.run(i)
 		}
-	}
-	p.open++
-	p.push(o)
-	wake := p.idle > 0
-	p.mu.Unlock()
-	if wake {
-		p.work.Signal()
-	}
+	})
+	o := &observation{pool: p, info: info, scheduled: true}
+	o.shard = &p.shards[(p.nextShard.Add(1)-1)%uint32(len(p.shards))]
+	p.open.Add(1)
+	p.schedule(o)
 	return o
 }
 
-// schedule puts a stream that has something to tell the observer on the run
-// queue. The caller has just marked it scheduled, so it is on the queue at
-// most once and with no worker.
+// schedule puts a stream that has something to tell the observer on its
+// shard of the run queue, and wakes a worker if one sleeps. The caller has
+// just marked it scheduled, so it is on a queue at most once and with no
+// worker.
 func (p *observePool) schedule(o *observation) {
-	p.mu.Lock()
-	p.push(o)
-	wake := p.idle > 0
-	p.mu.Unlock()
-	if wake {
-		p.work.Signal()
+	sh := o.shard
+	sh.mu.Lock()
+	if sh.tail == nil {
+		sh.head = o
+	} else {
+		sh.tail.next = o
+	}
+	sh.tail = o
+	sh.queued.Add(1)
+	sh.mu.Unlock()
+	if p.idleCount.Load() > 0 {
+		p.wakeOne()
 	}
 }
 
-// push appends o to the run queue; mu is held.
-func (p *observePool) push(o *observation) {
-	if p.tail == nil {
-		p.head = o
-	} else {
-		p.tail.next = o
+// wakeOne wakes a sleeping worker, if there is one.
+func (p *observePool) wakeOne() {
+	first := int(p.nextWake.Add(1))
+	for k := range p.size {
+		if i := (first + k) % p.size; p.idle[i].CompareAndSwap(true, false) {
+			p.idleCount.Add(-1)
+			p.wake[i] <- struct{}{}
+			return
+		}
 	}
-	p.tail = o
 }
+
+// wakeAll wakes every sleeping worker, to see that the pool is closing.
+func (p *observePool) wakeAll() {
+	for i := range p.size {
+		if p.idle[i].CompareAndSwap(true, false) {
+			p.idleCount.Add(-1)
+			p.wake[i] <- struct{}{}
+		}
+	}
+}
+
+// take unlinks the stream at the head of a shard, looking at worker i's own
+// first; nil when every shard is empty.
+func (p *observePool) take(i int) *observation {
+	n := len(p.shards)
+	for k := range n {
+		sh := &p.shards[(i+k)%n]
+		if sh.queued.Load() == 0 {
+			continue
+		}
+		sh.mu.Lock()
+		o := sh.head
+		if o != nil {
+			sh.head, o.next = o.next, nil
+			if sh.head == nil {
+				sh.tail = nil
+			}
+			sh.queued.Add(-1)
+		}
+		sh.mu.Unlock()
+		if o != nil {
+			return o
+		}
+	}
+	return nil
+}
+
+// ended reports whether the workers are to end: the pool is closing and
+// every stream's end has been told.
+func (p *observePool) ended() bool { return p.closing.Load() && p.open.Load() == 0 }
 
 // close tells the workers that no stream will open any more: they end once
 // the streams still open have ended and been told so.
 func (p *observePool) close() {
-	p.mu.Lock()
-	p.closing = true
-	p.mu.Unlock()
-	p.work.Broadcast()
+	p.closing.Store(true)
+	p.wakeAll()
 }
 
-// run is a worker: it observes the streams on the run queue in turn until
+// run is worker i: it observes the streams on the run queue in turn until
 // the pool closes and every stream's end has been told.
-func (p *observePool) run() {
+func (p *observePool) run(i int) {
 	defer p.workers.Done()
-	var o *observation
-	again := false
 	for {
-		if o = p.next(o, again); o == nil {
+		o := p.next(i)
+		if o == nil {
 			return
 		}
-		again = o.observe()
+		if o.observe() {
+			// More came meanwhile: back at the tail of its shard, so the
+			// others go first.
+			p.schedule(o)
+		}
 	}
 }
 
-// next puts the stream the worker just observed back on the run queue if it
-// has more (at the tail: the others go first), and returns the stream to
-// observe next, waiting for one; nil when the worker is to end. A stream
-// put back needs no wake-up: this worker is awake to take it.
-func (p *observePool) next(done *observation, again bool) *observation {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if done != nil && again {
-		p.push(done)
-	}
-	for p.head == nil {
-		if p.closing && p.open == 0 {
+// next returns the stream for worker i to observe, sleeping until there is
+// one; nil when the worker is to end.
+func (p *observePool) next(i int) *observation {
+	for {
+		if o := p.take(i); o != nil {
+			return o
+		}
+		if p.ended() {
 			return nil
 		}
-		p.idle++
-		p.work.Wait()
-		p.idle--
+		// Say it is idle, then look again: a stream queued before the
+		// relay could see this worker idle is found here, one queued after
+		// it wakes this worker (or another).
+		p.idle[i].Store(true)
+		p.idleCount.Add(1)
+		o := p.take(i)
+		if o != nil || p.ended() {
+			if p.idle[i].CompareAndSwap(true, false) {
+				p.idleCount.Add(-1)
+			} else {
+				<-p.wake[i] // someone woke it meanwhile: take the token
+			}
+			if o == nil {
+				return nil
+			}
+			return o
+		}
+		<-p.wake[i]
 	}
-	o := p.head
-	p.head, o.next = o.next, nil
-	if p.head == nil {
-		p.tail = nil
-	}
-	return o
 }
 
 // streamClosed counts a stream's end as told, and lets the workers end if
 // it was the last one of a closing pool.
 func (p *observePool) streamClosed() {
-	p.mu.Lock()
-	p.open--
-	last := p.closing && p.open == 0
-	p.mu.Unlock()
-	if last {
-		p.work.Broadcast()
+	if p.open.Add(-1) == 0 && p.closing.Load() {
+		p.wakeAll()
 	}
 }
 
@@ -223,8 +298,10 @@ func (p *observePool) streamClosed() {
 type observation struct {
 	pool *observePool
 	info StreamInfo
-	// next links the pool's run queue; guarded by the pool's mu.
-	next *observation
+	// shard is the run queue's shard the stream waits on; next links it,
+	// guarded by the shard's mu.
+	shard *runShard
+	next  *observation
 	// opened is set once OnStreamOpen was told; only the worker that holds
 	// the stream touches it.
 	opened bool
