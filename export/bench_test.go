@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,13 +44,21 @@ func benchMeta(stream uint64) track.StreamMeta {
 	return track.StreamMeta{ID: stream, ConnID: stream, Method: benchMethod, Protocol: codec.SotW, Peer: "10.0.0.7:41234", OpenedAt: t0}
 }
 
-func benchPush(stream uint64, i int) track.Push {
+// benchOpen is a stream's opening as the tracker hands it: with the
+// StreamRef its later events carry.
+func benchOpen(stream uint64) (track.StreamOpened, *track.StreamRef) {
+	m := benchMeta(stream)
+	ref := track.NewStreamRef(m)
+	return track.StreamOpened{Stream: m, Ref: ref}, ref
+}
+
+func benchPush(stream uint64, ref *track.StreamRef, i int) track.Push {
 	v := "2026-11-30T09:00:00Z/" + strconv.Itoa(100+i)
 	at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
 	return track.Push{
-		StreamID: stream,
-		Node:     track.Node{ID: benchNode, Cluster: "reviews", UserAgent: "envoy/1.36.2"},
-		TypeURL:  codec.TypeEndpoint, Type: "eds",
+		StreamID: stream, Ref: ref,
+		Node:    track.Node{ID: benchNode, Cluster: "reviews", UserAgent: "envoy/1.36.2"},
+		TypeURL: codec.TypeEndpoint, Type: "eds",
 		Version: v, Nonce: strconv.Itoa(1000 + i), Resources: 1, Bytes: 1028,
 		Diff:   track.Diff{Changed: 1, ChangedNames: []string{"outbound|9080||reviews.default.svc.cluster.local"}},
 		SentAt: at,
@@ -58,14 +67,14 @@ func benchPush(stream uint64, i int) track.Push {
 
 // pushRounds is, per push of a stream, the events a sink gets: the push, the
 // ACK request, the push's outcome.
-func pushRounds(stream uint64) [][]track.Event {
+func pushRounds(stream uint64, ref *track.StreamRef) [][]track.Event {
 	rounds := make([][]track.Event, benchRounds)
 	for i := range rounds {
-		p := benchPush(stream, i)
+		p := benchPush(stream, ref, i)
 		ack := p.SentAt.Add(300 * time.Microsecond)
 		rounds[i] = []track.Event{
 			track.PushSent{Push: p},
-			track.RequestSeen{StreamID: stream, Node: p.Node, TypeURL: p.TypeURL, Kind: track.KindACK, Nonce: p.Nonce, At: ack},
+			track.RequestSeen{StreamID: stream, Ref: ref, Node: p.Node, TypeURL: p.TypeURL, Kind: track.KindACK, Nonce: p.Nonce, At: ack},
 			track.PushEnded{Push: p, Result: track.ResultACK, At: ack, Latency: ack.Sub(p.SentAt)},
 		}
 	}
@@ -83,8 +92,9 @@ func runFleet(b *testing.B, s track.Sink, streams int) {
 	b.Helper()
 	rounds := make([][][]track.Event, streams)
 	for k := range rounds {
-		s.OnEvent(track.StreamOpened{Stream: benchMeta(benchStream + uint64(k))})
-		rounds[k] = pushRounds(benchStream + uint64(k))
+		open, ref := benchOpen(benchStream + uint64(k))
+		s.OnEvent(open)
+		rounds[k] = pushRounds(benchStream+uint64(k), ref)
 		// One push outside the timer: a stream's first push sets up what
 		// every later one reuses.
 		for _, e := range rounds[k][benchRounds-1] {
@@ -158,21 +168,43 @@ func BenchmarkMetricsPush(b *testing.B) {
 // them (internal/pipeline): live log in the text format, metrics with
 // exemplars, tracing.
 func BenchmarkAllSinksPush(b *testing.B) {
-	all := func(b *testing.B) track.Sink {
-		tr := newBenchTracing(b, export.GroupByVersion)
-		sinks := []track.Sink{
-			export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
-			export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
-			tr,
+	b.Run("stream", func(b *testing.B) { runPushes(b, allSinks(b)) })
+	b.Run("fleet-of-8", func(b *testing.B) { runFleet(b, allSinks(b), 8) })
+}
+
+// allSinks are the three sinks as cmd/adstap wires them.
+func allSinks(b *testing.B) track.Sink {
+	tr := newBenchTracing(b, export.GroupByVersion)
+	sinks := []track.Sink{
+		export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
+		export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
+		tr,
+	}
+	return track.SinkFunc(func(e track.Event) {
+		for _, s := range sinks {
+			s.OnEvent(e)
 		}
-		return track.SinkFunc(func(e track.Event) {
-			for _, s := range sinks {
+	})
+}
+
+// BenchmarkAllSinksPushParallel is BenchmarkAllSinksPush with streams handled
+// at once, each on a goroutine of its own as the observation workers handle
+// them (-cpu sets how many): what a lock the streams share costs shows here.
+func BenchmarkAllSinksPushParallel(b *testing.B) {
+	s := allSinks(b)
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		id := benchStream + next.Add(1)
+		open, ref := benchOpen(id)
+		s.OnEvent(open)
+		rounds := pushRounds(id, ref)
+		for i := 0; pb.Next(); i++ {
+			for _, e := range rounds[i%benchRounds] {
 				s.OnEvent(e)
 			}
-		})
-	}
-	b.Run("stream", func(b *testing.B) { runPushes(b, all(b)) })
-	b.Run("fleet-of-8", func(b *testing.B) { runFleet(b, all(b), 8) })
+		}
+	})
 }
 
 // nopProcessor ends spans without keeping them: the SDK's own cost only.

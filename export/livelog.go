@@ -99,8 +99,15 @@ func (l *LiveLog) OnEvent(e track.Event) {
 		}
 		return
 	}
+	l.writeLater(st, rejected, e, suppressed)
+}
+
+// writeLater writes e's line on the log's goroutine (DecodeLater), after
+// claiming what its NACK rejected, so that the objects are read there. Apart
+// from OnEvent, so that only a line that waits costs its closure.
+func (l *LiveLog) writeLater(st *logStream, rejected *track.Rejected, e track.Event, suppressed int) {
 	line := func() {
-		if isPush {
+		if pe, ok := e.(track.PushEnded); ok {
 			l.pushEnded(pe, suppressed)
 		} else {
 			l.write(e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -274,9 +276,8 @@ type versionTraces struct {
 // versionTrace is a version's trace; never changed once made.
 type versionTrace struct {
 	version string
-	id      trace.TraceID
-	ctx     context.Context // carries id to idGenerator
-	hex     string          // id.String()
+	ctx     context.Context // carries the trace id to idGenerator
+	hex     [32]byte        // the trace id as text
 }
 
 // entry returns version's entry, making one in place of the oldest if need
@@ -289,7 +290,8 @@ func (v *versionTraces) entry(scope, version string) *versionTrace {
 		}
 	}
 	id := VersionTraceID(scope, version)
-	e := &versionTrace{version: version, id: id, ctx: withTraceID(context.Background(), id), hex: id.String()}
+	e := &versionTrace{version: version, ctx: withTraceID(context.Background(), id)}
+	hex.Encode(e.hex[:], id[:])
 	v.recent[(v.next.Add(1)-1)%uint32(len(v.recent))].Store(e)
 	return e
 }
@@ -299,9 +301,11 @@ func (v *versionTraces) context(scope, version string) context.Context {
 	return v.entry(scope, version).ctx
 }
 
-// hex is version's trace id as text.
+// hex is version's trace id as text (trace.TraceID.String): the entry's own
+// bytes, which never change, so that an exemplar's id costs no copy.
 func (v *versionTraces) hex(scope, version string) string {
-	return v.entry(scope, version).hex
+	e := v.entry(scope, version)
+	return unsafe.String(&e.hex[0], len(e.hex))
 }
 
 // TraceIDFor is the trace id of a push's span, for metric exemplars; "" when
