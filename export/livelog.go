@@ -80,7 +80,10 @@ func (l *LiveLog) DecodeLater(run func(func()) bool) { l.later = run }
 
 // OnEvent logs e if it is worth a line.
 func (l *LiveLog) OnEvent(e track.Event) {
-	ref, rejected := streamOf(e)
+	ref, rejected, lined := streamOf(e)
+	if !lined {
+		return
+	}
 	st := track.State[logStream](ref, l)
 	pe, isPush := e.(track.PushEnded)
 	suppressed := 0
@@ -127,12 +130,14 @@ func (l *LiveLog) writeLater(st *logStream, rejected *track.Rejected, e track.Ev
 	}
 }
 
-// streamOf is the stream an event is about, if any, and what a NACK it
-// carries rejected, if its bytes are at hand to read.
-func streamOf(e track.Event) (*track.StreamRef, *track.Rejected) {
-	var r *track.Rejected
-	var ref *track.StreamRef
+// streamOf is the stream an event is about, if any, what a NACK it carries
+// rejected, if its bytes are at hand to read, and whether the event may get
+// a line.
+func streamOf(e track.Event) (ref *track.StreamRef, r *track.Rejected, lined bool) {
+	lined = true
 	switch e := e.(type) {
+	case track.PushSent:
+		return nil, nil, false
 	case track.PushEnded:
 		ref, r = e.Push.Ref, e.Rejected
 	case track.LateAnswer:
@@ -142,7 +147,7 @@ func streamOf(e track.Event) (*track.StreamRef, *track.Rejected) {
 	case track.StreamClosed:
 		ref = e.Ref
 	case track.RequestSeen:
-		ref = e.Ref
+		ref, lined = e.Ref, e.Kind == track.KindStale || e.Kind == track.KindUnobserved
 	case track.FullPush:
 		ref = e.Ref
 	case track.FullSyncComplete:
@@ -159,7 +164,7 @@ func streamOf(e track.Event) (*track.StreamRef, *track.Rejected) {
 	if r != nil && r.NotKept != "" {
 		r = nil
 	}
-	return ref, r
+	return ref, r, lined
 }
 
 // write logs e, but for a push's outcome (pushEnded).

@@ -3,7 +3,9 @@ package export_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,5 +208,68 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 				feed(tk.Request(benchStream, at, &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: p.resp.Nonce, VersionInfo: p.resp.VersionInfo}, 10))
 			}
 		})
+	}
+}
+
+// TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine: with DecodeLater, as
+// the pipeline wires the log writer, a NACK's line waits for the writer's
+// goroutine, which reads the objects it rejected there, and the stream's
+// next lines wait behind it, in order; the tracker letting go of the
+// rejection meanwhile (the next push's ACK) loses nothing.
+func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
+	leakcheck.Check(t)
+	var buf strings.Builder
+	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	var waiting []func()
+	l.DecodeLater(func(f func()) bool {
+		waiting = append(waiting, f)
+		return true
+	})
+	tk := track.New(track.Config{})
+	at := t0
+	feed := func(evs []track.Event) {
+		for _, e := range evs {
+			l.OnEvent(e)
+		}
+	}
+	push := func(version string, rules map[string]string) {
+		at = at.Add(time.Second)
+		resp, data := stampedCDS(t, version, rules)
+		feed(tk.ResponseFrame(1, at, resp, data.Len(), data))
+	}
+	answer := func(version, nack string) {
+		at = at.Add(time.Millisecond)
+		req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
+		if nack != "" {
+			req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
+		}
+		feed(tk.Request(1, at, req, 10))
+	}
+	feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
+	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
+	push("1", map[string]string{"reviews": "reviews"})
+	answer("1", "")
+	push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"})
+	answer("2", "cluster outbound|9080||ratings.shop.svc.cluster.local: unknown lb_policy")
+	push("3", map[string]string{"reviews": "reviews"})
+	answer("3", "")
+
+	before := buf.String()
+	if strings.Contains(before, "NACK") || strings.Contains(before, "v=3") {
+		t.Fatalf("the NACK's line, or a line after it, was written on the tracker's goroutine:\n%s", before)
+	}
+	if len(waiting) != 3 {
+		t.Fatalf("%d lines wait for the writer's goroutine, want 3 (the NACK's, the next push's as a full push, its ACK's)", len(waiting))
+	}
+	for _, f := range waiting {
+		f()
+	}
+	after := strings.TrimPrefix(buf.String(), before)
+	nack, ack := strings.Index(after, "CDS v=2"), strings.Index(after, "CDS v=3")
+	if nack < 0 || ack < nack {
+		t.Fatalf("want the NACK's line, then the next ACK's, got:\n%s", after)
+	}
+	if line := after[nack:ack]; !strings.Contains(line, "NACK") || !strings.Contains(line, " — ") || !strings.Contains(line[strings.Index(line, " — "):], "shop/ratings") {
+		t.Errorf("the NACK's line does not name the DestinationRule it rejected: %s", line)
 	}
 }
