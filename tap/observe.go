@@ -162,6 +162,14 @@ func (p *observePool) startObservation(info StreamInfo) *observation {
 // just marked it scheduled, so it is on a queue at most once and with no
 // worker.
 func (p *observePool) schedule(o *observation) {
+	p.enqueue(o)
+	if p.idleCount.Load() > 0 {
+		p.wakeOne()
+	}
+}
+
+// enqueue links o at the tail of its shard.
+func (p *observePool) enqueue(o *observation) {
 	sh := o.shard
 	sh.mu.Lock()
 	if sh.tail == nil {
@@ -172,9 +180,6 @@ func (p *observePool) schedule(o *observation) {
 	sh.tail = o
 	sh.queued.Add(1)
 	sh.mu.Unlock()
-	if p.idleCount.Load() > 0 {
-		p.wakeOne()
-	}
 }
 
 // wakeOne wakes a sleeping worker, if there is one.
@@ -247,8 +252,9 @@ func (p *observePool) run(i int) {
 		}
 		if o.observe() {
 			// More came meanwhile: back at the tail of its shard, so the
-			// others go first.
-			p.schedule(o)
+			// others go first. No one needs waking: this worker is awake
+			// to take it.
+			p.enqueue(o)
 		}
 	}
 }
