@@ -134,37 +134,22 @@ func (l *LiveLog) writeLater(st *logStream, rejected *track.Rejected, e track.Ev
 // rejected, if its bytes are at hand to read, and whether the event may get
 // a line.
 func streamOf(e track.Event) (ref *track.StreamRef, r *track.Rejected, lined bool) {
-	lined = true
 	switch e := e.(type) {
 	case track.PushSent:
 		return nil, nil, false
-	case track.PushEnded:
-		ref, r = e.Push.Ref, e.Rejected
-	case track.LateAnswer:
-		ref, r = e.Push.Ref, e.Rejected
-	case track.StreamOpened:
-		ref = e.Ref
-	case track.StreamClosed:
-		ref = e.Ref
 	case track.RequestSeen:
-		ref, lined = e.Ref, e.Kind == track.KindStale || e.Kind == track.KindUnobserved
-	case track.FullPush:
-		ref = e.Ref
-	case track.FullSyncComplete:
-		ref = e.Ref
-	case track.DetectorStarted:
-		ref = e.Ref
-	case track.DetectorEnded:
-		ref = e.Ref
-	case track.DecodeError:
-		ref = e.Ref
-	case track.ObservationGap:
-		ref = e.Ref
+		if e.Kind != track.KindStale && e.Kind != track.KindUnobserved {
+			return nil, nil, false
+		}
+	case track.PushEnded:
+		r = e.Rejected
+	case track.LateAnswer:
+		r = e.Rejected
 	}
 	if r != nil && r.NotKept != "" {
 		r = nil
 	}
-	return ref, r, lined
+	return track.RefOf(e), r, true
 }
 
 // write logs e, but for a push's outcome (pushEnded).

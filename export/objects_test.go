@@ -37,6 +37,46 @@ func stampedCDS(t testing.TB, version string, rules map[string]string) (*codec.R
 	return decodedPush(t, xdstest.PushFrame(codec.TypeCluster, version, "n"+version, clusters))
 }
 
+// stampedStream is stream 1 of a tracker, whose CDS pushes (stampedCDS)
+// and answers go to a sink with the events they make.
+type stampedStream struct {
+	t    testing.TB
+	tk   *track.Tracker
+	sink track.Sink
+	at   time.Time
+}
+
+// openStamped opens stream 1 of tk, node nodeA subscribed to CDS.
+func openStamped(t testing.TB, tk *track.Tracker, sink track.Sink) *stampedStream {
+	s := &stampedStream{t: t, tk: tk, sink: sink, at: t0}
+	s.feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: s.at}))
+	s.feed(tk.Request(1, s.at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
+	return s
+}
+
+func (s *stampedStream) feed(evs []track.Event) {
+	for _, e := range evs {
+		s.sink.OnEvent(e)
+	}
+}
+
+// push sends version, its clusters stamped as rules says, a second later.
+func (s *stampedStream) push(version string, rules map[string]string) {
+	s.at = s.at.Add(time.Second)
+	resp, data := stampedCDS(s.t, version, rules)
+	s.feed(s.tk.ResponseFrame(1, s.at, resp, data.Len(), data))
+}
+
+// answer ACKs version, or NACKs it with nack, a millisecond later.
+func (s *stampedStream) answer(version, nack string) {
+	s.at = s.at.Add(time.Millisecond)
+	req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
+	if nack != "" {
+		req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
+	}
+	s.feed(s.tk.Request(1, s.at, req, 10))
+}
+
 // decodedPush is raw as the tap hands a push to the tracker.
 func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
 	t.Helper()
@@ -60,34 +100,14 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk := track.New(track.Config{HandOverChanged: true})
-	at := t0
-	feed := func(evs []track.Event) {
-		for _, e := range evs {
-			tr.OnEvent(e)
-		}
-	}
-	push := func(version string, rules map[string]string) {
-		at = at.Add(time.Second)
-		resp, data := stampedCDS(t, version, rules)
-		feed(tk.ResponseFrame(1, at, resp, data.Len(), data))
-	}
-	answer := func(version, nack string) {
-		at = at.Add(time.Millisecond)
-		req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
-		if nack != "" {
-			req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
-		}
-		feed(tk.Request(1, at, req, 10))
-	}
-	feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
-	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
-	push("1", map[string]string{"reviews": "reviews"}) // everything is new: reviews' rule
-	answer("1", "")
-	push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"}) // ratings changed
-	answer("2", "cluster outbound|9080||ratings.shop.svc.cluster.local: unknown lb_policy")
-	push("3", map[string]string{"reviews": "reviews", "details": "details"}) // superseded
-	push("4", map[string]string{"reviews": "reviews-v2", "details": "details"})
-	feed(tk.CloseStream(1, at.Add(time.Second), 0, ""))
+	s := openStamped(t, tk, tr)
+	s.push("1", map[string]string{"reviews": "reviews"}) // everything is new: reviews' rule
+	s.answer("1", "")
+	s.push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"}) // ratings changed
+	s.answer("2", "cluster outbound|9080||ratings.shop.svc.cluster.local: unknown lb_policy")
+	s.push("3", map[string]string{"reviews": "reviews", "details": "details"}) // superseded
+	s.push("4", map[string]string{"reviews": "reviews-v2", "details": "details"})
+	s.feed(tk.CloseStream(1, s.at.Add(time.Second), 0, ""))
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -225,34 +245,13 @@ func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 		waiting = append(waiting, f)
 		return true
 	})
-	tk := track.New(track.Config{})
-	at := t0
-	feed := func(evs []track.Event) {
-		for _, e := range evs {
-			l.OnEvent(e)
-		}
-	}
-	push := func(version string, rules map[string]string) {
-		at = at.Add(time.Second)
-		resp, data := stampedCDS(t, version, rules)
-		feed(tk.ResponseFrame(1, at, resp, data.Len(), data))
-	}
-	answer := func(version, nack string) {
-		at = at.Add(time.Millisecond)
-		req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
-		if nack != "" {
-			req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
-		}
-		feed(tk.Request(1, at, req, 10))
-	}
-	feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
-	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
-	push("1", map[string]string{"reviews": "reviews"})
-	answer("1", "")
-	push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"})
-	answer("2", "cluster outbound|9080||ratings.shop.svc.cluster.local: unknown lb_policy")
-	push("3", map[string]string{"reviews": "reviews"})
-	answer("3", "")
+	s := openStamped(t, track.New(track.Config{}), l)
+	s.push("1", map[string]string{"reviews": "reviews"})
+	s.answer("1", "")
+	s.push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"})
+	s.answer("2", "cluster outbound|9080||ratings.shop.svc.cluster.local: unknown lb_policy")
+	s.push("3", map[string]string{"reviews": "reviews"})
+	s.answer("3", "")
 
 	before := buf.String()
 	if strings.Contains(before, "NACK") || strings.Contains(before, "v=3") {

@@ -1,6 +1,8 @@
 package export_test
 
 import (
+	"reflect"
+
 	"github.com/adstap/adstap/track"
 )
 
@@ -14,61 +16,37 @@ var stream3 = track.NewStreamRef(track.StreamMeta{ID: 3, OpenedAt: t0})
 func tracked(events ...track.Event) []track.Event {
 	refs := map[uint64]*track.StreamRef{}
 	pushed := map[uint64]string{}
-	ref := func(id uint64) *track.StreamRef {
-		if id == 0 {
-			return nil
-		}
-		if refs[id] == nil {
-			refs[id] = track.NewStreamRef(track.StreamMeta{ID: id})
-		}
-		return refs[id]
-	}
 	out := make([]track.Event, len(events))
 	for i, e := range events {
-		switch e := e.(type) {
-		case track.StreamOpened:
-			e.Ref = track.NewStreamRef(e.Stream)
-			refs[e.Stream.ID] = e.Ref
-			out[i] = e
-		case track.StreamClosed:
-			e.Ref = ref(e.Stream.ID)
-			out[i] = e
-		case track.PushSent:
-			e.Push.Ref = ref(e.Push.StreamID)
-			_, seen := pushed[e.Push.StreamID]
-			e.Push.First = !seen
-			pushed[e.Push.StreamID] = e.Push.TypeURL
-			out[i] = e
-		case track.PushEnded:
-			e.Push.Ref = ref(e.Push.StreamID)
-			out[i] = e
-		case track.LateAnswer:
-			e.Push.Ref = ref(e.Push.StreamID)
-			out[i] = e
-		case track.RequestSeen:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		case track.FullPush:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		case track.FullSyncComplete:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		case track.DetectorStarted:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		case track.DetectorEnded:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		case track.DecodeError:
-			e.Ref, e.TypeURL = ref(e.StreamID), pushed[e.StreamID]
-			out[i] = e
-		case track.ObservationGap:
-			e.Ref = ref(e.StreamID)
-			out[i] = e
-		default:
-			out[i] = e
+		v := reflect.New(reflect.TypeOf(e)).Elem()
+		v.Set(reflect.ValueOf(e))
+		// The event's Ref and stream id, at its top or in its Push.
+		holder := v
+		if p := v.FieldByName("Push"); p.IsValid() {
+			holder = p
 		}
+		ref, id := holder.FieldByName("Ref"), holder.FieldByName("StreamID")
+		if s := v.FieldByName("Stream"); s.IsValid() {
+			id = s.FieldByName("ID")
+		}
+		if ref.IsValid() && id.IsValid() && id.Uint() != 0 {
+			n := id.Uint()
+			if o, ok := e.(track.StreamOpened); ok {
+				refs[n] = track.NewStreamRef(o.Stream)
+			} else if refs[n] == nil {
+				refs[n] = track.NewStreamRef(track.StreamMeta{ID: n})
+			}
+			ref.Set(reflect.ValueOf(refs[n]))
+			switch e := e.(type) {
+			case track.PushSent:
+				_, seen := pushed[n]
+				holder.FieldByName("First").SetBool(!seen)
+				pushed[n] = e.Push.TypeURL
+			case track.DecodeError:
+				v.FieldByName("TypeURL").SetString(pushed[n])
+			}
+		}
+		out[i] = v.Interface().(track.Event)
 	}
 	return out
 }

@@ -58,3 +58,25 @@ func State[T any](r *StreamRef, owner any) *T {
 	r.states.Store(&states)
 	return v
 }
+
+// RefOf is the stream an event is about, nil when it is about none (or was
+// made outside a tracker).
+func RefOf(e Event) *StreamRef {
+	if a, ok := e.(interface{ streamRef() *StreamRef }); ok {
+		return a.streamRef()
+	}
+	return nil
+}
+
+func (e StreamOpened) streamRef() *StreamRef     { return e.Ref }
+func (e StreamClosed) streamRef() *StreamRef     { return e.Ref }
+func (e RequestSeen) streamRef() *StreamRef      { return e.Ref }
+func (e PushSent) streamRef() *StreamRef         { return e.Push.Ref }
+func (e PushEnded) streamRef() *StreamRef        { return e.Push.Ref }
+func (e LateAnswer) streamRef() *StreamRef       { return e.Push.Ref }
+func (e FullSyncComplete) streamRef() *StreamRef { return e.Ref }
+func (e FullPush) streamRef() *StreamRef         { return e.Ref }
+func (e DecodeError) streamRef() *StreamRef      { return e.Ref }
+func (e ObservationGap) streamRef() *StreamRef   { return e.Ref }
+func (e DetectorStarted) streamRef() *StreamRef  { return e.Ref }
+func (e DetectorEnded) streamRef() *StreamRef    { return e.Ref }
