@@ -83,9 +83,10 @@ func (s *Server) ObserveQueue() ObserveQueue {
 // The run queue is sharded, so that no lock is taken by every stream's
 // frames: each stream is queued on a shard of its own (given when it
 // opens), whose lock only the streams of that shard share, for the moment
-// of linking or unlinking one. A worker takes from its own shard first,
-// then from the others, so a worker stuck on one stream strands nothing:
-// the others drain its shard. Idle workers sleep on a channel each, and
+// of linking or unlinking one. Each worker goes round the shards in turn,
+// taking the stream at the head of the next one that has any, so the
+// streams of every shard take turns with the others', and a worker stuck on
+// one stream strands no shard. Idle workers sleep on a channel each, and
 // the relay wakes one only when some worker says it is idle.
 //
 // The price: an observer stuck on one stream holds a worker, and with every
@@ -204,12 +205,15 @@ func (p *observePool) wakeAll() {
 	}
 }
 
-// take unlinks the stream at the head of a shard, looking at worker i's own
-// first; nil when every shard is empty.
-func (p *observePool) take(i int) *observation {
+// take unlinks the stream at the head of a shard, looking at the shards in
+// turn from *cursor, which it leaves after the shard it took from: each
+// worker goes round the shards, so the streams of every shard take turns
+// with the others'. nil when every shard is empty.
+func (p *observePool) take(cursor *int) *observation {
 	n := len(p.shards)
 	for k := range n {
-		sh := &p.shards[(i+k)%n]
+		at := (*cursor + k) % n
+		sh := &p.shards[at]
 		if sh.queued.Load() == 0 {
 			continue
 		}
@@ -224,6 +228,7 @@ func (p *observePool) take(i int) *observation {
 		}
 		sh.mu.Unlock()
 		if o != nil {
+			*cursor = at + 1
 			return o
 		}
 	}
@@ -245,8 +250,9 @@ func (p *observePool) close() {
 // the pool closes and every stream's end has been told.
 func (p *observePool) run(i int) {
 	defer p.workers.Done()
+	cursor := i // the workers start apart
 	for {
-		o := p.next(i)
+		o := p.next(i, &cursor)
 		if o == nil {
 			return
 		}
@@ -261,9 +267,9 @@ func (p *observePool) run(i int) {
 
 // next returns the stream for worker i to observe, sleeping until there is
 // one; nil when the worker is to end.
-func (p *observePool) next(i int) *observation {
+func (p *observePool) next(i int, cursor *int) *observation {
 	for {
-		if o := p.take(i); o != nil {
+		if o := p.take(cursor); o != nil {
 			return o
 		}
 		if p.ended() {
@@ -274,7 +280,7 @@ func (p *observePool) next(i int) *observation {
 		// it wakes this worker (or another).
 		p.idle[i].Store(true)
 		p.idleCount.Add(1)
-		o := p.take(i)
+		o := p.take(cursor)
 		if o != nil || p.ended() {
 			if p.idle[i].CompareAndSwap(true, false) {
 				p.idleCount.Add(-1)

@@ -322,3 +322,55 @@ func TestPoolClosedWithoutStreams(t *testing.T) {
 
 // workerOrigin is in the stack of every worker, even one not yet started.
 const workerOrigin = "created by github.com/adstap/adstap/tap.(*observePool)"
+
+// Busy streams on every shard of the run queue take turns: a worker goes
+// round the shards, so streams that always have more to tell, on the
+// shards it would look at first, never keep the others waiting.
+func TestPoolStreamsOfEveryShardTakeTurns(t *testing.T) {
+	leakcheck.Check(t)
+	const streams, turns = 2 * minShards, 6
+	var (
+		mu    sync.Mutex
+		seen  = map[uint64]int{}
+		total int
+		obs   []*observation
+	)
+	done := make(chan struct{})
+	busy := ObserverFuncs{FrameFunc: func(s StreamInfo, f Frame) {
+		mu.Lock()
+		seen[s.ID]++
+		total++
+		n := total
+		mu.Unlock()
+		switch {
+		case n < streams*turns:
+			obs[s.ID-1].frame(seqFrame(0)) // always more to tell
+		case n == streams*turns:
+			close(done)
+		}
+	}}
+	var workers sync.WaitGroup
+	p := newObservePool(busy, &byteBudget{limit: 1 << 30}, 8, 1, make(chan struct{}), &workers)
+	defer endPool(t, p, &workers)
+	for id := range uint64(streams) {
+		obs = append(obs, p.startObservation(StreamInfo{ID: id + 1}))
+	}
+	for _, o := range obs {
+		o.frame(seqFrame(0))
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not observe the frames")
+	}
+	for _, o := range obs {
+		o.close(StreamEnd{By: "client"})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range uint64(streams) {
+		if got := seen[id+1]; got < turns-1 {
+			t.Errorf("stream %d observed %d times out of %d, want about %d each: %v", id+1, got, streams*turns, turns, seen)
+		}
+	}
+}
