@@ -335,8 +335,9 @@ func TestPoolStreamsOfEveryShardTakeTurns(t *testing.T) {
 		total int
 		obs   []*observation
 	)
-	done := make(chan struct{})
+	done, ready := make(chan struct{}), make(chan struct{})
 	busy := ObserverFuncs{FrameFunc: func(s StreamInfo, f Frame) {
+		<-ready // every stream has its first frame queued
 		mu.Lock()
 		seen[s.ID]++
 		total++
@@ -358,6 +359,7 @@ func TestPoolStreamsOfEveryShardTakeTurns(t *testing.T) {
 	for _, o := range obs {
 		o.frame(seqFrame(0))
 	}
+	close(ready)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
