@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/google/go-cmp/cmp"
@@ -217,7 +218,7 @@ func TestRules(t *testing.T) {
 // may be on any of them.
 var (
 	anyValue  []string
-	typeValue = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
+	typeValue = codec.ShortTypes()
 	protocol  = []string{"sotw", "delta", "opaque"}
 	direction = []string{"request", "response"}
 	// referenceKind is the kind of a dangling reference (refgraph.Kinds).

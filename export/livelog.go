@@ -319,7 +319,7 @@ func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
 
 // typeLabel is the short name operators use: CDS, EDS, LDS...
 func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != "other" {
+	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
 		if l, ok := typeLabels[s]; ok {
 			return l
 		}
@@ -330,8 +330,8 @@ func typeLabel(typeURL string) string {
 
 // knownShortTypes is what codec.ShortType returns. What the sinks derive
 // from a type (labels, span names) is made once for each: it would be
-// garbage for every push. A type missing here costs allocations, nothing else.
-var knownShortTypes = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "address", "authorization", "syncz", "other"}
+// garbage for every push.
+var knownShortTypes = codec.ShortTypes()
 
 // typeLabels are the labels of the known short types.
 var typeLabels = func() map[string]string {

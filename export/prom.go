@@ -326,7 +326,7 @@ func (m *Metrics) OnEvent(e track.Event) {
 		t, ok := m.streamTy[e.StreamID]
 		m.mu.Unlock()
 		if !ok {
-			t = "other"
+			t = codec.ShortTypeOther
 		}
 		m.decodeErrors.WithLabelValues(t).Inc()
 	case track.UpstreamConnected:

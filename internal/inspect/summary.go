@@ -286,7 +286,7 @@ func percentiles(ds []time.Duration) Percentiles {
 // typeLabel is the short name operators use (CDS, EDS...), or the message
 // name for types without one.
 func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != "other" {
+	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
 		return strings.ToUpper(s)
 	}
 	return codec.TypeName(typeURL)
