@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/adstap/adstap/track"
 )
 
 // The dashboard is written from this table: rows of panels, each a few
@@ -52,10 +54,11 @@ func quantile(q, metric, by, extra string) string {
 var rows = []rowSpec{
 	{"Mesh", []panelSpec{
 		{title: "Proxies by state, per type", unit: "short", width: 8,
-			description: "Streams of every selected tap (a sidecar tap has one proxy) in each state of istioctl proxy-status: SYNCED, STALE (a push unanswered), NACKED (the latest push rejected), NOT_SENT. adstap status --prometheus lists them, problems first.",
-			queries:     []query{{expr: "sum by (type, state) (adstap_stream_states{" + sel + "})", legend: "{{type}} {{state}}"}}},
-		{title: "Proxies in ERROR or STALE now", unit: "short", stat: true, width: 4,
-			queries: []query{{expr: "sum(adstap_stream_states{" + sel + `, state=~"NACKED|STALE"})`, legend: "not in sync"}}},
+			description: "Streams of every selected tap (a sidecar tap has one proxy) in each state of istioctl proxy-status: " + string(track.StateSynced) + ", " +
+				string(track.StateStale) + " (a push unanswered), " + string(track.StateNACKed) + " (the latest push rejected), " + string(track.StateNotSent) + ". adstap status --prometheus lists them, problems first.",
+			queries: []query{{expr: "sum by (type, state) (adstap_stream_states{" + sel + "})", legend: "{{type}} {{state}}"}}},
+		{title: "Proxies in " + track.StateNACKed.Display() + " or " + track.StateStale.Display() + " now", unit: "short", stat: true, width: 4,
+			queries: []query{{expr: "sum(adstap_stream_states{" + sel + `, state=~"` + string(track.StateNACKed) + "|" + string(track.StateStale) + `"})`, legend: "not in sync"}}},
 		{title: "Time to ACK across the mesh, p50 and p99", unit: "s", width: 6,
 			description: "Push to ACK over every selected tap: convergence as the proxies apply it, which istiod's pilot_proxy_convergence_time (it stops at send) cannot show. Exemplars open the push round's trace.",
 			queries: []query{

@@ -220,6 +220,7 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 		{`adstap_pushes_total{kind="cds"}`, "has no label kind"},
 		{`adstap_push_ack_seconds_count{result="acked"}`, `no series of adstap_push_ack_seconds_count has result="acked"`},
 		{`adstap_pushes_total{le="1"}`, "has no label le"},
+		{`adstap_stream_states{state=~"NACKED|ERROR"}`, `no series of adstap_stream_states has state="ERROR"`},
 	} {
 		expr, err := p.ParseExpr(tc.expr)
 		if err != nil {
@@ -317,6 +318,8 @@ func labelsOf(f *dto.MetricFamily, extra []string) []string {
 	return out
 }
 
+var literalAlternation = regexp.MustCompile(`^[A-Za-z0-9_]+(\|[A-Za-z0-9_]+)*$`)
+
 func checkAgainstScrape(expr parser.Expr, families map[string]*dto.MetricFamily) []string {
 	var problems []string
 	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
@@ -335,6 +338,15 @@ func checkAgainstScrape(expr parser.Expr, families map[string]*dto.MetricFamily)
 				}
 				if m.Type.String() == "=" && m.Name != "__name__" && !hasValue(f, m.Name, m.Value) {
 					problems = append(problems, fmt.Sprintf("no series of %s has %s=%q", n.Name, m.Name, m.Value))
+				}
+				// A regular expression that only lists values (NACKED|STALE):
+				// each must be one a series has.
+				if m.Type.String() == "=~" && literalAlternation.MatchString(m.Value) {
+					for v := range strings.SplitSeq(m.Value, "|") {
+						if !hasValue(f, m.Name, v) {
+							problems = append(problems, fmt.Sprintf("no series of %s has %s=%q", n.Name, m.Name, v))
+						}
+					}
 				}
 			}
 		case *parser.AggregateExpr:
