@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
@@ -119,6 +120,16 @@ func TestPageKnowsEveryState(t *testing.T) {
 	for _, s := range track.States {
 		if !named["td."+string(s)] {
 			t.Errorf("page.css has no style for td.%s", s)
+		}
+	}
+	// The order of the type columns names types that exist.
+	order := regexp.MustCompile(`const TYPE_ORDER = \[([^\]]*)\]`).FindStringSubmatch(js)
+	if order == nil {
+		t.Fatal("page.js has no TYPE_ORDER")
+	}
+	for _, m := range regexp.MustCompile(`"([^"]*)"`).FindAllStringSubmatch(order[1], -1) {
+		if !slices.Contains(codec.ShortTypes(), m[1]) {
+			t.Errorf("page.js's TYPE_ORDER names %q, which is no short type (codec.ShortTypes: %v)", m[1], codec.ShortTypes())
 		}
 	}
 	if !named[string(track.StateNACKed)] || !named[string(track.StateStale)] {
