@@ -555,7 +555,7 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	case track.ResultNACK:
 		span.SetStatus(codes.Error, e.Error)
 	case track.ResultTimeout:
-		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is STALE")
+		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is "+string(track.StateStale))
 	}
 	sc.end[0] = trace.WithTimestamp(e.At)
 	span.End(sc.end[:]...)
