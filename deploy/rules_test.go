@@ -243,7 +243,7 @@ var labelValues = func() map[string][]string {
 	}
 }()
 
-// metricLabels are, for a family of families, its labels, each with the
+// metricLabels are the labels of a family, each with the
 // values it takes (nil: any). node, added by --metrics-node-label, may be
 // on any of them.
 func metricLabels(f promtest.Family) map[string][]string {
