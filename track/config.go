@@ -23,6 +23,13 @@ type Config struct {
 	// resources it changed came from. Whoever takes a Changed must release
 	// it. Set it only when such an output is there (tracing).
 	HandOverChanged bool
+	// HandOverAccepted makes an ACK hand what its push kept, with its
+	// resources as decoded, to its PushEnded or LateAnswer (Accepted), for
+	// an output to keep what each client accepted; a push is then kept
+	// whole or compact as ever, within KeepBytes. Whoever takes an Accepted
+	// must release it. Set it only when such an output is there (the
+	// retained configuration).
+	HandOverAccepted bool
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.
