@@ -159,8 +159,8 @@ type PushEnded struct {
 	// when nothing was kept).
 	Changed *Changed
 	// Accepted is what an acknowledged push kept of its resources, for an
-	// output to keep what the client accepted and release
-	// (Config.HandOverAccepted; nil without it and but for an ACK).
+	// output to keep what the client accepted and release (an ACK's, with
+	// Config.HandOverAccepted; nil otherwise).
 	Accepted *Accepted
 }
 

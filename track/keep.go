@@ -22,7 +22,10 @@ const DefaultKeepBytes = 64 << 20
 // client answers. The tracker keeps only hashes of what it was sent; without
 // these bytes the rejected push would be gone when its NACK arrives. An ACK,
 // a newer push or the stream's end lets go of them; a NACK hands them to a
-// Rejected, which lets go once read.
+// Rejected, which lets go once read. It is the tap's one place for a push
+// awaiting its answer: what an output needs of a push once answered it is
+// handed from here (Changed for tracing, Accepted for the retained
+// configuration), never kept by the output from the push's own bytes.
 //
 // A client never rejects a resource it has already accepted with the same
 // bytes (Envoy skips a resource whose hash has not changed; grpc-go's
@@ -59,7 +62,7 @@ const compactShare = 4
 
 // KeptStats is what the keeper holds and has had to give up.
 type KeptStats struct {
-	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected)
+	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected, Changed, Accepted)
 	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
 }
 
