@@ -70,7 +70,7 @@ var _ track.Sink = (*ConfigStore)(nil)
 
 // configOp is one call to the store, done on its queue's goroutine.
 type configOp struct {
-	kind     uint8 // opOpen, opClose, opAccepted
+	kind     uint8 // opOpen, opClose, opAccepted, opEnded
 	stream   uint64
 	typeURL  string
 	accepted *track.Accepted
@@ -80,6 +80,7 @@ const (
 	opOpen = iota
 	opClose
 	opAccepted
+	opEnded // a push of the type ended with nothing to retain
 )
 
 // NewConfigStore retains at most maxBytes of resource bodies, with at most
@@ -104,6 +105,12 @@ func (c *ConfigStore) do(op configOp) {
 	case opAccepted:
 		c.accept(op.stream, op.typeURL, op.accepted)
 		op.accepted.Release()
+	case opEnded:
+		if st := c.streams[op.stream]; st != nil && st.types[op.typeURL] == nil {
+			c.mu.Lock()
+			st.types[op.typeURL] = &retainedType{accepted: map[string]retained{}}
+			c.mu.Unlock()
+		}
 	}
 }
 
@@ -119,22 +126,26 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 	case track.StreamClosed:
 		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
-		c.take(e.Push, e.Accepted)
+		c.ended(e.Push, e.Accepted)
 	case track.LateAnswer:
-		c.take(e.Push, e.Accepted)
+		c.ended(e.Push, e.Accepted)
 	}
 }
 
-func (c *ConfigStore) take(p track.Push, a *track.Accepted) {
-	if a == nil {
-		return
-	}
-	if a.NotKept != "" || !c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
+// ended takes what a push that ended accepted, if anything. A type whose
+// pushes ended with nothing accepted (NACKed, say) is on the page all the
+// same, with no resources.
+func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
+	if a != nil {
+		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
+			return
+		}
 		a.Release()
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()
 	}
+	c.q.put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
 }
 
 // Dropped counts the accepted pushes dropped because the queue was full.

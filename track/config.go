@@ -15,7 +15,9 @@ type Config struct {
 	HerdWindow             time.Duration // ... within this window across the tap are a reconnect herd
 	FullSyncSettle         time.Duration // how long a full-sync candidate must stand with no new type requested
 	// KeepBytes bounds the bytes of unanswered pushes kept for their NACKs
-	// (Tracker.ResponseFrame) across all streams; negative keeps none.
+	// (Tracker.ResponseFrame), and of what their answers hand over until
+	// released (Rejected, Changed, Accepted), across all streams; negative
+	// keeps none.
 	KeepBytes int64
 	// HandOverChanged makes a push that ends with an ACK, superseded or
 	// with its stream hand what it kept to its PushEnded (Changed) rather
