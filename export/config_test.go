@@ -83,11 +83,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 			}
 			answer := func(version, nack string) {
 				at = at.Add(time.Millisecond)
-				req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
-				if nack != "" {
-					req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
-				}
-				feed(tk.Request(1, at, req, 10))
+				feed(tk.Request(1, at, cdsAnswer(version, nack), 10))
 			}
 			type cluster struct {
 				Name           string

@@ -3,6 +3,7 @@ package track_test
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,12 +23,9 @@ import (
 // another message, as the next frame would be. Views that outlived what
 // they point into would read garbage.
 type acceptedHarness struct {
-	t    *testing.T
-	tr   *track.Tracker
-	pool *scribblingPool
+	*keepHarness
 	resp codec.Response
-	at   time.Time
-	gets int // buffers taken from pool
+	gets int // buffers taken from the pool
 }
 
 // pieceSize cuts every cluster across pieces.
@@ -35,9 +33,7 @@ const pieceSize = 64
 
 func newAcceptedHarness(t *testing.T, cfg track.Config, method string) *acceptedHarness {
 	cfg.HandOverAccepted = true
-	h := &acceptedHarness{t: t, tr: track.New(cfg), pool: &scribblingPool{}, at: t0}
-	h.tr.OpenStream(track.StreamMeta{ID: 1, Method: method, OpenedAt: t0})
-	return h
+	return &acceptedHarness{keepHarness: newKeepHarness(t, cfg, method)}
 }
 
 func (h *acceptedHarness) pieces(b []byte) mem.BufferSlice {
@@ -55,29 +51,21 @@ func (h *acceptedHarness) pieces(b []byte) mem.BufferSlice {
 
 func (h *acceptedHarness) send(m proto.Message) []track.Event {
 	h.t.Helper()
-	h.at = h.at.Add(10 * ms)
-	b, err := proto.Marshal(m)
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	switch m.(type) {
 	case *discoveryv3.DiscoveryRequest, *discoveryv3.DeltaDiscoveryRequest:
-		_, delta := m.(*discoveryv3.DeltaDiscoveryRequest)
-		req, err := codec.DecodeRequest(b, delta)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		return h.tr.Request(1, h.at, req, len(b))
+		return h.keepHarness.send(m)
 	}
+	h.at++
+	b := mustMarshal(h.t, m)
 	_, delta := m.(*discoveryv3.DeltaDiscoveryResponse)
 	data := h.pieces(b)
 	if err := h.resp.DecodeBuffers(data, delta); err != nil {
 		h.t.Fatal(err)
 	}
-	evs := h.tr.ResponseFrame(1, h.at, &h.resp, len(b), data)
+	evs := h.tr.ResponseFrame(1, h.now(), &h.resp, len(b), data)
 	data.Free() // the tap's reference
 	// The next frame, decoded into the same Response.
-	other := h.pieces(mustMarshal(h.t, push(cds, 99, cluster("outbound|1||scribble-"+string(bytes.Repeat([]byte{'x'}, 200))))))
+	other := h.pieces(mustMarshal(h.t, push(cds, 99, cluster("outbound|1||scribble-"+strings.Repeat("x", 200)))))
 	if err := h.resp.DecodeBuffers(other, false); err != nil {
 		h.t.Fatal(err)
 	}
@@ -177,7 +165,7 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		nacked := h.send(nack(cds, 3, 2, "bad"))
 		h.send(push(cds, 4, shopClusters(false, 5)...))
 		superseded := h.send(push(cds, 5, shopClusters(false, 6)...))
-		closed := h.tr.CloseStream(1, h.at, 0, "")
+		closed := h.tr.CloseStream(1, h.now(), 0, "")
 		for name, evs := range map[string][]track.Event{"a NACK": nacked, "a newer push": superseded, "the stream's end": closed} {
 			if a, ok := acceptedIn(evs); !ok || a != nil {
 				t.Errorf("%s: the push ended (%v) with an Accepted %v, want none", name, ok, a)
@@ -209,8 +197,8 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		h.send(initial(cds))
 		v1 := push(cds, 1, shopClusters(false)...)
 		h.send(v1)
-		h.tr.Tick(h.at.Add(2 * time.Second))
-		h.at = h.at.Add(2 * time.Second)
+		h.at += 200 // 2s
+		h.tr.Tick(h.now())
 		evs := h.send(ack(cds, 1))
 		if _, ok := evs[len(evs)-1].(track.LateAnswer); !ok {
 			t.Fatalf("the ACK after the timeout gave %T, want a LateAnswer", evs[len(evs)-1])
