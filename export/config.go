@@ -43,8 +43,9 @@ type ConfigStore struct {
 	maxBytes int64
 	q        *queue[configOp]
 
-	// Written on the queue's goroutine only, under mu; the page reads them
-	// under mu.
+	// Written under mu on the queue's goroutine, which alone reads them
+	// without it, but for full, which OnEvent sets when an accepted push
+	// is lost; the page reads them under mu.
 	mu      sync.Mutex
 	used    int64
 	full    bool
