@@ -124,6 +124,21 @@ func countFields(segs [][]byte, num protowire.Number) int {
 
 func (s *segScratch) reset() { s.arena.reset() }
 
+// KeepViews lets the views of r's last decode outlive its next one: the
+// copies of the fields that straddled segments are left to them instead of
+// being overwritten, and the next decode that needs copies makes new ones.
+// The views into the message's own segments stay valid for as long as the
+// caller holds those. It returns the bytes of copies left to the views.
+func (r *Response) KeepViews() int {
+	a := &r.scratch.arena
+	n := a.used
+	// The chunks before the current one are never written again; the
+	// current one is let go of, and the next decode sizes its first chunk
+	// for what this one copied (reset).
+	a.chunk = nil
+	return n
+}
+
 // minChunk is the smallest arena chunk: a gRPC segment's worth, as a message
 // that straddles at all is likely to straddle once per segment.
 const minChunk = 16 << 10

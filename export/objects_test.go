@@ -35,6 +35,16 @@ func stampedCDS(t testing.TB, version string, rules map[string]string) (*codec.R
 	return decodedPush(t, xdstest.PushFrame(codec.TypeCluster, version, "n"+version, clusters))
 }
 
+// cdsAnswer is the ACK (or, with nack, the NACK) of the CDS push of
+// version, whose nonce is "n" and the version.
+func cdsAnswer(version, nack string) *codec.Request {
+	req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
+	if nack != "" {
+		req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
+	}
+	return req
+}
+
 // decodedPush is raw as the tap hands a push to the tracker.
 func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
 	t.Helper()
@@ -71,11 +81,7 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 	}
 	answer := func(version, nack string) {
 		at = at.Add(time.Millisecond)
-		req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
-		if nack != "" {
-			req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
-		}
-		feed(tk.Request(1, at, req, 10))
+		feed(tk.Request(1, at, cdsAnswer(version, nack), 10))
 	}
 	feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
 	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))

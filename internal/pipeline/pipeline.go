@@ -148,8 +148,10 @@ func New(cfg Config) (*Pipeline, error) {
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
 	// Tracing reads the Istio objects of what each push changed from what
-	// the tracker kept of it, on its own goroutine.
+	// the tracker kept of it, on its own goroutine; the retained
+	// configuration keeps what each ACK accepted, from the same.
 	detect.HandOverChanged = p.Tracing != nil
+	detect.HandOverAccepted = p.Retained != nil
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
@@ -158,12 +160,8 @@ func New(cfg Config) (*Pipeline, error) {
 		p.Observer.tickers = append(p.Observer.tickers, p.References.Tick)
 	}
 	observers := []tap.Observer{p.Observer}
-	if p.Retained != nil {
-		// After the tracker: a push's bytes are kept before its ACK is judged.
-		observers = append(observers, retainObserver{p.Retained})
-	}
 	if p.References != nil {
-		// After the tracker, as retaining: a push is queued before its answer.
+		// After the tracker: a push is queued before its answer.
 		observers = append(observers, referencesObserver{p.References})
 	}
 	if p.Capture != nil {

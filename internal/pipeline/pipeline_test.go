@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -22,8 +24,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
@@ -244,5 +248,63 @@ func captureFrames(t *testing.T, path string) []capture.Record {
 		if rec.Kind == "frame" {
 			frames = append(frames, rec)
 		}
+	}
+}
+
+// TestRetainedConfigurationCountsOnlyWhatWasAccepted: the tracker is the
+// one place a push waits for its answer; the retained configuration keeps
+// what each ACK accepted, so --retain-max-bytes bounds that alone. A
+// budget of one and a half times a push holds the accepted push and takes
+// the next once it is ACKed. A store that kept its own copy of every push
+// until its answer needed twice the push, and said it was incomplete.
+func TestRetainedConfigurationCountsOnlyWhatWasAccepted(t *testing.T) {
+	leakcheck.Check(t)
+	v1, v2 := xdstest.ClusterAnys(8, 8<<10), xdstest.ClusterAnys(8, 8<<10)
+	size := 0
+	for i, a := range v2 {
+		cl := xdsconfig.Clusters(8, 8<<10)[i].(*clusterv3.Cluster)
+		cl.ConnectTimeout = durationpb.New(7 * time.Second)
+		v2[i] = xdstest.MustAny(cl)
+		size += len(a.Value)
+	}
+	p, err := pipeline.New(pipeline.Config{RetainMaxBytes: int64(size * 3 / 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	o, s, at := p.TapObserver(), benchStream(1), benchT0
+	page := func() export.ConfigPage {
+		rec := httptest.NewRecorder()
+		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
+		var got export.ConfigPage
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body.String())
+		}
+		return got
+	}
+	o.OnStreamOpen(s)
+	o.OnFrame(s, request(at, xdstest.RequestFrame(&core.Node{Id: "retained"}, codec.TypeCluster, "", "", "")))
+	o.OnFrame(s, response(at, xdstest.PushFrame(codec.TypeCluster, "1", "n1", v1)))
+	o.OnFrame(s, request(at, xdstest.RequestFrame(nil, codec.TypeCluster, "1", "n1", "")))
+	if got := page(); got.Version != "1" || len(got.Resources) != 8 || got.Incomplete {
+		t.Fatalf("after the ACK of v1: version %q, %d resources, incomplete %v; want 1, 8, false", got.Version, len(got.Resources), got.Incomplete)
+	}
+	o.OnFrame(s, response(at, xdstest.PushFrame(codec.TypeCluster, "2", "n2", v2)))
+	if got := page(); got.Version != "1" {
+		t.Errorf("v2 awaiting its answer: /debug/config shows version %q, want what was accepted, 1", got.Version)
+	}
+	o.OnFrame(s, request(at, xdstest.RequestFrame(nil, codec.TypeCluster, "2", "n2", "")))
+	got := page()
+	if got.Version != "2" || len(got.Resources) != 8 || got.Incomplete {
+		t.Fatalf("after the ACK of v2 (budget %d bytes, pushes of %d): version %q, %d resources, incomplete %v; want 2, 8, false",
+			size*3/2, size, got.Version, len(got.Resources), got.Incomplete)
+	}
+	var cluster struct{ ConnectTimeout string }
+	if err := json.Unmarshal(got.Resources[0], &cluster); err != nil || cluster.ConnectTimeout != "7s" {
+		t.Errorf("after the ACK of v2, a cluster reads %s, want v2's connectTimeout 7s", got.Resources[0])
 	}
 }
