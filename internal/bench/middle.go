@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -106,7 +105,7 @@ func (m inProcess) Close() error                  { return m.s.Close() }
 // Server is a running middle: a tap (observation off or full), the
 // pass-through relay or the typed relay.
 type Server struct {
-	lis   net.Listener
+	addr  string
 	close func() error
 	// spans and logBytes count what a full tap's tracing and live log
 	// produced, to show they were on.
@@ -118,21 +117,29 @@ func (s *Server) counts() Usage {
 }
 
 // Addr is the address clients connect to.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) Addr() string { return s.addr }
 
 // Close ends every stream and stops the middle.
 func (s *Server) Close() error { return s.close() }
 
 // Serve starts path's middle in front of upstream, listening on listen.
 func Serve(p Path, upstream, listen string) (*Server, error) {
+	s := &Server{}
+	if p == TapFull {
+		var err error
+		if s.close, err = s.serveObservedTap(upstream, listen); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lis: lis}
+	s.addr = lis.Addr().String()
 	switch p {
-	case TapOff, TapFull:
-		s.close, err = s.serveTap(upstream, p == TapFull)
+	case TapOff:
+		s.close, err = s.serveTap(lis, upstream)
 	case Relay:
 		s.close, err = servePassRelay(lis, upstream)
 	case Typed:
@@ -168,61 +175,21 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// serveTap runs a tap as `adstap run` wires it (internal/pipeline). With
-// full, it observes everything: the tracker, the live log to
-// /dev/null at the default info level, Prometheus metrics served on a
-// loopback admin port, tracing to a discarding exporter, and the tracker's
-// one-second tick.
-func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
-	lis := s.lis
+// serveTap runs a tap with no observer: the relay alone, its log to
+// /dev/null.
+func (s *Server) serveTap(lis net.Listener, upstream string) (func() error, error) {
 	addr, err := tap.ParseAddress(upstream)
 	if err != nil {
 		return nil, err
 	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	log, devnull, err := s.devnullLog()
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(export.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
-	cfg := tap.Config{Upstream: addr, Logger: log}
-	var (
-		observing *pipeline.Pipeline
-		admin     *http.Server
-	)
-	if full {
-		observing, err = pipeline.New(pipeline.Config{
-			Logger: log, Version: "bench",
-			Tracing: &export.TracingConfig{Getenv: os.Getenv, Exporter: discardSpans{&s.spans}},
-		})
-		if err != nil {
-			devnull.Close()
-			return nil, err
-		}
-		cfg.Observer = observing.TapObserver()
-		mux := http.NewServeMux()
-		for pattern, h := range observing.Pages() {
-			mux.Handle(pattern, h)
-		}
-		adminLis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			observing.Close(context.Background())
-			devnull.Close()
-			return nil, err
-		}
-		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go admin.Serve(adminLis)
-	}
-	srv, err := tap.New(cfg)
+	srv, err := tap.New(tap.Config{Upstream: addr, Logger: log})
 	if err != nil {
-		if admin != nil {
-			admin.Close()
-			observing.Close(context.Background())
-		}
 		devnull.Close()
 		return nil, err
-	}
-	if observing != nil {
-		observing.Start(srv)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -231,14 +198,54 @@ func (s *Server) serveTap(upstream string, full bool) (func() error, error) {
 		defer cancel()
 		srv.Shutdown(ctx)
 		err := <-served
-		if observing != nil {
-			observing.Close(ctx)
-		}
-		if admin != nil {
-			admin.Close()
-		}
 		devnull.Close()
 		return err
+	}, nil
+}
+
+// devnullLog is a log at the default info level to /dev/null, its bytes
+// counted.
+func (s *Server) devnullLog() (*slog.Logger, *os.File, error) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(export.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo)), devnull, nil
+}
+
+// serveObservedTap runs a tap as `adstap run` starts it (pipeline.Start),
+// observing everything: the tracker, the live log to /dev/null at the
+// default info level, Prometheus metrics served on a loopback admin port,
+// tracing to a discarding exporter, and the tracker's one-second tick.
+func (s *Server) serveObservedTap(upstream, listen string) (func() error, error) {
+	addr, err := tap.ParseAddress(upstream)
+	if err != nil {
+		return nil, err
+	}
+	log, devnull, err := s.devnullLog()
+	if err != nil {
+		return nil, err
+	}
+	running, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap: tap.Config{Upstream: addr},
+		Observe: pipeline.Config{
+			Logger: log, Version: "bench",
+			Tracing: &export.TracingConfig{Getenv: os.Getenv, Exporter: discardSpans{&s.spans}},
+		},
+		Listen: tap.Address{Network: "tcp", Addr: listen},
+		Admin:  "127.0.0.1:0",
+	})
+	if err != nil {
+		devnull.Close()
+		return nil, err
+	}
+	s.addr = running.Addr().Addr
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		running.Close(ctx)
+		devnull.Close()
+		return running.Err()
 	}, nil
 }
 

@@ -48,7 +48,7 @@ func benchPipeline(b *testing.B) *pipeline.Pipeline {
 
 func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 	b.Helper()
-	p, err := pipeline.New(pipeline.Config{
+	p, err := pipeline.NewUnstarted(pipeline.Config{
 		Logger:  slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
 		Version: "bench",
 		Tracing: &export.TracingConfig{Exporter: discardSpans{}},
@@ -156,7 +156,7 @@ func BenchmarkObserverFanOut(b *testing.B) {
 		v2 = append(v2, r)
 	}
 	p := benchPipeline(b)
-	o := p.Observer
+	o := p.Tracking()
 	at := benchT0
 	// The frames are made once: the tracker keeps a push's bytes until its
 	// ACK (mem.Buffer.Ref), which costs a SliceBuffer nothing.
@@ -236,7 +236,7 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 		var p *pipeline.Pipeline
 		grown := heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o := p.Observer
+			o := p.Tracking()
 			for id := range uint64(streams) {
 				s := benchStream(id + 1)
 				at := benchT0
@@ -294,7 +294,7 @@ func BenchmarkObserverLargePush(b *testing.B) {
 		var p *pipeline.Pipeline
 		held = heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o, s, at := p.Observer, benchStream(1), benchT0
+			o, s, at := p.Tracking(), benchStream(1), benchT0
 			o.OnStreamOpen(s)
 			o.OnFrame(s, request(at, initial))
 			o.OnFrame(s, response(at, push))
