@@ -28,7 +28,7 @@ import (
 )
 
 // The benchmarks drive a pipeline as the bench harness's tap-full path
-// wires it (internal/bench: the live log in the text format, metrics,
+// wires it (benchmark: the live log in the text format, metrics,
 // tracing with spans discarded) with the frames of W5 and W6, so that what
 // observation costs per push and holds per stream is measured without the
 // relay, the clients and the noise of the whole workload. A frame reaches

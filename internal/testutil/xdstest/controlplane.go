@@ -37,6 +37,7 @@ type ControlPlane struct {
 	served chan struct{}
 	stop   sync.Once
 
+	forget  bool // WithoutRecording
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a request is recorded
 	sotw    []*discovery.DiscoveryRequest
@@ -60,12 +61,22 @@ func WithCallbacks(cb server.Callbacks) grpc.ServerOption {
 	return callbacksOption{cb: cb}
 }
 
+// withoutRecording is WithoutRecording's option.
+type withoutRecording struct{ grpc.EmptyServerOption }
+
+// WithoutRecording makes StartControlPlane keep nothing of what it
+// receives (Requests and the WaitFor methods then see nothing): in a loop of
+// thousands of NACKs a second, recorded requests are memory a test would
+// blame on the tap.
+func WithoutRecording() grpc.ServerOption { return withoutRecording{} }
+
 // StartControlPlane serves ADS and the per-type LDS/RDS/CDS/EDS/SDS services,
 // SotW and Delta, on lis. opts are passed to grpc.NewServer, except those
 // made by WithCallbacks.
 func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption) *ControlPlane {
 	t.Helper()
 	var user []server.Callbacks
+	forget := false
 	// WaitForHandlers makes Stop block until every stream handler returned,
 	// so no go-control-plane goroutine outlives the test (goleak) and no
 	// callback fires after cleanup.
@@ -73,6 +84,10 @@ func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption
 	for _, o := range opts {
 		if c, ok := o.(callbacksOption); ok {
 			user = append(user, c.cb)
+			continue
+		}
+		if _, ok := o.(withoutRecording); ok {
+			forget = true
 			continue
 		}
 		srvOpts = append(srvOpts, o)
@@ -83,6 +98,7 @@ func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption
 		srv:     grpc.NewServer(srvOpts...),
 		served:  make(chan struct{}),
 		changed: make(chan struct{}),
+		forget:  forget,
 	}
 	var stopped atomic.Bool
 	cp.cache = cache.NewSnapshotCache(true, cache.IDHash{}, testLogger{t: t, stopped: &stopped})
@@ -139,12 +155,20 @@ func (cp *ControlPlane) Cache() cache.SnapshotCache { return cp.cache }
 // partial or dangling sets on purpose.
 func (cp *ControlPlane) SetSnapshot(t testing.TB, nodeID, version string, resources map[resource.Type][]types.Resource) {
 	t.Helper()
+	cp.SetSnapshotFor(t, version, resources, nodeID)
+}
+
+// SetSnapshotFor is SetSnapshot of one snapshot for every node of nodeIDs.
+func (cp *ControlPlane) SetSnapshotFor(t testing.TB, version string, resources map[resource.Type][]types.Resource, nodeIDs ...string) {
+	t.Helper()
 	snap, err := cache.NewSnapshot(version, resources)
 	if err != nil {
 		t.Fatalf("xdstest: snapshot %s: %v", version, err)
 	}
-	if err := cp.cache.SetSnapshot(context.Background(), nodeID, snap); err != nil {
-		t.Fatalf("xdstest: set snapshot %s for %q: %v", version, nodeID, err)
+	for _, id := range nodeIDs {
+		if err := cp.cache.SetSnapshot(context.Background(), id, snap); err != nil {
+			t.Fatalf("xdstest: set snapshot %s for %q: %v", version, id, err)
+		}
 	}
 }
 
@@ -200,6 +224,9 @@ func waitFor[R any](t testing.TB, cp *ControlPlane, timeout time.Duration, list 
 }
 
 func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
+	if cp.forget {
+		return
+	}
 	c := proto.Clone(req).(*discovery.DiscoveryRequest)
 	cp.mu.Lock()
 	cp.sotw = append(cp.sotw, c)
@@ -209,6 +236,9 @@ func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
 }
 
 func (cp *ControlPlane) recordDelta(req *discovery.DeltaDiscoveryRequest) {
+	if cp.forget {
+		return
+	}
 	c := proto.Clone(req).(*discovery.DeltaDiscoveryRequest)
 	cp.mu.Lock()
 	cp.delta = append(cp.delta, c)

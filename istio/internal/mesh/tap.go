@@ -19,7 +19,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
-	"github.com/adstap/adstap/internal/promsum"
+	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
