@@ -125,9 +125,9 @@ func (s *Server) Close() error { return s.close() }
 // Serve starts path's middle in front of upstream, listening on listen.
 func Serve(p Path, upstream, listen string) (*Server, error) {
 	s := &Server{}
-	if p == TapFull {
+	if p == TapOff || p == TapFull {
 		var err error
-		if s.close, err = s.serveObservedTap(upstream, listen); err != nil {
+		if s.close, err = s.serveTap(upstream, listen, p == TapFull); err != nil {
 			return nil, err
 		}
 		return s, nil
@@ -138,8 +138,6 @@ func Serve(p Path, upstream, listen string) (*Server, error) {
 	}
 	s.addr = lis.Addr().String()
 	switch p {
-	case TapOff:
-		s.close, err = s.serveTap(lis, upstream)
 	case Relay:
 		s.close, err = servePassRelay(lis, upstream)
 	case Typed:
@@ -175,77 +173,71 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// serveTap runs a tap with no observer: the relay alone, its log to
-// /dev/null.
-func (s *Server) serveTap(lis net.Listener, upstream string) (func() error, error) {
+// serveTap runs a tap, its log to /dev/null at the default info level. With
+// full, it is started as `adstap run` starts it (pipeline.Start), observing
+// everything: the tracker, the live log, Prometheus metrics served on a
+// loopback admin port, tracing to a discarding exporter, and the tracker's
+// one-second tick; without, it is the relay alone, with no observer.
+func (s *Server) serveTap(upstream, listen string, full bool) (func() error, error) {
 	addr, err := tap.ParseAddress(upstream)
 	if err != nil {
 		return nil, err
 	}
-	log, devnull, err := s.devnullLog()
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := tap.New(tap.Config{Upstream: addr, Logger: log})
+	log := slog.New(export.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo))
+	stop, err := startTap(tap.Config{Upstream: addr, Logger: log}, tap.Address{Network: "tcp", Addr: listen}, full, &s.spans, &s.addr)
 	if err != nil {
 		devnull.Close()
 		return nil, err
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
-		err := <-served
+		err := stop(ctx)
 		devnull.Close()
 		return err
 	}, nil
 }
 
-// devnullLog is a log at the default info level to /dev/null, its bytes
-// counted.
-func (s *Server) devnullLog() (*slog.Logger, *os.File, error) {
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return nil, nil, err
+// startTap starts a tap listening on listen, with everything observed when
+// full, and sets *addr to where clients connect.
+func startTap(cfg tap.Config, listen tap.Address, full bool, spans *atomic.Int64, addr *string) (stop func(context.Context) error, err error) {
+	if full {
+		running, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+			Tap: cfg,
+			Observe: pipeline.Config{
+				Logger: cfg.Logger, Version: "bench",
+				Tracing: &export.TracingConfig{Getenv: os.Getenv, Exporter: discardSpans{spans}},
+			},
+			Listen: listen,
+			Admin:  "127.0.0.1:0",
+		})
+		if err != nil {
+			return nil, err
+		}
+		*addr = running.Addr().Addr
+		return func(ctx context.Context) error {
+			running.Close(ctx)
+			return running.Err()
+		}, nil
 	}
-	return slog.New(export.NewPretty(countingWriter{devnull, &s.logBytes}, slog.LevelInfo)), devnull, nil
-}
-
-// serveObservedTap runs a tap as `adstap run` starts it (pipeline.Start),
-// observing everything: the tracker, the live log to /dev/null at the
-// default info level, Prometheus metrics served on a loopback admin port,
-// tracing to a discarding exporter, and the tracker's one-second tick.
-func (s *Server) serveObservedTap(upstream, listen string) (func() error, error) {
-	addr, err := tap.ParseAddress(upstream)
+	srv, err := tap.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	log, devnull, err := s.devnullLog()
+	lis, err := tap.Listen(listen)
 	if err != nil {
 		return nil, err
 	}
-	running, err := pipeline.Start(context.Background(), pipeline.RunConfig{
-		Tap: tap.Config{Upstream: addr},
-		Observe: pipeline.Config{
-			Logger: log, Version: "bench",
-			Tracing: &export.TracingConfig{Getenv: os.Getenv, Exporter: discardSpans{&s.spans}},
-		},
-		Listen: tap.Address{Network: "tcp", Addr: listen},
-		Admin:  "127.0.0.1:0",
-	})
-	if err != nil {
-		devnull.Close()
-		return nil, err
-	}
-	s.addr = running.Addr().Addr
-	return func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		running.Close(ctx)
-		devnull.Close()
-		return running.Err()
+	*addr = lis.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	return func(ctx context.Context) error {
+		srv.Shutdown(ctx)
+		return <-served
 	}, nil
 }
 

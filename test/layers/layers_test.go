@@ -31,22 +31,23 @@ func isSupport(dir string) bool {
 // non-test files may import. A package above may import what those below it
 // may: the table is the picture of docs/architecture.md.
 var mayImport = map[string][]string{
-	"codec":              {},
-	"capture":            {},
-	"deploy":             {},
-	"redact":             {"codec"},
-	"tap":                {"codec"},
-	"track":              {"codec"},
-	"refgraph":           {"codec"},
-	"origin":             {"codec", "track", "redact"},
-	"export":             {"codec", "track", "origin", "capture", "redact", "refgraph"},
-	"internal/gctune":    {},
-	"internal/rollout":   {"origin"},
-	"internal/inspect":   {"codec", "track", "origin", "capture", "redact", "export", "refgraph"},
-	"internal/pipeline":  {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph"},
-	"internal/xdsconfig": {},
-	"internal/demo":      {"internal/xdsconfig"},
-	"cmd/adstap":         {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/rollout", "internal/demo"},
+	"codec":                 {},
+	"capture":               {},
+	"deploy":                {},
+	"redact":                {"codec"},
+	"tap":                   {"codec"},
+	"track":                 {"codec"},
+	"refgraph":              {"codec"},
+	"origin":                {"codec", "track", "redact"},
+	"export":                {"codec", "track", "origin", "capture", "redact", "refgraph"},
+	"internal/gctune":       {},
+	"internal/rollout":      {"origin"},
+	"internal/inspect":      {"codec", "track", "origin", "capture", "redact", "export", "refgraph"},
+	"internal/pipeline":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph"},
+	"internal/xdsconfig":    {},
+	"internal/controlplane": {},
+	"internal/demo":         {"internal/xdsconfig", "internal/controlplane"},
+	"cmd/adstap":            {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/rollout", "internal/demo"},
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -115,36 +116,43 @@ func own(imports []string) []string {
 	return out
 }
 
-// TestImportsPointOneWay fails when a package that ships imports one above
-// or beside it, or anything of a support area, and when a package that
-// ships is new to the table: say where it belongs.
-func TestImportsPointOneWay(t *testing.T) {
-	leakcheck.Check(t)
+// eachShipped calls f with the imports of the non-test files of every
+// package that ships, with and without the demo build tag.
+func eachShipped(t *testing.T, f func(dir string, tags, imports []string)) {
+	t.Helper()
 	root, dirs := packages(t)
 	for _, dir := range dirs {
 		if isSupport(dir) {
 			continue
 		}
 		for _, tags := range [][]string{nil, {"demo"}} {
-			got, ok := imports(t, root, dir, tags...)
-			if !ok {
-				continue
-			}
-			allowed, known := mayImport[dir]
-			if !known {
-				t.Errorf("package %s ships (it is in none of %v) but is in no layer: add it to mayImport, or move it to a support area", dir, supportAreas)
-				break
-			}
-			for _, imp := range own(got) {
-				switch {
-				case isSupport(imp):
-					t.Errorf("%s imports %s (tags %v): nothing that ships imports %v", dir, imp, tags, supportAreas)
-				case !slices.Contains(allowed, imp):
-					t.Errorf("%s imports %s (tags %v): it may import only %v", dir, imp, tags, allowed)
-				}
+			if got, ok := imports(t, root, dir, tags...); ok {
+				f(dir, tags, got)
 			}
 		}
 	}
+}
+
+// TestImportsPointOneWay fails when a package that ships imports one above
+// or beside it, or anything of a support area, and when a package that
+// ships is new to the table: say where it belongs.
+func TestImportsPointOneWay(t *testing.T) {
+	leakcheck.Check(t)
+	eachShipped(t, func(dir string, tags, got []string) {
+		allowed, known := mayImport[dir]
+		if !known {
+			t.Errorf("package %s ships (it is in none of %v) but is in no layer (tags %v): add it to mayImport, or move it to a support area", dir, supportAreas, tags)
+			return
+		}
+		for _, imp := range own(got) {
+			switch {
+			case isSupport(imp):
+				t.Errorf("%s imports %s (tags %v): nothing that ships imports %v", dir, imp, tags, supportAreas)
+			case !slices.Contains(allowed, imp):
+				t.Errorf("%s imports %s (tags %v): it may import only %v", dir, imp, tags, allowed)
+			}
+		}
+	})
 }
 
 // TestOnlySupportLinksTesting fails when a package that ships imports
@@ -153,18 +161,11 @@ func TestImportsPointOneWay(t *testing.T) {
 // links testing.
 func TestOnlySupportLinksTesting(t *testing.T) {
 	leakcheck.Check(t)
-	root, dirs := packages(t)
-	for _, dir := range dirs {
-		if isSupport(dir) {
-			continue
+	eachShipped(t, func(dir string, tags, got []string) {
+		if slices.Contains(got, "testing") {
+			t.Errorf("%s links testing (tags %v): move what needs it under %v", dir, tags, supportAreas)
 		}
-		for _, tags := range [][]string{nil, {"demo"}} {
-			got, _ := imports(t, root, dir, tags...)
-			if slices.Contains(got, "testing") {
-				t.Errorf("%s links testing (tags %v): move what needs it under %v", dir, tags, supportAreas)
-			}
-		}
-	}
+	})
 }
 
 // TestShippedBinaryLinksNoTestOrDemoCode lists what `go build ./cmd/adstap`
