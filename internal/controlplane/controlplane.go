@@ -31,6 +31,9 @@ type Config struct {
 	ServerOptions []grpc.ServerOption
 	// PerType serves the per-type LDS/RDS/CDS/EDS/SDS services beside ADS.
 	PerType bool
+	// ServeFailed, when set, is told why serving stopped if the listener
+	// broke (not after Stop).
+	ServeFailed func(error)
 }
 
 // ControlPlane is go-control-plane's server, SotW and Delta, over an ADS
@@ -70,7 +73,9 @@ func Start(ctx context.Context, lis net.Listener, cfg Config) *ControlPlane {
 		defer close(cp.served)
 		// Serve returns nil after Stop and an error if the listener broke;
 		// either way the clients learn about it through their own RPCs.
-		_ = cp.srv.Serve(lis)
+		if err := cp.srv.Serve(lis); err != nil && cfg.ServeFailed != nil {
+			cfg.ServeFailed(err)
+		}
 	}()
 	return cp
 }

@@ -58,6 +58,7 @@ func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, 
 		Callbacks:     cb,
 		Log:           cacheLog{log},
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)},
+		ServeFailed:   func(err error) { log.Error("demo control plane stopped", "err", err) },
 	})}
 }
 
