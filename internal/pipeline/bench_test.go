@@ -30,7 +30,7 @@ import (
 )
 
 // The benchmarks drive a pipeline as the bench harness's tap-full path
-// wires it (internal/bench: the live log in the text format, metrics,
+// wires it (benchmark: the live log in the text format, metrics,
 // tracing with spans discarded) with the frames of W5 and W6, so that what
 // observation costs per push and holds per stream is measured without the
 // relay, the clients and the noise of the whole workload. A frame reaches
@@ -50,7 +50,7 @@ func benchPipeline(b *testing.B) *pipeline.Pipeline {
 
 func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 	b.Helper()
-	p, err := pipeline.New(pipeline.Config{
+	p, err := pipeline.NewUnstarted(pipeline.Config{
 		Logger:  slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
 		Version: "bench",
 		Tracing: &export.TracingConfig{Exporter: discardSpans{}},
@@ -158,7 +158,7 @@ func BenchmarkObserverFanOut(b *testing.B) {
 		v2 = append(v2, r)
 	}
 	p := benchPipeline(b)
-	o := p.Observer
+	o := p.Tracking()
 	at := benchT0
 	// The frames are made once: the tracker keeps a push's bytes until its
 	// ACK (mem.Buffer.Ref), which costs a SliceBuffer nothing.
@@ -238,7 +238,7 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 		var p *pipeline.Pipeline
 		grown := heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o := p.Observer
+			o := p.Tracking()
 			for id := range uint64(streams) {
 				s := benchStream(id + 1)
 				at := benchT0
@@ -296,7 +296,7 @@ func BenchmarkObserverLargePush(b *testing.B) {
 		var p *pipeline.Pipeline
 		held = heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o, s, at := p.Observer, benchStream(1), benchT0
+			o, s, at := p.Tracking(), benchStream(1), benchT0
 			o.OnStreamOpen(s)
 			o.OnFrame(s, request(at, initial))
 			o.OnFrame(s, response(at, push))
@@ -333,12 +333,12 @@ func BenchmarkRetainPush(b *testing.B) {
 				}
 				v2 = append(v2, r)
 			}
-			p, err := pipeline.New(pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20})
+			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { closePipeline(b, p) })
-			o, s, at := p.TapObserver(), benchStream(1), benchT0
+			o, s, at := p.Tracking(), benchStream(1), benchT0
 			page := p.Pages()["GET /debug/config"]
 			pushes := [][]byte{benchPush(b, codec.TypeCluster, 1, v1), benchPush(b, codec.TypeCluster, 2, v2)}
 			acks := [][]byte{benchACK(b, codec.TypeCluster, 1, nil), benchACK(b, codec.TypeCluster, 2, nil)}

@@ -40,20 +40,19 @@ type Family struct {
 // that the docs, the alert rules and their tests are checked against.
 func TapFamilies(t testing.TB) map[string]Family {
 	t.Helper()
-	p, err := pipeline.New(pipeline.Config{Version: "test", CheckReferences: true, RetainMaxBytes: 1 << 20})
+	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap:     tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}},
+		Observe: pipeline.Config{Version: "test", CheckReferences: true, RetainMaxBytes: 1 << 20},
+		Listen:  tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
+	})
 	if err != nil {
-		t.Fatalf("promtest: pipeline.New: %v", err)
+		t.Fatalf("promtest: pipeline.Start: %v", err)
 	}
-	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}, Observer: p.TapObserver()})
-	if err != nil {
-		t.Fatalf("promtest: tap.New: %v", err)
-	}
-	p.Start(srv)
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := p.Close(ctx); err != nil {
-			t.Errorf("promtest: closing the pipeline: %v", err)
+			t.Errorf("promtest: closing the tap: %v", err)
 		}
 	}()
 	reg := p.Metrics.Registry()

@@ -45,6 +45,14 @@ func StartRawUpstream(t testing.TB, handler grpc.StreamHandler, opts ...grpc.Ser
 // ServeRawUpstream is StartRawUpstream on a listener of the caller's.
 func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	t.Helper()
+	u := NewRawUpstream(lis, handler, opts...)
+	t.Cleanup(u.Stop)
+	return u
+}
+
+// NewRawUpstream serves handler on lis until Stop, for a program (the
+// benchmark) rather than a test.
+func NewRawUpstream(lis net.Listener, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	cl := &connListener{Listener: lis, conns: map[string]net.Conn{}}
 	opts = append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(handler),
@@ -62,7 +70,6 @@ func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler
 		defer close(u.done)
 		u.srv.Serve(cl)
 	}()
-	t.Cleanup(u.Stop)
 	return u
 }
 
