@@ -48,7 +48,7 @@ type Sent struct {
 	// it or not.
 	Asked []string
 	At    Point
-	Files []FileRead
+	Files []fileRead
 }
 
 // SentType is what a node held of one type: the pushes of its latest stream
@@ -83,9 +83,9 @@ type SentResource struct {
 	Redacted bool
 }
 
-// Redacted lists the resources whose secrets the capture replaced, as
+// redactedNames lists the resources whose secrets the capture replaced, as
 // "type name".
-func (s *Sent) Redacted() []string {
+func (s *Sent) redactedNames() []string {
 	var out []string
 	for _, t := range s.Types {
 		for _, r := range t.Resources {
@@ -213,7 +213,7 @@ func (c *sentCollector) sentPush(st *step, push track.Push) {
 }
 
 // sent applies the chosen node's pushes up to the point.
-func (c *sentCollector) sent(at Point, files []FileRead) (*Sent, error) {
+func (c *sentCollector) sent(at Point, files []fileRead) (*Sent, error) {
 	node := c.node
 	switch {
 	case len(c.nodes) == 0:

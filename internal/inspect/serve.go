@@ -181,7 +181,7 @@ func (r *replayServer) announce() {
 		}
 		r.log.Info(fmt.Sprintf("  %s v=%s %s, %s", typeLabel(t.TypeURL), t.Version, plural(len(t.Resources), "resource", "resources"), captured))
 	}
-	if red := s.Redacted(); len(red) > 0 {
+	if red := s.redactedNames(); len(red) > 0 {
 		r.log.Warn(fmt.Sprintf("the capture replaced secrets in %s: they are served as captured, with fingerprints for keys, so the client cannot be given what it was: %s",
 			plural(len(red), "resource", "resources"), listSome(red)))
 	}
