@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Text is the string a decoded field shows as. Protobuf requires strings to
@@ -22,33 +20,6 @@ func Text(b []byte) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
-}
-
-// TypeURLOf reads only the type_url of a request or a response, skipping
-// every other field unread: a capture or a log line can name the type of a
-// 10 MB push without decoding its resources. It returns "" when the message
-// has none or cannot be read.
-func TypeURLOf(b []byte, delta, response bool) string {
-	num := protowire.Number(reqTypeURL)
-	switch {
-	case response && delta:
-		num = drespTypeURL
-	case response:
-		num = respTypeURL
-	case delta:
-		num = dreqTypeURL
-	}
-	rd := fieldReader{buf: b}
-	typeURL := ""
-	for rd.next() {
-		if rd.bytesField(num) {
-			typeURL = InternTypeURL(rd.b) // the last one wins, as in protobuf
-		}
-	}
-	if rd.err != nil {
-		return ""
-	}
-	return typeURL
 }
 
 // Fingerprint is what stands in for a secret: its hash and length, enough
