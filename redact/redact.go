@@ -56,33 +56,14 @@ func numberOf(m interface {
 
 var scanners = sync.Pool{New: func() any { return new(Scanner) }}
 
-// Response returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
-// with every secret replaced, and whether anything was. A response with
-// nothing secret in it comes back as the same slice. Resources of types the
-// tap does not know are left as they are.
-func Response(b []byte, delta bool) ([]byte, bool, error) {
-	s := scanners.Get().(*Scanner)
-	defer scanners.Put(s)
-	r, err := s.Response([][]byte{b}, delta)
-	return r.apply(b, err)
-}
-
-// Request is Response for a DiscoveryRequest (delta: a
-// DeltaDiscoveryRequest): the one secret a request can carry is a key quoted
-// in its error_detail message.
-func Request(b []byte, delta bool) ([]byte, bool, error) {
-	s := scanners.Get().(*Scanner)
-	defer scanners.Put(s)
-	r, err := s.Request([][]byte{b}, delta)
-	return r.apply(b, err)
-}
-
-// Resource is Response for one resource, of the type typeURL names, as
-// /debug/config and adstap inspect show it.
+// Resource returns one resource, of the type typeURL names, with every
+// secret replaced, and whether anything was, as /debug/config and adstap
+// inspect show it. A resource with nothing secret in it comes back as the
+// same slice; one of a type the tap does not know is left as it is.
 func Resource(typeURL string, b []byte) ([]byte, bool, error) {
 	s := scanners.Get().(*Scanner)
 	defer scanners.Put(s)
-	r, err := s.Resource(typeURL, [][]byte{b})
+	r, err := s.resource(typeURL, [][]byte{b})
 	return r.apply(b, err)
 }
 
@@ -94,7 +75,7 @@ func (r *Redaction) apply(b []byte, err error) ([]byte, bool, error) {
 	if !r.Redacted() {
 		return b, false, nil
 	}
-	out := make([]byte, 0, r.Len())
+	out := make([]byte, 0, r.redactedLen())
 	for _, p := range r.AppendPieces(nil, [][]byte{b}) {
 		out = append(out, p...)
 	}
