@@ -300,7 +300,7 @@ func (s *session) run() served {
 	defer close(stop)
 	go func() {
 		for {
-			var f codec.Frame
+			var f codec.RawMessage
 			if err := s.stream.RecvMsg(&f); err != nil {
 				recvErr <- err
 				return
@@ -637,7 +637,7 @@ func (s *session) push(ts *typeServe, version string, part []int, removed []stri
 		s.resp.Reset()
 	}
 	ts.pending, ts.pendingSince = nonce, now
-	if err := s.stream.SendMsg(&codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
+	if err := s.stream.SendMsg(&codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
 		return "", fmt.Errorf("%w could not be sent the %s push: %v", errClient, typeLabel(ts.st.TypeURL), err)
 	}
 	return nonce, nil
