@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Node is the part of an xDS client's identity that the tap reports.
-type Node struct {
+// NodeIdentity is the part of an xDS client's identity that the tap reports.
+type NodeIdentity struct {
 	ID, Cluster string
 	// UserAgentName is "envoy" for Envoy, "gRPC Go" and the like for
 	// proxyless gRPC.
@@ -44,7 +44,7 @@ type Request struct {
 	VersionInfo   string // SotW: the last version the client accepted, even in a NACK
 	ResponseNonce string
 	// Node is nil when absent: only the first request of a stream carries it.
-	Node                   *Node
+	Node                   *NodeIdentity
 	ResourceNames          []string          // SotW
 	Subscribe, Unsubscribe []string          // Delta
 	InitialVersions        map[string]string // Delta initial_resource_versions, nil when absent
@@ -274,17 +274,17 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 	return nil
 }
 
-// nodeDecoder merges every occurrence of node into one Node, as protobuf
+// nodeDecoder merges every occurrence of node into one NodeIdentity, as protobuf
 // does, and settles the user agent version oneof once all are read.
 type nodeDecoder struct {
-	node   *Node
+	node   *NodeIdentity
 	build  bool      // user_agent_build_version is the oneof's current choice
 	semver [3]uint32 // major, minor, patch of that build version
 }
 
 func (d *nodeDecoder) decode(b []byte) error {
 	if d.node == nil {
-		d.node = new(Node)
+		d.node = new(NodeIdentity)
 	}
 	n := d.node
 	rd := fieldReader{buf: b}
@@ -324,7 +324,7 @@ func (d *nodeDecoder) decode(b []byte) error {
 	return nil
 }
 
-func (d *nodeDecoder) finish() *Node {
+func (d *nodeDecoder) finish() *NodeIdentity {
 	if d.node != nil && d.build {
 		v := d.semver
 		d.node.UserAgentVersion = strconv.FormatUint(uint64(v[0]), 10) + "." +
