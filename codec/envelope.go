@@ -114,6 +114,9 @@ type Resource struct {
 // _unsubscribe) are added to ResourceNames (Subscribe, Unsubscribe): the
 // protocol makes them an alternative spelling of the same subscription, one
 // that also carries dynamic parameters, which the tap does not report.
+//
+// ErrorDetail.Message is as the client sent it, which may quote a private
+// key: outputs decode through redact.DecodeRequest, which replaces it.
 func DecodeRequest(b []byte, delta bool) (*Request, error) {
 	r := &Request{Delta: delta}
 	var node nodeDecoder
@@ -265,7 +268,7 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 		case rd.varintField(statusCode):
 			r.ErrorDetail.Code = int32(rd.v)
 		case rd.bytesField(statusMessage):
-			r.ErrorDetail.Message = RedactText(Text(rd.b))
+			r.ErrorDetail.Message = Text(rd.b)
 		}
 	}
 	if rd.err != nil {

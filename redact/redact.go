@@ -24,7 +24,7 @@ import (
 // Redaction is the one step every output of adstap that shows resource
 // contents or request headers goes through (capture files, /debug/config,
 // inspect): secret material is replaced by its hash and length
-// (codec.Fingerprint), so two captures can still be compared without either
+// (Fingerprint), so two captures can still be compared without either
 // holding the secret.
 //
 // Secrets are found in the wire form, by a Scanner: an inline DataSource in
@@ -134,7 +134,7 @@ func (s *Scanner) errorDetail(f field) (int, error) {
 		if !bytes.Contains(text, []byte("PRIVATE KEY")) {
 			continue
 		}
-		red := codec.RedactText(string(text))
+		red := Text(string(text))
 		if red == string(text) {
 			continue
 		}
@@ -166,9 +166,9 @@ func Headers(md map[string][]string) map[string][]string {
 		for i, v := range vs {
 			scheme, cred, ok := strings.Cut(v, " ")
 			if ok && !strings.Contains(scheme, "=") {
-				red[i] = scheme + " " + codec.Fingerprint([]byte(cred))
+				red[i] = scheme + " " + Fingerprint([]byte(cred))
 			} else {
-				red[i] = codec.Fingerprint([]byte(v))
+				red[i] = Fingerprint([]byte(v))
 			}
 		}
 		out[k] = red

@@ -289,7 +289,7 @@ func (s *Scanner) dataSource(f field) (int, error) {
 		switch {
 		case i == last && sp.inline:
 			var scratch []byte
-			fp := codec.Fingerprint(s.w.bytes(sp.value, sp.end, &scratch))
+			fp := Fingerprint(s.w.bytes(sp.value, sp.end, &scratch))
 			body = protowire.AppendTag(body, dsInlineString, protowire.BytesType)
 			body = protowire.AppendString(body, fp)
 		case sp.inline:

@@ -29,13 +29,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/testutil/inspecttest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 	"sync/atomic"
 )
@@ -589,7 +589,7 @@ func TestNoByteOfThePrivateKeyLeaves(t *testing.T) {
 		t.Fatal("the capture has no redacted SDS response: the scenario did not push the secret")
 	}
 
-	fingerprint := codec.Fingerprint(sc.KeyPEM)
+	fingerprint := redact.Fingerprint(sc.KeyPEM)
 	for _, cfg := range []Config{
 		{Summary: true, Timeline: true},
 		{Push: "v1", Resources: true},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -329,7 +330,7 @@ func (s *resourceSet) apply(p *sentPush) error {
 		s.index = map[string]int{}
 	}
 	for i, entry := range entries {
-		r := SentResource{Name: p.names[i], Redacted: p.redacted && bytes.Contains(entry, []byte(codec.RedactedMarker))}
+		r := SentResource{Name: p.names[i], Redacted: p.redacted && bytes.Contains(entry, []byte(redact.Marker))}
 		switch {
 		case p.delta:
 			r.Wrapped, r.Any = entry, codec.WrappedAny(entry)

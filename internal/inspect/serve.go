@@ -25,6 +25,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -438,7 +439,7 @@ func (s *session) gone(err error) error {
 
 // request handles one request of the client; done ends the replay.
 func (s *session) request(b []byte) (done bool, err error) {
-	req, err := codec.DecodeRequest(b, s.delta)
+	req, err := redact.DecodeRequest(b, s.delta)
 	if err != nil {
 		return false, fmt.Errorf("%w sent an undecodable request: %v", errClient, err)
 	}
