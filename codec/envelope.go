@@ -54,8 +54,8 @@ type Request struct {
 }
 
 // Response is a DiscoveryResponse or a DeltaDiscoveryResponse. It is meant to
-// be reused across decodes: Decode and DecodeSegments keep its slices (and
-// the scratch space of DecodeSegments), so a steady stream of pushes decodes
+// be reused across decodes: Decode and DecodeBuffers keep its slices (and
+// the scratch space of DecodeBuffers), so a steady stream of pushes decodes
 // without allocating per resource.
 //
 // Response has unexported fields: compare Responses with
@@ -81,7 +81,7 @@ type Response struct {
 // Resource is one resource of a response, described without decoding it.
 type Resource struct {
 	// Name and Version are views into the decoded buffer, valid only until
-	// that buffer is released; copy them to keep them. After DecodeSegments
+	// that buffer is released; copy them to keep them. After DecodeBuffers
 	// the views of a resource that straddled segments are into a copy the
 	// Response owns instead, which its next decode overwrites.
 	//
@@ -484,7 +484,7 @@ func (r *Response) Reset() {
 }
 
 // field decodes one length-delimited top-level field; every field the tap
-// reads is one. Decode and DecodeSegments share it so that a message read in
+// reads is one. Decode and decodeSegments share it so that a message read in
 // segments cannot decode differently from the same message in one piece.
 func (r *Response) field(num protowire.Number, b []byte, prevControlPlane string) error {
 	if r.Delta {

@@ -49,9 +49,10 @@ func (r *Response) decodeSegments(segs [][]byte, delta bool) error {
 	return nil
 }
 
-// DecodeBuffers is DecodeSegments over the buffers gRPC received a message
-// in. The caller keeps its reference to data for as long as it uses r's
-// views.
+// DecodeBuffers is Decode for a message still in the buffers gRPC received it
+// in, read in place but for the fields that straddle two buffers
+// (decodeSegments). The caller keeps its reference to data for as long as it
+// uses r's views.
 func (r *Response) DecodeBuffers(data mem.BufferSlice, delta bool) error {
 	// The list of segments is kept in r because a 10 MB push has some 600
 	// of them, too many to allocate a list for every push.
@@ -66,7 +67,7 @@ func (r *Response) DecodeBuffers(data mem.BufferSlice, delta bool) error {
 	return err
 }
 
-// segScratch is what a Response keeps from one DecodeSegments to the next.
+// segScratch is what a Response keeps from one decodeSegments to the next.
 type segScratch struct {
 	arena arena
 	segs  [][]byte // DecodeBuffers' list of segments, cleared between uses
