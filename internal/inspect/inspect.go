@@ -32,7 +32,7 @@ type Config struct {
 	Summary, Timeline bool
 	Follow            bool
 	// Poll is how often a followed file is checked for growth and
-	// rotation; zero means DefaultPoll.
+	// rotation; zero means every 200ms.
 	Poll time.Duration
 	// polled is told of every poll that found nothing new (tests).
 	polled func()
