@@ -51,7 +51,7 @@ func startCorrupting(t *testing.T, nth int) benchmark.StartMiddle {
 			go func() {
 				defer c.pumps.Done()
 				for {
-					f := &codec.Frame{}
+					f := &codec.RawMessage{}
 					if err := down.RecvMsg(f); err != nil {
 						upStream.CloseSend()
 						return
@@ -62,7 +62,7 @@ func startCorrupting(t *testing.T, nth int) benchmark.StartMiddle {
 				}
 			}()
 			for {
-				f := &codec.Frame{}
+				f := &codec.RawMessage{}
 				if err := upStream.RecvMsg(f); err != nil {
 					if errors.Is(err, io.EOF) {
 						return nil

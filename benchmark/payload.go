@@ -60,12 +60,12 @@ func (m Msg) Bytes() []byte {
 
 // frame wraps the message for the pass-through codec. The buffers are not
 // pooled, so gRPC's Free after the write leaves them as they are.
-func (m Msg) frame() *codec.Frame {
+func (m Msg) frame() *codec.RawMessage {
 	data := make(mem.BufferSlice, len(m.Parts))
 	for i, p := range m.Parts {
 		data[i] = mem.SliceBuffer(p)
 	}
-	return &codec.Frame{Data: data}
+	return &codec.RawMessage{Data: data}
 }
 
 // hashOf is the xxhash64 of a received message, read in place.

@@ -94,7 +94,7 @@ func sendBytes(s msgStream, b []byte) error { return sendMsg(s, Msg{Parts: [][]b
 // recvHash receives one message and returns its xxhash64 and size, reading
 // it in place.
 func recvHash(s msgStream) (uint64, int, error) {
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	if err := s.RecvMsg(f); err != nil {
 		return 0, 0, err
 	}
@@ -105,7 +105,7 @@ func recvHash(s msgStream) (uint64, int, error) {
 
 // recvRequest receives one request and decodes it with the generated types.
 func recvRequest(s msgStream, into proto.Message) error {
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	if err := s.RecvMsg(f); err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ var errStreamNotEnded = errors.New("the upstream sent more than the workload's p
 
 // expectEnd waits for the upstream to end the stream cleanly.
 func expectEnd(s msgStream) error {
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	err := s.RecvMsg(f)
 	if err == nil {
 		f.Data.Free()

@@ -117,7 +117,7 @@ func (r *passRelay) handle(_ any, down grpc.ServerStream) error {
 	go func() {
 		defer r.pumps.Done()
 		for {
-			f := &codec.Frame{}
+			f := &codec.RawMessage{}
 			if err := down.RecvMsg(f); err != nil {
 				if isEOF(err) {
 					up.CloseSend()
@@ -131,7 +131,7 @@ func (r *passRelay) handle(_ any, down grpc.ServerStream) error {
 		}
 	}()
 	for {
-		f := &codec.Frame{}
+		f := &codec.RawMessage{}
 		if err := up.RecvMsg(f); err != nil {
 			down.SetTrailer(up.Trailer())
 			if isEOF(err) {

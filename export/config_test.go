@@ -129,7 +129,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 			}
 
 			feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
-			feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
+			feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: nodeA}}, 10))
 			push("1", clusters(10, ""))
 			if code, _, _ := page(); code != http.StatusNotFound {
 				t.Errorf("before any ACK: /debug/config %d, want 404", code)

@@ -84,7 +84,7 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 		feed(tk.Request(1, at, cdsAnswer(version, nack), 10))
 	}
 	feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: at}))
-	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
+	feed(tk.Request(1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: nodeA}}, 10))
 	push("1", map[string]string{"reviews": "reviews"}) // everything is new: reviews' rule
 	answer("1", "")
 	push("2", map[string]string{"reviews": "reviews", "ratings": "ratings"}) // ratings changed
@@ -202,7 +202,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 				}
 			}
 			feed(tk.OpenStream(benchMeta(benchStream)))
-			feed(tk.Request(benchStream, t0, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: benchNode}}, 10))
+			feed(tk.Request(benchStream, t0, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: benchNode}}, 10))
 			b.ReportAllocs()
 			at := t0
 			for i := 0; b.Loop(); i++ {

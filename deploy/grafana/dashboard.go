@@ -261,9 +261,9 @@ func (t timeRange) MarshalJSON() ([]byte, error) {
 // variable, never a UID of one Grafana's.
 var prometheus = &datasource{Type: "prometheus", UID: "${datasource}"}
 
-// Build returns the dashboard's JSON, indented, as written to
+// build returns the dashboard's JSON, indented, as written to
 // deploy/grafana/dashboard.json.
-func Build() []byte {
+func build() []byte {
 	d := dashboardJSON{
 		Title:         "adstap: xDS pushes, ACKs and NACKs",
 		Description:   "What adstap sees between proxies and their control plane: pushes and ACK latency, NACKs with storms and loops, full syncs, streams and herds, connect phases, relayed bytes. From docs/metrics.md; built by deploy/grafana.",
@@ -333,8 +333,8 @@ func Build() []byte {
 	return b.Bytes()
 }
 
-// Exprs returns every query of the dashboard, each with its panel's title.
-func Exprs() map[string][]string {
+// queriesByPanel returns every query of the dashboard, each with its panel's title.
+func queriesByPanel() map[string][]string {
 	out := map[string][]string{}
 	for _, r := range rows {
 		for _, p := range r.panels {
@@ -353,5 +353,5 @@ var grafanaVars = strings.NewReplacer(
 	"$instance", ".*", "$job", ".*",
 )
 
-// Expand replaces Grafana's variables in a query as Grafana would.
-func Expand(expr string) string { return grafanaVars.Replace(expr) }
+// expand replaces Grafana's variables in a query as Grafana would.
+func expand(expr string) string { return grafanaVars.Replace(expr) }

@@ -38,10 +38,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const file = "dashboard.json"
 
-// TestFileIsWhatTheGeneratorWrites: dashboard.json is Build's
+// TestFileIsWhatTheGeneratorWrites: dashboard.json is build's
 // output; DASHBOARD_UPDATE=1 make dashboard rewrites it.
 func TestFileIsWhatTheGeneratorWrites(t *testing.T) {
-	got := Build()
+	got := build()
 	if os.Getenv("DASHBOARD_UPDATE") != "" {
 		if err := os.WriteFile(file, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -190,10 +190,10 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 		}
 	}
 	n := 0
-	for title, exprs := range Exprs() {
+	for title, exprs := range queriesByPanel() {
 		for _, raw := range exprs {
 			n++
-			expr, err := p.ParseExpr(Expand(raw))
+			expr, err := p.ParseExpr(expand(raw))
 			if err != nil {
 				t.Errorf("%s: %q does not parse: %v", title, raw, err)
 				continue
@@ -230,7 +230,7 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 			t.Errorf("checking %s found %q, want %q", tc.expr, got, tc.want)
 		}
 	}
-	if _, err := p.ParseExpr(Expand(`sum(rate(adstap_pushes_total{instance=~"$instance"}[$__rate_interval])`)); err == nil {
+	if _, err := p.ParseExpr(expand(`sum(rate(adstap_pushes_total{instance=~"$instance"}[$__rate_interval])`)); err == nil {
 		t.Error("the parser took an unbalanced parenthesis")
 	}
 }
@@ -491,9 +491,9 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	}
 
 	want := map[string]bool{}
-	for _, exprs := range Exprs() {
+	for _, exprs := range queriesByPanel() {
 		for _, raw := range exprs {
-			expr, err := parser.NewParser(parser.Options{}).ParseExpr(Expand(raw))
+			expr, err := parser.NewParser(parser.Options{}).ParseExpr(expand(raw))
 			if err != nil {
 				continue // the test reports it
 			}

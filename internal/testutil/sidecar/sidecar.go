@@ -28,15 +28,15 @@ type Container struct {
 // EnvVar is one variable of the container.
 type EnvVar struct{ Name, Value string }
 
-// FromDownwardAPI is the Value of a variable the kubelet fills in.
-const FromDownwardAPI = "valueFrom"
+// fromDownwardAPI is the Value of a variable the kubelet fills in.
+const fromDownwardAPI = "valueFrom"
 
 // Injected reads the adstap container of deploy.InjectionTemplate.
-func Injected() (Container, error) { return Parse(deploy.InjectionTemplate) }
+func Injected() (Container, error) { return parse(deploy.InjectionTemplate) }
 
-// Parse reads the adstap container of an injection template: the lines of
+// parse reads the adstap container of an injection template: the lines of
 // its args, env and resources, which the template writes literally.
-func Parse(tmpl string) (Container, error) {
+func parse(tmpl string) (Container, error) {
 	lines := strings.Split(tmpl, "\n")
 	start := slices.Index(lines, "  - name: adstap")
 	if start < 0 {
@@ -71,7 +71,7 @@ func Parse(tmpl string) (Container, error) {
 			case strings.HasPrefix(text, "value: "):
 				c.Env[len(c.Env)-1].Value = strings.TrimPrefix(text, "value: ")
 			case text == "valueFrom:":
-				c.Env[len(c.Env)-1].Value = FromDownwardAPI
+				c.Env[len(c.Env)-1].Value = fromDownwardAPI
 			}
 		case "resources":
 			if indent == 6 {
@@ -136,7 +136,7 @@ func (c Container) CommandLine(set map[string]string) (args, env []string, err e
 			}
 			continue
 		}
-		if templated(e.Value) || e.Value == FromDownwardAPI {
+		if templated(e.Value) || e.Value == fromDownwardAPI {
 			return nil, nil, fmt.Errorf("sidecar: %s is filled in by the injector or the kubelet: give it a value", e.Name)
 		}
 		env = append(env, e.Name+"="+strings.Trim(e.Value, `"`))

@@ -175,8 +175,8 @@ func MustOpenRaw(t testing.TB, ctx context.Context, cc *grpc.ClientConn, method 
 }
 
 // Frame is b as one message of the pass-through codec.
-func Frame(b []byte) *codec.Frame {
-	return &codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}}
+func Frame(b []byte) *codec.RawMessage {
+	return &codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}
 }
 
 // Send sends b as one frame.
@@ -184,7 +184,7 @@ func Send(s interface{ SendMsg(any) error }, b []byte) error { return s.SendMsg(
 
 // Recv receives one frame and copies its bytes out.
 func Recv(s interface{ RecvMsg(any) error }) ([]byte, error) {
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	if err := s.RecvMsg(f); err != nil {
 		return nil, err
 	}
