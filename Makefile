@@ -115,7 +115,7 @@ soak: jaeger-bin
 BENCH_FLAGS ?=
 .PHONY: bench
 bench:
-	$(GO) build -o .cache/bin/adstap-bench ./cmd/adstap-bench
+	$(GO) build -o .cache/bin/adstap-bench ./benchmark/cmd/adstap-bench
 	CGO_ENABLED=0 $(GO) build -trimpath -o .cache/bin/adstap ./cmd/adstap
 	.cache/bin/adstap-bench $(BENCH_FLAGS)
 

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Node is the part of an xDS client's identity that the tap reports.
-type Node struct {
+// NodeIdentity is the part of an xDS client's identity that the tap reports.
+type NodeIdentity struct {
 	ID, Cluster string
 	// UserAgentName is "envoy" for Envoy, "gRPC Go" and the like for
 	// proxyless gRPC.
@@ -44,7 +44,7 @@ type Request struct {
 	VersionInfo   string // SotW: the last version the client accepted, even in a NACK
 	ResponseNonce string
 	// Node is nil when absent: only the first request of a stream carries it.
-	Node                   *Node
+	Node                   *NodeIdentity
 	ResourceNames          []string          // SotW
 	Subscribe, Unsubscribe []string          // Delta
 	InitialVersions        map[string]string // Delta initial_resource_versions, nil when absent
@@ -54,8 +54,8 @@ type Request struct {
 }
 
 // Response is a DiscoveryResponse or a DeltaDiscoveryResponse. It is meant to
-// be reused across decodes: Decode and DecodeSegments keep its slices (and
-// the scratch space of DecodeSegments), so a steady stream of pushes decodes
+// be reused across decodes: Decode and DecodeBuffers keep its slices (and
+// the scratch space of DecodeBuffers), so a steady stream of pushes decodes
 // without allocating per resource.
 //
 // Response has unexported fields: compare Responses with
@@ -81,7 +81,7 @@ type Response struct {
 // Resource is one resource of a response, described without decoding it.
 type Resource struct {
 	// Name and Version are views into the decoded buffer, valid only until
-	// that buffer is released; copy them to keep them. After DecodeSegments
+	// that buffer is released; copy them to keep them. After DecodeBuffers
 	// the views of a resource that straddled segments are into a copy the
 	// Response owns instead, which its next decode overwrites.
 	//
@@ -114,6 +114,9 @@ type Resource struct {
 // _unsubscribe) are added to ResourceNames (Subscribe, Unsubscribe): the
 // protocol makes them an alternative spelling of the same subscription, one
 // that also carries dynamic parameters, which the tap does not report.
+//
+// ErrorDetail.Message is as the client sent it, which may quote a private
+// key: outputs decode through redact.DecodeRequest, which replaces it.
 func DecodeRequest(b []byte, delta bool) (*Request, error) {
 	r := &Request{Delta: delta}
 	var node nodeDecoder
@@ -265,7 +268,7 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 		case rd.varintField(statusCode):
 			r.ErrorDetail.Code = int32(rd.v)
 		case rd.bytesField(statusMessage):
-			r.ErrorDetail.Message = RedactText(Text(rd.b))
+			r.ErrorDetail.Message = Text(rd.b)
 		}
 	}
 	if rd.err != nil {
@@ -274,17 +277,17 @@ func (r *Request) decodeErrorDetail(b []byte) error {
 	return nil
 }
 
-// nodeDecoder merges every occurrence of node into one Node, as protobuf
+// nodeDecoder merges every occurrence of node into one NodeIdentity, as protobuf
 // does, and settles the user agent version oneof once all are read.
 type nodeDecoder struct {
-	node   *Node
+	node   *NodeIdentity
 	build  bool      // user_agent_build_version is the oneof's current choice
 	semver [3]uint32 // major, minor, patch of that build version
 }
 
 func (d *nodeDecoder) decode(b []byte) error {
 	if d.node == nil {
-		d.node = new(Node)
+		d.node = new(NodeIdentity)
 	}
 	n := d.node
 	rd := fieldReader{buf: b}
@@ -324,7 +327,7 @@ func (d *nodeDecoder) decode(b []byte) error {
 	return nil
 }
 
-func (d *nodeDecoder) finish() *Node {
+func (d *nodeDecoder) finish() *NodeIdentity {
 	if d.node != nil && d.build {
 		v := d.semver
 		d.node.UserAgentVersion = strconv.FormatUint(uint64(v[0]), 10) + "." +
@@ -481,7 +484,7 @@ func (r *Response) Reset() {
 }
 
 // field decodes one length-delimited top-level field; every field the tap
-// reads is one. Decode and DecodeSegments share it so that a message read in
+// reads is one. Decode and decodeSegments share it so that a message read in
 // segments cannot decode differently from the same message in one piece.
 func (r *Response) field(num protowire.Number, b []byte, prevControlPlane string) error {
 	if r.Delta {

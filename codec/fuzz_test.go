@@ -152,7 +152,7 @@ func FuzzDecode(f *testing.F) {
 
 var sorted = cmpopts.SortSlices(func(a, b string) bool { return a < b })
 
-func wantNode(n *corev3.Node) *codec.Node {
+func wantNode(n *corev3.Node) *codec.NodeIdentity {
 	if n == nil {
 		return nil
 	}
@@ -161,7 +161,7 @@ func wantNode(n *corev3.Node) *codec.Node {
 		sv := bv.GetVersion()
 		v = fmt.Sprintf("%d.%d.%d", sv.GetMajorNumber(), sv.GetMinorNumber(), sv.GetPatch())
 	}
-	return &codec.Node{
+	return &codec.NodeIdentity{
 		ID: n.GetId(), Cluster: n.GetCluster(), UserAgentName: n.GetUserAgentName(), UserAgentVersion: v,
 		IstioVersion: n.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue(),
 		Locality: codec.Locality{

@@ -7,9 +7,9 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// Frame is one gRPC message as it crossed the wire: the payload bytes, never
+// RawMessage is one gRPC message as it crossed the wire: the payload bytes, never
 // decoded, held by reference.
-type Frame struct {
+type RawMessage struct {
 	Data mem.BufferSlice
 }
 
@@ -23,9 +23,9 @@ var _ encoding.CodecV2 = Passthrough{}
 
 // Marshal returns the frame's buffers; gRPC takes over the reference.
 func (Passthrough) Marshal(v any) (mem.BufferSlice, error) {
-	f, ok := v.(*Frame)
+	f, ok := v.(*RawMessage)
 	if !ok {
-		return nil, fmt.Errorf("passthrough codec: cannot marshal %T, want *codec.Frame", v)
+		return nil, fmt.Errorf("passthrough codec: cannot marshal %T, want *codec.RawMessage", v)
 	}
 	data := f.Data
 	f.Data = nil
@@ -34,9 +34,9 @@ func (Passthrough) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal keeps a reference to data, which gRPC frees when Unmarshal returns.
 func (Passthrough) Unmarshal(data mem.BufferSlice, v any) error {
-	f, ok := v.(*Frame)
+	f, ok := v.(*RawMessage)
 	if !ok {
-		return fmt.Errorf("passthrough codec: cannot unmarshal into %T, want *codec.Frame", v)
+		return fmt.Errorf("passthrough codec: cannot unmarshal into %T, want *codec.RawMessage", v)
 	}
 	data.Ref()
 	f.Data = data

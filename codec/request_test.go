@@ -37,8 +37,8 @@ func envoyNode() *corev3.Node {
 	}
 }
 
-func wantEnvoyNode() *codec.Node {
-	return &codec.Node{
+func wantEnvoyNode() *codec.NodeIdentity {
+	return &codec.NodeIdentity{
 		ID:               "sidecar~10.1.2.3~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local",
 		Cluster:          "productpage.default",
 		UserAgentName:    "envoy",
@@ -140,7 +140,7 @@ func TestDecodeRequest(t *testing.T) {
 			}),
 			want: &codec.Request{
 				TypeURL:       codec.TypeListener,
-				Node:          &codec.Node{ID: "projects/123/networks/default/nodes/abc", UserAgentName: "gRPC Go", UserAgentVersion: "1.85.0"},
+				Node:          &codec.NodeIdentity{ID: "projects/123/networks/default/nodes/abc", UserAgentName: "gRPC Go", UserAgentVersion: "1.85.0"},
 				ResourceNames: []string{"xds:///greeter"},
 			},
 		},
@@ -172,7 +172,7 @@ func TestDecodeRequest(t *testing.T) {
 				TypeUrl: codec.TypeSyncz,
 				Node:    &corev3.Node{Id: "istioctl"},
 			})),
-			want: &codec.Request{TypeURL: codec.TypeSyncz, Node: &codec.Node{ID: "istioctl"}},
+			want: &codec.Request{TypeURL: codec.TypeSyncz, Node: &codec.NodeIdentity{ID: "istioctl"}},
 		},
 		{
 			name: "unknown type URL",
@@ -302,7 +302,7 @@ func TestDecodeRequestMergesRepeatedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &codec.Request{
-		Node: &codec.Node{
+		Node: &codec.NodeIdentity{
 			ID: pb.Node.Id, Cluster: pb.Node.Cluster, UserAgentVersion: "1.9.3",
 			Locality: codec.Locality{Region: pb.Node.Locality.Region, Zone: pb.Node.Locality.Zone},
 		},
@@ -332,7 +332,7 @@ func TestDecodeRequestCopiesStrings(t *testing.T) {
 	}
 	want := &codec.Request{
 		Delta: true, TypeURL: "type.googleapis.com/example.v1.Widget", ResponseNonce: "nonce",
-		Node: &codec.Node{ID: "node"}, Subscribe: []string{"sub"}, InitialVersions: map[string]string{"k": "v"},
+		Node: &codec.NodeIdentity{ID: "node"}, Subscribe: []string{"sub"}, InitialVersions: map[string]string{"k": "v"},
 		ErrorDetail: &codec.ErrorDetail{Message: "msg"},
 	}
 	clear(in)

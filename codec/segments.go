@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// DecodeSegments is Decode for a message that arrived in pieces: segs, in
+// decodeSegments is Decode for a message that arrived in pieces: segs, in
 // order, make up the message, the way gRPC receives a large one (a buffer per
 // HTTP/2 DATA frame, 16 KB at most). The result, error messages included, is
 // the one Decode gives for the concatenation of segs.
@@ -24,7 +24,7 @@ import (
 //
 // Requests have no segmented counterpart: they are small enough that
 // DecodeRequest on a copy costs nothing worth saving.
-func (r *Response) DecodeSegments(segs [][]byte, delta bool) error {
+func (r *Response) decodeSegments(segs [][]byte, delta bool) error {
 	controlPlane := r.ControlPlane
 	r.Reset()
 	r.Delta = delta
@@ -49,9 +49,10 @@ func (r *Response) DecodeSegments(segs [][]byte, delta bool) error {
 	return nil
 }
 
-// DecodeBuffers is DecodeSegments over the buffers gRPC received a message
-// in. The caller keeps its reference to data for as long as it uses r's
-// views.
+// DecodeBuffers is Decode for a message still in the buffers gRPC received it
+// in, read in place but for the fields that straddle two buffers
+// (decodeSegments). The caller keeps its reference to data for as long as it
+// uses r's views.
 func (r *Response) DecodeBuffers(data mem.BufferSlice, delta bool) error {
 	// The list of segments is kept in r because a 10 MB push has some 600
 	// of them, too many to allocate a list for every push.
@@ -59,14 +60,14 @@ func (r *Response) DecodeBuffers(data mem.BufferSlice, delta bool) error {
 	for _, b := range data {
 		segs = append(segs, b.ReadOnlyData())
 	}
-	err := r.DecodeSegments(segs, delta)
+	err := r.decodeSegments(segs, delta)
 	// Kept, the list would hold on to buffers gRPC wants back.
 	clear(segs)
 	r.scratch.segs = segs[:0]
 	return err
 }
 
-// segScratch is what a Response keeps from one DecodeSegments to the next.
+// segScratch is what a Response keeps from one decodeSegments to the next.
 type segScratch struct {
 	arena arena
 	segs  [][]byte // DecodeBuffers' list of segments, cleared between uses
@@ -123,6 +124,21 @@ func countFields(segs [][]byte, num protowire.Number) int {
 }
 
 func (s *segScratch) reset() { s.arena.reset() }
+
+// KeepViews lets the views of r's last decode outlive its next one: the
+// copies of the fields that straddled segments are left to them instead of
+// being overwritten, and the next decode that needs copies makes new ones.
+// The views into the message's own segments stay valid for as long as the
+// caller holds those. It returns the bytes of copies left to the views.
+func (r *Response) KeepViews() int {
+	a := &r.scratch.arena
+	n := a.used
+	// The chunks before the current one are never written again; the
+	// current one is let go of, and the next decode sizes its first chunk
+	// for what this one copied (reset).
+	a.chunk = nil
+	return n
+}
 
 // minChunk is the smallest arena chunk: a gRPC segment's worth, as a message
 // that straddles at all is likely to straddle once per segment.

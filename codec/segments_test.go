@@ -560,3 +560,46 @@ func FuzzSegmentedDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestKeepViewsOutlivesTheNextDecode: after KeepViews, the views of a
+// decode in pieces — those into the pieces and those into the copies of
+// what straddled them — still read the message once the Response has
+// decoded another; without it, the next decode writes over the copies.
+func TestKeepViewsOutlivesTheNextDecode(t *testing.T) {
+	leakcheck.Check(t)
+	first := xdstest.ClusterPush(20, 300, "v1", "n1")
+	second := xdstest.ClusterPush(20, 300, "v2", "n2")
+	for i := range second {
+		if second[i] == 'o' {
+			second[i] = 'X' // other bytes where the first has its names
+		}
+	}
+	var want codec.Response
+	if err := want.Decode(first, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{true, false} {
+		var r codec.Response
+		if err := r.DecodeSegments(xdstest.Chunk(first, 100), false); err != nil {
+			t.Fatal(err)
+		}
+		views := slices.Clone(r.Resources)
+		copied := 0
+		if keep {
+			copied = r.KeepViews()
+		}
+		if err := r.DecodeSegments(xdstest.Chunk(second, 100), false); err != nil {
+			t.Fatal(err)
+		}
+		same := true
+		for i := range views {
+			same = same && bytes.Equal(views[i].Name, want.Resources[i].Name) && bytes.Equal(views[i].Body, want.Resources[i].Body)
+		}
+		switch {
+		case keep && (!same || copied == 0):
+			t.Errorf("after KeepViews (%d bytes of copies), the views no longer read the first message", copied)
+		case !keep && same:
+			t.Errorf("without KeepViews the views still read the first message: the test no longer straddles pieces")
+		}
+	}
+}

@@ -1,14 +1,8 @@
 package codec
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"regexp"
 	"strings"
 	"unicode/utf8"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Text is the string a decoded field shows as. Protobuf requires strings to
@@ -22,57 +16,4 @@ func Text(b []byte) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
-}
-
-// TypeURLOf reads only the type_url of a request or a response, skipping
-// every other field unread: a capture or a log line can name the type of a
-// 10 MB push without decoding its resources. It returns "" when the message
-// has none or cannot be read.
-func TypeURLOf(b []byte, delta, response bool) string {
-	num := protowire.Number(reqTypeURL)
-	switch {
-	case response && delta:
-		num = drespTypeURL
-	case response:
-		num = respTypeURL
-	case delta:
-		num = dreqTypeURL
-	}
-	rd := fieldReader{buf: b}
-	typeURL := ""
-	for rd.next() {
-		if rd.bytesField(num) {
-			typeURL = InternTypeURL(rd.b) // the last one wins, as in protobuf
-		}
-	}
-	if rd.err != nil {
-		return ""
-	}
-	return typeURL
-}
-
-// Fingerprint is what stands in for a secret: its hash and length, enough
-// to tell two secrets apart, useless to anyone who would use it.
-func Fingerprint(secret []byte) string {
-	sum := sha256.Sum256(secret)
-	return fmt.Sprintf("%ssha256 %s, %d bytes]", RedactedMarker, hex.EncodeToString(sum[:8]), len(secret))
-}
-
-// RedactedMarker begins every Fingerprint: bytes that hold it had a secret
-// replaced.
-const RedactedMarker = "[redacted by adstap: "
-
-// pemPrivateKey matches a PEM private key block, also as proto text form
-// prints it inside a quoted string (newlines as \n).
-var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----`)
-
-// RedactText replaces PEM private keys in free text with their fingerprints.
-// A client's NACK message may quote the resource it rejects in full (grpc-go
-// does), inline TLS key included: every output that shows an error_detail
-// gets it through here, since DecodeRequest applies it.
-func RedactText(s string) string {
-	if !strings.Contains(s, "PRIVATE KEY") {
-		return s
-	}
-	return pemPrivateKey.ReplaceAllStringFunc(s, func(m string) string { return Fingerprint([]byte(m)) })
 }

@@ -95,32 +95,3 @@ func checkUTF8(t *testing.T, what string, got []string, n int) {
 		t.Errorf("%s: %d strings show U+FFFD, want %d: %q", what, replaced, n, got)
 	}
 }
-
-func TestTypeURLOf(t *testing.T) {
-	leakcheck.Check(t)
-	const cds, eds = codec.TypeCluster, codec.TypeEndpoint
-	tests := []struct {
-		name            string
-		msg             []byte
-		delta, response bool
-		want            string
-	}{
-		{"SotW request", msg(1, "v1", 3, "a", 4, eds, 5, "n1"), false, false, eds},
-		{"Delta request", msg(2, cds, 3, "a", 6, "n1"), true, false, cds},
-		{"SotW response, type after the resources", msg(1, "v1", 2, msg(1, cds, 2, msg(1, "c")), 4, cds, 5, "n1"), false, true, cds},
-		{"Delta response", msg(1, "v1", 4, eds, 5, "n1", 6, "gone"), true, true, eds},
-		{"the last one wins", msg(4, cds, 4, eds), false, true, eds},
-		{"none", msg(1, "v1", 5, "n1"), false, true, ""},
-		{"unknown type", msg(4, "type.googleapis.com/acme.Thing"), false, false, "type.googleapis.com/acme.Thing"},
-		{"not UTF-8", msg(4, "type.googleapis.com/\xff"), false, false, "type.googleapis.com/\uFFFD"},
-		{"malformed", append(msg(4, cds), 0x2a, 0x09, 'x'), false, true, ""},
-		{"SotW request read as Delta: field 4 is unsubscribe", msg(4, eds), true, false, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := codec.TypeURLOf(tc.msg, tc.delta, tc.response); got != tc.want {
-				t.Errorf("TypeURLOf = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}

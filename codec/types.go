@@ -62,45 +62,58 @@ const (
 	TypeSyncz = "istio.io/debug/syncz"
 )
 
+// ShortTypeOther is what ShortType says of a type it does not know.
+const ShortTypeOther = "other"
+
+// shortTypeSyncz is what ShortType says of TypeSyncz.
+const shortTypeSyncz = "syncz"
+
+// shortNames are the short names of the resource types the tap knows by
+// sight, by message name: the one table of them, which ShortType reads and
+// ShortTypes lists.
+var shortNames = [...]struct{ name, short string }{
+	{nameListener, "lds"},
+	{nameRoute, "rds"},
+	{nameCluster, "cds"},
+	{nameEndpoint, "eds"},
+	{nameSecret, "sds"},
+	{nameExtensionConfig, "ecds"},
+	{nameVirtualHost, "vhds"},
+	{nameScopedRoute, "srds"},
+	{nameRuntime, "rtds"},
+	{nameNameTable, "nds"},
+	{nameProxyConfig, "pcds"},
+	{nameHealthInfo, "health"},
+	{nameAddress, "address"},
+	{nameAuthorization, "authorization"},
+}
+
 // ShortType names a type URL by its xDS service, for metric labels. The result
-// is one of a fixed set so that a client inventing type URLs cannot blow up
-// label cardinality; anything unknown is "other". Only the message name after
-// the last '/' counts, so any Any host is accepted.
+// is one of ShortTypes, a fixed set, so that a client inventing type URLs
+// cannot blow up label cardinality; anything unknown is ShortTypeOther. Only
+// the message name after the last '/' counts, so any Any host is accepted.
 func ShortType(typeURL string) string {
 	if typeURL == TypeSyncz {
-		return "syncz"
+		return shortTypeSyncz
 	}
-	switch TypeName(typeURL) {
-	case nameListener:
-		return "lds"
-	case nameRoute:
-		return "rds"
-	case nameCluster:
-		return "cds"
-	case nameEndpoint:
-		return "eds"
-	case nameSecret:
-		return "sds"
-	case nameExtensionConfig:
-		return "ecds"
-	case nameVirtualHost:
-		return "vhds"
-	case nameScopedRoute:
-		return "srds"
-	case nameRuntime:
-		return "rtds"
-	case nameNameTable:
-		return "nds"
-	case nameProxyConfig:
-		return "pcds"
-	case nameHealthInfo:
-		return "health"
-	case nameAddress:
-		return "address"
-	case nameAuthorization:
-		return "authorization"
+	name := TypeName(typeURL)
+	for _, t := range shortNames {
+		if t.name == name {
+			return t.short
+		}
 	}
-	return "other"
+	return ShortTypeOther
+}
+
+// ShortTypes returns every value ShortType returns, the known types' in the
+// order of xDS's services, then syncz and other: what a metric's type label
+// takes, and what is worth making once per type (label values, span names).
+func ShortTypes() []string {
+	out := make([]string, 0, len(shortNames)+2)
+	for _, t := range shortNames {
+		out = append(out, t.short)
+	}
+	return append(out, shortTypeSyncz, ShortTypeOther)
 }
 
 // TypeName names a type URL for people: the segment after the last '/', which

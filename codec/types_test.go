@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/adstap/adstap/codec"
@@ -40,13 +41,27 @@ func TestShortTypeAndTypeName(t *testing.T) {
 		{"trailing/", "other", ""},
 		{"", "other", ""},
 	}
+	short := codec.ShortTypes()
+	returned := map[string]bool{}
 	for _, tt := range tests {
+		returned[tt.wantShort] = true
+		if !slices.Contains(short, tt.wantShort) {
+			t.Errorf("ShortTypes() = %v lacks %q, which ShortType(%q) returns", short, tt.wantShort, tt.typeURL)
+		}
 		if got := codec.ShortType(tt.typeURL); got != tt.wantShort {
 			t.Errorf("ShortType(%q) = %q, want %q", tt.typeURL, got, tt.wantShort)
 		}
 		if got := codec.TypeName(tt.typeURL); got != tt.wantName {
 			t.Errorf("TypeName(%q) = %q, want %q", tt.typeURL, got, tt.wantName)
 		}
+	}
+	// Every short name is one a type URL above gets, and is listed once.
+	seen := map[string]bool{}
+	for _, s := range short {
+		if !returned[s] || seen[s] {
+			t.Errorf("ShortTypes() = %v: %q is listed twice or is what no type URL of the test gets", short, s)
+		}
+		seen[s] = true
 	}
 }
 

@@ -10,8 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/promtest"
 	"github.com/adstap/adstap/refgraph"
+	"github.com/adstap/adstap/track"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
@@ -212,87 +216,62 @@ func TestRules(t *testing.T) {
 	}
 }
 
-// The exporter's metrics (a public interface): name, then its labels, each
-// with the values it takes (nil: any). node, added by --metrics-node-label,
-// may be on any of them.
-var (
-	anyValue  []string
-	typeValue = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "syncz", "other"}
-	protocol  = []string{"sotw", "delta", "opaque"}
-	direction = []string{"request", "response"}
-	// referenceKind is the kind of a dangling reference (refgraph.Kinds).
-	referenceKind = func() []string {
-		var kinds []string
-		for _, k := range refgraph.Kinds {
-			kinds = append(kinds, string(k))
+// labelValues are the values a label of adstap's metrics takes, by label
+// or, where metrics differ, by metric/label; a label not here takes any
+// value. Each list is read from where the values come from where there is
+// one place.
+var labelValues = func() map[string][]string {
+	var states, kinds []string
+	for _, s := range track.States {
+		states = append(states, string(s))
+	}
+	for _, k := range refgraph.Kinds {
+		kinds = append(kinds, string(k))
+	}
+	return map[string][]string{
+		"type":                           codec.ShortTypes(),
+		"state":                          states,
+		"kind":                           kinds,
+		"protocol":                       {string(codec.SotW), string(codec.Delta), string(codec.Opaque)},
+		"direction":                      {"request", "response"},
+		"result":                         {"ack", "nack"},
+		"phase":                          {"dns", "tcp", "tls", "first_response"},
+		"adstap_full_syncs_total/reason": {"initial", "repeated"},
+		"adstap_upstream_connect_failures_total/reason": {"dns", "tcp", "tls", "other"},
+		"adstap_upstream_failing/reason":                export.UpstreamReasons,
+		"adstap_make_before_break_seconds/kind":         {string(refgraph.RouteCluster), string(refgraph.ListenerCluster)},
+	}
+}()
+
+// metricLabels are the labels of a family, each with the
+// values it takes (nil: any). node, added by --metrics-node-label, may be
+// on any of them.
+func metricLabels(f promtest.Family) map[string][]string {
+	ls := map[string][]string{}
+	for _, l := range f.Labels {
+		v, ok := labelValues[f.Name+"/"+l]
+		if !ok {
+			v = labelValues[l]
 		}
-		return kinds
-	}()
-)
-
-type labels map[string][]string
-
-var metrics = map[string]labels{
-	"adstap_streams_active":                  {"protocol": protocol},
-	"adstap_streams_opened_total":            {"protocol": protocol},
-	"adstap_messages_total":                  {"direction": direction, "protocol": protocol},
-	"adstap_bytes_total":                     {"direction": direction, "protocol": protocol},
-	"adstap_pushes_total":                    {"type": typeValue},
-	"adstap_acks_total":                      {"type": typeValue},
-	"adstap_nacks_total":                     {"type": typeValue},
-	"adstap_stale_nonces_total":              {"type": typeValue},
-	"adstap_redundant_pushes_total":          {"type": typeValue},
-	"adstap_push_timeouts_total":             {"type": typeValue},
-	"adstap_pushes_pending":                  {"type": typeValue},
-	"adstap_full_syncs_total":                {"type": typeValue, "reason": {"initial", "repeated"}},
-	"adstap_nack_storm_active":               {"type": typeValue},
-	"adstap_nack_storms_total":               {"type": typeValue},
-	"adstap_nack_loop_active":                {"type": typeValue},
-	"adstap_nack_loops_total":                {"type": typeValue},
-	"adstap_repeated_full_sync_active":       {},
-	"adstap_repeated_full_sync_alarms_total": {},
-	"adstap_decode_errors_total":             {"type": typeValue},
-	"adstap_upstream_connect_failures_total": {"reason": {"dns", "tcp", "tls", "other"}},
-	"adstap_metrics_node_overflow_total":     {},
-	"adstap_build_info":                      {"version": anyValue, "goversion": anyValue},
-	"adstap_spans_dropped_total":             {},
-	"adstap_stream_states":                   {"type": typeValue, "state": {"SYNCED", "STALE", "NACKED", "NOT_SENT"}},
-	"adstap_last_push_timestamp_seconds":     {"type": typeValue},
-	"adstap_last_ack_timestamp_seconds":      {"type": typeValue},
-	"adstap_proxy_streams":                   {"version": anyValue, "control_plane": anyValue},
-	"adstap_upstream_failing":                {"reason": {"certificate_expired", "unknown_authority", "wrong_name", "tls", "dns", "refused", "timeout", "tcp"}},
-	"adstap_upstream_failed_attempts":        {},
-	"adstap_dangling_references":             {"kind": referenceKind},
-	"adstap_dangling_references_total":       {"kind": referenceKind},
-}
-
-// histograms, with their labels and the bucket bounds a rule may name in le
-// (export/prom.go's, as client_golang writes them).
-var histograms = map[string]struct {
-	labels labels
-	le     []string
-}{
-	"adstap_push_ack_seconds":          {labels{"type": typeValue, "result": {"ack", "nack"}}, []string{"0.001", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_push_bytes":                {labels{"type": typeValue}, []string{"1000", "10000", "100000", "1e+06", "2e+06", "3e+06", "4e+06", "4.194304e+06", "1e+07", "2e+07", "4e+07", "1e+08", "+Inf"}},
-	"adstap_push_resources":            {labels{"type": typeValue}, nil},
-	"adstap_full_sync_seconds":         {labels{}, []string{"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"}},
-	"adstap_upstream_connect_seconds":  {labels{"phase": {"dns", "tcp", "tls", "first_response"}}, nil},
-	"adstap_make_before_break_seconds": {labels{"kind": {"route_cluster", "listener_cluster"}}, nil},
+		ls[l] = v
+	}
+	return ls
 }
 
 // lookup returns the labels of the series name (a histogram's _bucket,
-// _count and _sum included), and the le values it may be matched on.
-func lookup(name string) (labels, []string, bool) {
-	if l, ok := metrics[name]; ok {
-		return l, nil, true
+// _count and _sum included) among families, and the le values it may be
+// matched on.
+func lookup(families map[string]promtest.Family, name string) (map[string][]string, []string, bool) {
+	if f, ok := families[name]; ok {
+		return metricLabels(f), nil, true
 	}
-	for _, suffix := range []string{"_bucket", "_count", "_sum", ""} {
+	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 		base, ok := strings.CutSuffix(name, suffix)
-		if h, found := histograms[base]; ok && found {
+		if f, found := families[base]; ok && found && f.Type == "histogram" {
 			if suffix == "_bucket" {
-				return h.labels, h.le, true
+				return metricLabels(f), f.Buckets, true
 			}
-			return h.labels, nil, true
+			return metricLabels(f), nil, true
 		}
 	}
 	return nil, nil, false
@@ -303,7 +282,10 @@ var (
 	selectorRef = regexp.MustCompile(`\b(adstap_[a-z0-9_]+)\s*\{([^}]*)\}`)
 	matcherRef  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
 	groupingRef = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-	recordedRef = regexp.MustCompile(`\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b`)
+	// literalAlternation is a regular expression that only lists values
+	// (NACKED|STALE): each must be one the label takes.
+	literalAlternation = regexp.MustCompile(`^[A-Za-z0-9_]+(\|[A-Za-z0-9_]+)*$`)
+	recordedRef        = regexp.MustCompile(`\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b`)
 )
 
 // TestMetricNames catches what promtool cannot: a misspelt metric, label or
@@ -312,15 +294,11 @@ var (
 func TestMetricNames(t *testing.T) {
 	leakcheck.Check(t)
 	f := alertRules(t)
+	families := promtest.TapFamilies(t)
 	known := map[string]bool{"node": true, "le": true}
-	for _, l := range metrics {
-		for k := range l {
-			known[k] = true
-		}
-	}
-	for _, h := range histograms {
-		for k := range h.labels {
-			known[k] = true
+	for _, fam := range families {
+		for _, l := range fam.Labels {
+			known[l] = true
 		}
 	}
 	for _, r := range f.Groups[0].Rules {
@@ -332,13 +310,13 @@ func TestMetricNames(t *testing.T) {
 		for _, text := range texts {
 			text = recordedRef.ReplaceAllString(text, "")
 			for _, m := range metricRef.FindAllString(text, -1) {
-				if _, _, ok := lookup(m); !ok {
+				if _, _, ok := lookup(families, m); !ok {
 					t.Errorf("%s: unknown metric %s", name, m)
 				}
 			}
 		}
 		for _, sel := range selectorRef.FindAllStringSubmatch(r.Expr, -1) {
-			ls, le, ok := lookup(sel[1])
+			ls, le, ok := lookup(families, sel[1])
 			if !ok {
 				continue // reported above
 			}
@@ -357,6 +335,12 @@ func TestMetricNames(t *testing.T) {
 					t.Errorf("%s: %s has no label %s", name, sel[1], label)
 				case op == "=" && allowed != nil && !slices.Contains(allowed, value):
 					t.Errorf("%s: %s{%s} never has the value %q (values %v)", name, sel[1], label, value, allowed)
+				case op == "=~" && allowed != nil && literalAlternation.MatchString(value):
+					for v := range strings.SplitSeq(value, "|") {
+						if !slices.Contains(allowed, v) {
+							t.Errorf("%s: %s{%s=~%q}: %s is never a value (values %v)", name, sel[1], label, value, v, allowed)
+						}
+					}
 				}
 			}
 		}

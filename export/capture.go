@@ -217,7 +217,7 @@ func (c *Capture) writeFrame(r capture.Record, data mem.BufferSlice) error {
 	delta := st.protocol == codec.Delta
 	request := r.Direction == "request"
 	if request && st.node == "" {
-		if req, err := codec.DecodeRequest(joined(segs, data), delta); err == nil && req.Node != nil {
+		if req, err := redact.DecodeRequest(joined(segs, data), delta); err == nil && req.Node != nil {
 			st.node = req.Node.ID
 			c.streams[r.Stream] = st
 		}

@@ -1,8 +1,10 @@
 package export
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strconv"
@@ -12,7 +14,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3" // so every core type can be shown
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -29,16 +30,22 @@ import (
 // this is opt-in (--retain-resources) and bounded by a byte budget; past it
 // new pushes are not retained and the page says so.
 //
-// It is told the bytes of each push (Response) and, as a track.Sink, the
-// tracker's verdict on it; the wiring hands it a push's bytes before the
-// tracker can judge the push's answer. Decoding and copying pushes happens
-// on a goroutine of its own, behind a bounded queue: a push that does not
-// fit is dropped, counted (adstap_output_dropped_total{output="config"}),
-// and the page says it is incomplete.
+// It is a track.Sink fed by the tracker alone: the tracker keeps each push
+// until its answer (within --nack-keep-bytes) and hands an acknowledged one
+// over with its ACK (track.Accepted, with track.Config.HandOverAccepted),
+// its resources as the tap decoded them, by reference. The store never
+// sees a push awaiting its answer and never decodes one. It copies the
+// bodies it keeps on a goroutine of its own, behind a bounded queue: an
+// accepted push that does not fit is let go of, counted
+// (adstap_output_dropped_total{output="config"}), and the page says it is
+// incomplete.
 type ConfigStore struct {
 	maxBytes int64
 	q        *queue[configOp]
 
+	// Written under mu on the queue's goroutine, which alone reads them
+	// without it, but for full, which OnEvent sets when an accepted push
+	// is lost; the page reads them under mu.
 	mu      sync.Mutex
 	used    int64
 	full    bool
@@ -46,14 +53,13 @@ type ConfigStore struct {
 }
 
 type retainedStream struct {
-	protocol codec.Protocol
-	types    map[string]*retainedType
+	types map[string]*retainedType
 }
 
 type retainedType struct {
 	version  string
 	accepted map[string]retained
-	pending  map[string]pendingPush // by nonce
+	bytes    int64 // of the bodies in accepted
 }
 
 type retained struct {
@@ -61,41 +67,30 @@ type retained struct {
 	body    []byte
 }
 
-type pendingPush struct {
-	version   string
-	resources map[string]retained
-	removed   []string
-	replace   bool
-}
-
 var _ track.Sink = (*ConfigStore)(nil)
 
 // configOp is one call to the store, done on its queue's goroutine.
 type configOp struct {
-	kind     uint8 // opOpen, opResponse, opClose, opAnswer
+	kind     uint8 // opOpen, opClose, opAccepted, opEnded
 	stream   uint64
-	protocol codec.Protocol
-	data     mem.BufferSlice // a response's bytes, by reference
-	push     track.Push
-	accepted bool
+	typeURL  string
+	accepted *track.Accepted
 }
 
 const (
 	opOpen = iota
-	opResponse
 	opClose
-	opAnswer
+	opAccepted
+	opEnded // a push of the type ended with nothing to retain
 )
 
 // NewConfigStore retains at most maxBytes of resource bodies, with at most
-// maxQueueBytes of pushes waiting to be retained (DefaultOutputQueueBytes
-// when 0). Close stops it.
+// maxQueueBytes of accepted pushes waiting to be retained
+// (DefaultOutputQueueBytes when 0). Close stops it.
 func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
 	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
 	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), func(op configOp) {
-		if op.data != nil {
-			op.data.Free()
-		}
+		op.accepted.Release()
 	})
 	return c
 }
@@ -103,171 +98,157 @@ func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStor
 func (c *ConfigStore) do(op configOp) {
 	switch op.kind {
 	case opOpen:
-		c.openStream(op.stream, op.protocol)
-	case opResponse:
-		c.response(op.stream, op.data)
-		op.data.Free()
+		c.mu.Lock()
+		c.streams[op.stream] = &retainedStream{types: map[string]*retainedType{}}
+		c.mu.Unlock()
 	case opClose:
 		c.closeStream(op.stream)
-	case opAnswer:
-		c.applyAnswer(op.push, op.accepted)
+	case opAccepted:
+		c.accept(op.stream, op.typeURL, op.accepted)
+		op.accepted.Release()
+	case opEnded:
+		if st := c.streams[op.stream]; st != nil && st.types[op.typeURL] == nil {
+			c.mu.Lock()
+			st.types[op.typeURL] = &retainedType{accepted: map[string]retained{}}
+			c.mu.Unlock()
+		}
 	}
 }
 
-// OpenStream starts retaining what stream id is pushed.
-func (c *ConfigStore) OpenStream(id uint64, p codec.Protocol) {
-	if p != codec.Opaque {
-		c.q.put(configOp{kind: opOpen, stream: id, protocol: p}, 64, true)
-	}
-}
-
-// Response hands over the bytes of one push (a whole response as it crossed
-// the tap, in the buffers it arrived in), kept until the tracker judges its
-// answer. It takes its own reference to data, and copies only the
-// resources' bodies, once its goroutine gets to them: a push is never
-// copied whole. It never waits: a push that does not fit in the queue, or
-// is larger than all the store retains, is lost.
-func (c *ConfigStore) Response(id uint64, data mem.BufferSlice) {
-	n := data.Len()
-	if int64(n) > c.maxBytes {
-		c.mu.Lock()
-		c.full = true
-		c.mu.Unlock()
-		return
-	}
-	data.Ref()
-	if !c.q.put(configOp{kind: opResponse, stream: id, data: data}, n, false) {
-		data.Free()
-		c.mu.Lock()
-		c.full = true
-		c.mu.Unlock()
-	}
-}
-
-// CloseStream forgets stream id and what it retained.
-func (c *ConfigStore) CloseStream(id uint64) { c.q.put(configOp{kind: opClose, stream: id}, 64, true) }
-
-// OnEvent applies a push once the tracker says how it ended.
+// OnEvent follows the streams, and takes each accepted push the tracker
+// hands over. It never waits: an accepted push that does not fit in the
+// queue is let go of, and the page says it is incomplete.
 func (c *ConfigStore) OnEvent(e track.Event) {
 	switch e := e.(type) {
+	case track.StreamOpened:
+		if e.Stream.Protocol != codec.Opaque {
+			c.q.put(configOp{kind: opOpen, stream: e.Stream.ID}, 64, true)
+		}
+	case track.StreamClosed:
+		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
-		c.q.put(configOp{kind: opAnswer, push: e.Push, accepted: e.Result == track.ResultACK}, 256, true)
+		c.ended(e.Push, e.Accepted)
 	case track.LateAnswer:
-		c.q.put(configOp{kind: opAnswer, push: e.Push, accepted: e.Result == track.ResultACK}, 256, true)
+		c.ended(e.Push, e.Accepted)
 	}
 }
 
-// Dropped counts the pushes dropped because the queue was full.
+// ended takes what a push that ended accepted, if anything. A type whose
+// pushes ended with nothing accepted (NACKed, say) is on the page all the
+// same, with no resources.
+func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
+	if a != nil {
+		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
+			return
+		}
+		a.Release()
+		c.mu.Lock()
+		c.full = true
+		c.mu.Unlock()
+	}
+	c.q.put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
+}
+
+// Dropped counts the accepted pushes dropped because the queue was full.
 func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
 
 // Close stops retaining, once what waits is retained or ctx is done.
 func (c *ConfigStore) Close(ctx context.Context) error { return c.q.close(ctx) }
-
-func (c *ConfigStore) openStream(id uint64, p codec.Protocol) {
-	if p == codec.Opaque {
-		return
-	}
-	c.mu.Lock()
-	c.streams[id] = &retainedStream{protocol: p, types: map[string]*retainedType{}}
-	c.mu.Unlock()
-}
-
-// response keeps the bodies of one push until its answer.
-func (c *ConfigStore) response(id uint64, data mem.BufferSlice) {
-	c.mu.Lock()
-	st := c.streams[id]
-	c.mu.Unlock()
-	if st == nil {
-		return
-	}
-	var resp codec.Response
-	if err := resp.DecodeBuffers(data, st.protocol == codec.Delta); err != nil {
-		return
-	}
-	p := pendingPush{version: resp.VersionInfo, resources: make(map[string]retained, len(resp.Resources)), removed: resp.RemovedResources}
-	// In SotW, LDS and CDS responses carry the whole set; other types add to it.
-	p.replace = !resp.Delta && (resp.TypeURL == codec.TypeListener || resp.TypeURL == codec.TypeCluster)
-	var size int64
-	for _, r := range resp.Resources {
-		p.resources[string(r.Name)] = retained{typeURL: string(r.TypeURL), body: append([]byte(nil), r.Body...)}
-		size += int64(len(r.Body))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.streams[id] != st {
-		return // closed meanwhile
-	}
-	if c.used+size > c.maxBytes {
-		c.full = true
-		return
-	}
-	c.used += size
-	t := st.types[resp.TypeURL]
-	if t == nil {
-		t = &retainedType{accepted: map[string]retained{}, pending: map[string]pendingPush{}}
-		st.types[resp.TypeURL] = t
-	}
-	t.pending[resp.Nonce] = p
-}
 
 func (c *ConfigStore) closeStream(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := c.streams[id]; st != nil {
 		for _, t := range st.types {
-			c.used -= t.bytes()
+			c.used -= t.bytes
 		}
 		delete(c.streams, id)
 	}
 }
 
-// applyAnswer applies a push once the tracker says how it ended.
-func (c *ConfigStore) applyAnswer(p track.Push, accepted bool) {
+// accept applies an accepted push of type url to what stream id retains,
+// copying the bodies it adds or changes; a resource it carried unchanged
+// keeps the body retained before. Only this goroutine writes the streams,
+// so it reads them without the lock, and takes it to change them.
+func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
+	st := c.streams[id]
+	if st == nil {
+		return
+	}
+	t := st.types[url]
+	var old map[string]retained
+	var oldBytes int64
+	if t != nil {
+		old, oldBytes = t.accepted, t.bytes
+	}
+	// next is what the push makes of the type (Replace) or what it adds
+	// and changes; the bodies of fresh are views into the push until
+	// copied, once the result is known to fit.
+	next := make(map[string]retained, len(a.Resources))
+	var fresh []string
+	for _, v := range a.Resources {
+		if r, ok := old[v.Name]; ok && v.Unchanged {
+			if a.Replace {
+				next[v.Name] = r
+			}
+			continue
+		}
+		if v.Body == nil && v.Unchanged {
+			continue // carried unchanged from a state this store missed
+		}
+		if _, dup := next[v.Name]; !dup {
+			fresh = append(fresh, v.Name)
+		}
+		next[v.Name] = retained{typeURL: v.TypeURL, body: v.Body}
+	}
+	newBytes := oldBytes
+	if a.Replace {
+		newBytes = 0
+		for _, r := range next {
+			newBytes += int64(len(r.body))
+		}
+	} else {
+		for n, r := range next {
+			newBytes += int64(len(r.body) - len(old[n].body))
+		}
+		for _, n := range a.Removed {
+			if _, changed := next[n]; !changed {
+				newBytes -= int64(len(old[n].body))
+			}
+		}
+	}
+	c.mu.Lock()
+	over := c.used-oldBytes+newBytes > c.maxBytes
+	if over {
+		c.full = true
+	}
+	c.mu.Unlock()
+	if over {
+		return
+	}
+	for _, n := range fresh {
+		r := next[n]
+		r.body = bytes.Clone(r.body)
+		next[n] = r
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.streams[p.StreamID]
-	if st == nil || st.types[p.TypeURL] == nil {
-		return
+	if t == nil {
+		t = &retainedType{accepted: map[string]retained{}}
+		st.types[url] = t
 	}
-	t := st.types[p.TypeURL]
-	push, ok := t.pending[p.Nonce]
-	if !ok {
-		return
-	}
-	delete(t.pending, p.Nonce)
-	before := t.bytes() + push.bytes()
-	if accepted {
-		if push.replace {
-			t.accepted = map[string]retained{}
+	if a.Replace {
+		t.accepted = next
+	} else {
+		maps.Copy(t.accepted, next)
+		for _, n := range a.Removed {
+			if _, changed := next[n]; !changed {
+				delete(t.accepted, n)
+			}
 		}
-		for name, r := range push.resources {
-			t.accepted[name] = r
-		}
-		for _, name := range push.removed {
-			delete(t.accepted, name)
-		}
-		t.version = push.version
 	}
-	c.used -= before - t.bytes()
-}
-
-func (t *retainedType) bytes() int64 {
-	var n int64
-	for _, r := range t.accepted {
-		n += int64(len(r.body))
-	}
-	for _, p := range t.pending {
-		n += p.bytes()
-	}
-	return n
-}
-
-func (p pendingPush) bytes() int64 {
-	var n int64
-	for _, r := range p.resources {
-		n += int64(len(r.body))
-	}
-	return n
+	t.version, t.bytes = a.Version, newBytes
+	c.used += newBytes - oldBytes
 }
 
 // ConfigPage is the body of GET /debug/config.

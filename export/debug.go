@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,16 +27,12 @@ type StreamsPage struct {
 	Dangling []DanglingReference `json:"dangling_references,omitzero"`
 }
 
-// TypeStates are the states a type of a stream can be in, as TypeState.State
-// says them.
-var TypeStates = []string{"SYNCED", "STALE", "NACKED", "NOT_SENT"}
-
 // StreamFilter keeps the streams of one node, and the types of one type
 // and state; empty fields keep everything.
 type StreamFilter struct {
 	Node  string
 	Type  string // a short name (cds) or a type URL
-	State string // one of TypeStates
+	State track.State
 }
 
 // ParseStreamFilter reads ?node=&type=&state= of /debug/streams.
@@ -48,16 +43,18 @@ func ParseStreamFilter(q map[string][]string) (StreamFilter, error) {
 		}
 		return ""
 	}
-	f := StreamFilter{Node: get("node"), Type: get("type"), State: strings.ToUpper(get("state"))}
-	// adstap status's words for the same states.
-	switch f.State {
-	case "ERROR":
-		f.State = "NACKED"
-	case "NOT SENT":
-		f.State = "NOT_SENT"
-	}
-	if f.State != "" && !slices.Contains(TypeStates, f.State) {
-		return f, fmt.Errorf("state %q: want one of %s", get("state"), strings.Join(TypeStates, ", "))
+	f := StreamFilter{Node: get("node"), Type: get("type")}
+	if s := get("state"); s != "" {
+		// adstap status's words for the same states are taken too.
+		st, ok := track.ParseState(s)
+		if !ok {
+			var want []string
+			for _, st := range track.States {
+				want = append(want, string(st))
+			}
+			return f, fmt.Errorf("state %q: want one of %s", s, strings.Join(want, ", "))
+		}
+		f.State = st
 	}
 	return f, nil
 }

@@ -2,6 +2,8 @@ package export_test
 
 import (
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -68,5 +70,37 @@ func TestStreamFilter(t *testing.T) {
 				t.Errorf("kept (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDebugDocListsTheStates: docs/debug.md's row of /debug/streams lists
+// the states ?state= takes, as track.State says them and in their display
+// words, and nothing else.
+func TestDebugDocListsTheStates(t *testing.T) {
+	leakcheck.Check(t)
+	const doc = "../docs/debug.md"
+	raw, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `/debug/streams` \\|.*$").FindString(string(raw))
+	if row == "" {
+		t.Fatalf("%s has no row for /debug/streams", doc)
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("`([A-Z][A-Z_ ]*)`").FindAllStringSubmatch(row, -1) {
+		listed = append(listed, m[1])
+	}
+	var want []string
+	for _, s := range track.States {
+		want = append(want, string(s))
+		if d := s.Display(); d != string(s) && !strings.Contains(d, " ") {
+			want = append(want, d) // NOT SENT would need quoting in a URL: the doc leaves it out
+		}
+	}
+	slices.Sort(listed)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Errorf("%s lists the states of ?state= as %v, want %v", doc, listed, want)
 	}
 }

@@ -42,7 +42,7 @@ type LiveLog struct {
 }
 
 // logStream is what the live log keeps of a stream, on the stream itself
-// (track.State): no lock of the live log's is shared by its streams.
+// (track.OutputState): no lock of the live log's is shared by its streams.
 type logStream struct {
 	mu      sync.Mutex
 	repeats map[string]*repeat // by type URL
@@ -84,7 +84,7 @@ func (l *LiveLog) OnEvent(e track.Event) {
 	if !lined {
 		return
 	}
-	st := track.State[logStream](ref, l)
+	st := track.OutputState[logStream](ref, l)
 	pe, isPush := e.(track.PushEnded)
 	suppressed := 0
 	if isPush {
@@ -398,7 +398,7 @@ func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
 
 // typeLabel is the short name operators use: CDS, EDS, LDS...
 func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != "other" {
+	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
 		if l, ok := typeLabels[s]; ok {
 			return l
 		}
@@ -409,8 +409,8 @@ func typeLabel(typeURL string) string {
 
 // knownShortTypes is what codec.ShortType returns. What the sinks derive
 // from a type (labels, span names) is made once for each: it would be
-// garbage for every push. A type missing here costs allocations, nothing else.
-var knownShortTypes = []string{"lds", "rds", "cds", "eds", "sds", "ecds", "vhds", "srds", "rtds", "nds", "pcds", "health", "address", "authorization", "syncz", "other"}
+// garbage for every push.
+var knownShortTypes = codec.ShortTypes()
 
 // typeLabels are the labels of the known short types.
 var typeLabels = func() map[string]string {

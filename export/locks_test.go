@@ -22,7 +22,7 @@ import (
 // of its own as the observation workers handle them, never wait for one
 // another there. A lock they all took would be contended, and the mutex
 // profile would name the code of this package that released it; what each
-// output keeps of a stream is on the stream (track.State), whose locks no
+// output keeps of a stream is on the stream (track.OutputState), whose locks no
 // other stream takes.
 func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	leakcheck.Check(t)

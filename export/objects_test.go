@@ -50,7 +50,7 @@ type stampedStream struct {
 func openStamped(t testing.TB, tk *track.Tracker, sink track.Sink) *stampedStream {
 	s := &stampedStream{t: t, tk: tk, sink: sink, at: t0}
 	s.feed(tk.OpenStream(track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: s.at}))
-	s.feed(tk.Request(1, s.at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: nodeA}}, 10))
+	s.feed(tk.Request(1, s.at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: nodeA}}, 10))
 	return s
 }
 
@@ -70,11 +70,17 @@ func (s *stampedStream) push(version string, rules map[string]string) {
 // answer ACKs version, or NACKs it with nack, a millisecond later.
 func (s *stampedStream) answer(version, nack string) {
 	s.at = s.at.Add(time.Millisecond)
+	s.feed(s.tk.Request(1, s.at, cdsAnswer(version, nack), 10))
+}
+
+// cdsAnswer is the ACK (or, with nack, the NACK) of the CDS push of
+// version, whose nonce is "n" and the version.
+func cdsAnswer(version, nack string) *codec.Request {
 	req := &codec.Request{TypeURL: codec.TypeCluster, ResponseNonce: "n" + version, VersionInfo: version}
 	if nack != "" {
 		req.ErrorDetail = &codec.ErrorDetail{Code: 3, Message: nack}
 	}
-	s.feed(s.tk.Request(1, s.at, req, 10))
+	return req
 }
 
 // decodedPush is raw as the tap hands a push to the tracker.
@@ -218,7 +224,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 				}
 			}
 			feed(tk.OpenStream(benchMeta(benchStream)))
-			feed(tk.Request(benchStream, t0, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: benchNode}}, 10))
+			feed(tk.Request(benchStream, t0, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: benchNode}}, 10))
 			b.ReportAllocs()
 			at := t0
 			for i := 0; b.Loop(); i++ {

@@ -83,7 +83,7 @@ type Tracing struct {
 	tracer   trace.Tracer
 
 	// What a stream's spans need of its earlier events is on the stream
-	// (track.State), so no lock of Tracing's is shared by its streams.
+	// (track.OutputState), so no lock of Tracing's is shared by its streams.
 	// connecting lists the streams whose connect span is open, for
 	// Shutdown to end: changed when a stream opens and when its connect
 	// span ends, never per push.
@@ -94,7 +94,7 @@ type Tracing struct {
 var _ track.Sink = (*Tracing)(nil)
 
 // streamSpans is what a stream's spans need from its earlier events, kept
-// on the stream (track.State). mu guards it: a stream's events come from
+// on the stream (track.OutputState). mu guards it: a stream's events come from
 // its observation worker and from the tracker's clock.
 type streamSpans struct {
 	mu   sync.Mutex
@@ -331,7 +331,7 @@ func (t *Tracing) TraceIDFor(p track.Push) string {
 // stream is what the spans of stream r need, nil for a stream with no
 // spans or an event from outside a tracker.
 func (t *Tracing) stream(r *track.StreamRef) *streamSpans {
-	s := track.State[streamSpans](r, t)
+	s := track.OutputState[streamSpans](r, t)
 	if s == nil {
 		return nil
 	}
@@ -413,7 +413,7 @@ func (t *Tracing) streamOpened(m track.StreamMeta, ref *track.StreamRef) {
 	} else {
 		connect.SetAttributes(attribute.Bool("xds.connection.reused", true))
 	}
-	s := track.State[streamSpans](ref, t)
+	s := track.OutputState[streamSpans](ref, t)
 	s.mu.Lock()
 	s.meta, s.connect, s.inConnect = m, connect, ctx
 	s.link = trace.WithLinks(trace.Link{SpanContext: connect.SpanContext(), Attributes: streamLinkAttrs})
@@ -578,7 +578,7 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	case track.ResultNACK:
 		span.SetStatus(codes.Error, e.Error)
 	case track.ResultTimeout:
-		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is STALE")
+		span.SetStatus(codes.Error, "no answer within the push timeout: the stream is "+string(track.StateStale))
 	}
 	sc.end[0] = trace.WithTimestamp(e.At)
 	span.End(sc.end[:]...)

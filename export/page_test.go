@@ -3,12 +3,17 @@ package export_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/track"
 )
 
 // TestPageServesItsOwnFilesOnly: the page and what it loads come from the
@@ -63,5 +68,71 @@ func TestPageServesItsOwnFilesOnly(t *testing.T) {
 	}
 	if got := get("/nothing-here").Code; got != http.StatusNotFound {
 		t.Errorf("GET /nothing-here: %d, want 404", got)
+	}
+}
+
+// TestPageKnowsEveryState: the live page's script and style name the
+// states of /debug/streams as track.State says them, and show each in
+// the words State.Display gives it.
+func TestPageKnowsEveryState(t *testing.T) {
+	leakcheck.Check(t)
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("page", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	js, css := read("page.js"), read("page.css")
+	isState := func(s string) bool { return slices.Contains(track.States[:], track.State(s)) }
+
+	// Every state the script compares a type's state (ts.state) with, or keys a
+	// map by, is a state.
+	named := map[string]bool{}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`\bts\.state\s*[!=]==?\s*"([^"]*)"`),
+		regexp.MustCompile(`\b([A-Z][A-Z_]+):\s*ts\.`),
+	} {
+		for _, m := range re.FindAllStringSubmatch(js, -1) {
+			named[m[1]] = true
+			if !isState(m[1]) {
+				t.Errorf("page.js takes %q for a state; the states are %v", m[1], track.States)
+			}
+		}
+	}
+	// Each state shown in other words is shown in State.Display's.
+	shown := map[string]string{}
+	for _, m := range regexp.MustCompile(`\bts\.state\s*===\s*"([^"]*)"\s*\?\s*"([^"]*)"`).FindAllStringSubmatch(js, -1) {
+		shown[m[1]] = m[2]
+	}
+	for _, s := range track.States {
+		if want := s.Display(); want != string(s) && shown[string(s)] != want {
+			t.Errorf("page.js shows %s as %q, want %q (track.State.Display)", s, shown[string(s)], want)
+		}
+	}
+	// The style gives every state its colour, and styles no other.
+	for _, m := range regexp.MustCompile(`td\.([A-Z][A-Z_]*)\b`).FindAllStringSubmatch(css, -1) {
+		named["td."+m[1]] = true
+		if !isState(m[1]) {
+			t.Errorf("page.css styles td.%s, which is no state; the states are %v", m[1], track.States)
+		}
+	}
+	for _, s := range track.States {
+		if !named["td."+string(s)] {
+			t.Errorf("page.css has no style for td.%s", s)
+		}
+	}
+	// The order of the type columns names types that exist.
+	order := regexp.MustCompile(`const TYPE_ORDER = \[([^\]]*)\]`).FindStringSubmatch(js)
+	if order == nil {
+		t.Fatal("page.js has no TYPE_ORDER")
+	}
+	for _, m := range regexp.MustCompile(`"([^"]*)"`).FindAllStringSubmatch(order[1], -1) {
+		if !slices.Contains(codec.ShortTypes(), m[1]) {
+			t.Errorf("page.js's TYPE_ORDER names %q, which is no short type (codec.ShortTypes: %v)", m[1], codec.ShortTypes())
+		}
+	}
+	if !named[string(track.StateNACKed)] || !named[string(track.StateStale)] {
+		t.Errorf("page.js orders nothing by %s and %s: the regular expressions of this test no longer read it", track.StateNACKed, track.StateStale)
 	}
 }

@@ -311,7 +311,7 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.DetectorEnded:
 		m.detector(e.Detector, e.TypeURL, e.Node, -1)
 	case track.DecodeError:
-		t := "other"
+		t := codec.ShortTypeOther
 		if e.TypeURL != "" {
 			t = codec.ShortType(e.TypeURL)
 		}

@@ -45,7 +45,9 @@ func (m *Metrics) WatchStreams(streams StreamSummaries) {
 		labels = append(labels, "node")
 	}
 	c := &stateCollector{m: m, streams: streams,
-		states: prometheus.NewDesc(MetricStreamStates, "Streams whose type is in each state, as istioctl proxy-status says it: SYNCED (the last push was ACKed), STALE (it awaits its answer), NACKED (the latest answered push was rejected), NOT_SENT (asked for, nothing pushed yet).",
+		states: prometheus.NewDesc(MetricStreamStates, "Streams whose type is in each state, as istioctl proxy-status says it: "+
+			string(track.StateSynced)+" (the last push was ACKed), "+string(track.StateStale)+" (it awaits its answer), "+
+			string(track.StateNACKed)+" (the latest answered push was rejected), "+string(track.StateNotSent)+" (asked for, nothing pushed yet).",
 			append(slices.Clone(labels), "state"), nil),
 		lastPush: prometheus.NewDesc(MetricLastPush, "When the type was last pushed to a stream of the tap (Unix seconds); absent before the first push.", labels, nil),
 		lastACK:  prometheus.NewDesc(MetricLastACK, "When a stream of the tap last ACKed a push of the type (Unix seconds); 0 when pushed but never ACKed.", labels, nil),
@@ -72,7 +74,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 type typeKey struct{ typ, node string }
 
 type typeAgg struct {
-	states            [4]int // by track's state, in TypeStates order
+	states            [len(track.States)]int // in track.States order
 	lastPush, lastACK time.Time
 	pushed            bool
 }
@@ -108,7 +110,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				a = new(typeAgg)
 				types[k] = a
 			}
-			if i := slices.Index(TypeStates, ts.State); i >= 0 {
+			if i := slices.Index(track.States[:], ts.State); i >= 0 {
 				a.states[i]++
 			}
 			if !ts.LastSentAt.IsZero() {
@@ -127,8 +129,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if nodeLabel {
 			l = append(l, k.node)
 		}
-		for i, state := range TypeStates {
-			ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(a.states[i]), append(slices.Clone(l), state)...)
+		for i, state := range track.States {
+			ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(a.states[i]), append(slices.Clone(l), string(state))...)
 		}
 		if a.pushed {
 			ch <- prometheus.MustNewConstMetric(c.lastPush, prometheus.GaugeValue, unixSeconds(a.lastPush), l...)

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/promsum"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/track"
 )
 

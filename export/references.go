@@ -14,6 +14,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
 )
@@ -238,7 +239,7 @@ func (r *References) do(op refOp) {
 		} else {
 			b = op.data.Materialize()
 		}
-		if req, err := codec.DecodeRequest(b, st.graph.Delta()); err == nil {
+		if req, err := redact.DecodeRequest(b, st.graph.Delta()); err == nil {
 			r.report(op.stream, st, nil, st.graph.Requested(req, op.at, 0))
 		}
 	case refAnswer:

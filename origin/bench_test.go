@@ -82,7 +82,7 @@ func BenchmarkStampedWholePush10k(b *testing.B) {
 	data, _ := meshPush(b)
 	var sc Scanner
 	for b.Loop() {
-		if s := sc.stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != MaxChanged || !s.Truncated {
+		if s := sc.stampedIn(data, false, func(int) bool { return false }); len(s.Objects) != maxChanged || !s.Truncated {
 			b.Fatalf("%d objects, truncated %v", len(s.Objects), s.Truncated)
 		}
 	}

@@ -40,8 +40,8 @@ type Resource struct {
 	Unchanged bool
 }
 
-// UnchangedNote is what the outputs say of a Resource that is Unchanged.
-const UnchangedNote = "unchanged since the last accepted version: not what was rejected"
+// unchangedNote is what the outputs say of a Resource that is Unchanged.
+const unchangedNote = "unchanged since the last accepted version: not what was rejected"
 
 // Rejection is what a NACK rejected, read: the resources of the push it
 // answers that its message names (all of them when it names none, but for
@@ -198,7 +198,7 @@ func (x *Rejection) Resources() ([]Resource, error) {
 
 // Changed is what the resources the rejected push added or changed record
 // of their Istio objects, whether the message names them or not: what the
-// push came from, as Changed reads it for a push that was not rejected.
+// push came from, as Scanner.Changed reads it for a push that was not rejected.
 func (x *Rejection) Changed() Stamped {
 	if x == nil {
 		return Stamped{}
@@ -206,15 +206,15 @@ func (x *Rejection) Changed() Stamped {
 	return x.changed
 }
 
-// Named reports whether the NACK's message named the rejected resources,
+// namedInMessage reports whether the NACK's message named the rejected resources,
 // rather than the whole push being under suspicion.
-func (x *Rejection) Named() bool { return x != nil && x.named }
+func (x *Rejection) namedInMessage() bool { return x != nil && x.named }
 
-// Unchanged is how many pushed resources are out of suspicion, when the
+// unchangedCount is how many pushed resources are out of suspicion, when the
 // message names none, because the push carried them unchanged since the
 // version the client last accepted: Resources are then only those it
 // added or changed.
-func (x *Rejection) Unchanged() int {
+func (x *Rejection) unchangedCount() int {
 	if x == nil {
 		return 0
 	}
@@ -349,18 +349,18 @@ func (x *Rejection) Summary() string {
 		return x.summary
 	}
 	res, cleared, err := x.suspects()
-	if x.Named() && len(res) == 0 && len(cleared) > 0 && err == nil {
-		return "Istio source unknown: the message names only " + namesOf(cleared) + ", " + UnchangedNote
+	if x.namedInMessage() && len(res) == 0 && len(cleared) > 0 && err == nil {
+		return "Istio source unknown: the message names only " + namesOf(cleared) + ", " + unchangedNote
 	}
 	s := x.source(res, err)
 	switch {
 	case len(cleared) == 1:
-		s += "; " + cleared[0].Name + ", also named, is " + UnchangedNote
+		s += "; " + cleared[0].Name + ", also named, is " + unchangedNote
 	case len(cleared) > 1:
-		s += fmt.Sprintf("; %d other resources named are %s", len(cleared), UnchangedNote)
-	case x.unchanged == 1 && !x.Named():
+		s += fmt.Sprintf("; %d other resources named are %s", len(cleared), unchangedNote)
+	case x.unchanged == 1 && !x.namedInMessage():
 		s += " (the one resource the push carried unchanged since the last accepted version is not suspected)"
-	case x.unchanged > 1 && !x.Named():
+	case x.unchanged > 1 && !x.namedInMessage():
 		s += fmt.Sprintf(" (the %d resources the push carried unchanged since the last accepted version are not suspected)", x.unchanged)
 	}
 	return s
@@ -385,7 +385,7 @@ func (x *Rejection) source(res []Resource, err error) string {
 			s += fmt.Sprintf(" and %d more", len(objs)-maxShown)
 		}
 		switch {
-		case !x.Named() && (len(res) > 1 || x.unchanged > 0):
+		case !x.namedInMessage() && (len(res) > 1 || x.unchanged > 0):
 			// Which resource is at fault is unknown: these are every
 			// object the push (or what it changed) came from.
 			return "the message names no resource; " + pushed + s
@@ -399,13 +399,13 @@ func (x *Rejection) source(res []Resource, err error) string {
 	switch {
 	case err != nil && len(res) == 0:
 		return "Istio source unknown: " + err.Error()
-	case len(res) == 0 && !x.Named() && x.unchanged > 0:
+	case len(res) == 0 && !x.namedInMessage() && x.unchanged > 0:
 		return "Istio source unknown: the message names no resource, and the push changed none"
 	case len(res) == 0:
 		return "Istio source unknown: the push holds no resource the message names"
 	case len(res) == 1:
 		return "no Istio config recorded in " + res[0].Name
-	case x.Named():
+	case x.namedInMessage():
 		return fmt.Sprintf("no Istio config recorded in the %d resources the message names", len(res))
 	default:
 		return fmt.Sprintf("no Istio config recorded in any of the %d %s", len(res), those)
@@ -429,12 +429,12 @@ func namesOf(res []Resource) string {
 //	  "path":"/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews",
 //	  "kubectl":"kubectl get destinationrule -n shop reviews"}]}]}
 func (x *Rejection) MarshalJSON() ([]byte, error) {
-	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary(), Unchanged: x.Unchanged()}
+	out := rejectionJSON{Resources: []resourceJSON{}, Summary: x.Summary(), Unchanged: x.unchangedCount()}
 	res, err := x.Resources()
 	for _, x := range res {
 		j := resourceJSON{Name: x.Name, IstioConfig: []objectJSON{}}
 		if x.Unchanged {
-			j.Unchanged, j.Note = true, UnchangedNote
+			j.Unchanged, j.Note = true, unchangedNote
 		}
 		for _, o := range x.Objects {
 			j.IstioConfig = append(j.IstioConfig, objectJSON{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()})

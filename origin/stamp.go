@@ -12,29 +12,22 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// MaxChanged is the most objects Changed and Rejection.Changed name for one
+// maxChanged is the most objects Changed and Rejection.Changed name for one
 // push: a route configuration gathers the virtual hosts of every
 // VirtualService on its port, so a change to one of them can carry dozens.
 // Past it, Stamped.Truncated says more were there.
-const MaxChanged = 16
+const maxChanged = 16
 
 // Stamped is what the resources a push changed record of their Istio
-// objects: at most MaxChanged objects, each once, in the order found.
+// objects: at most maxChanged objects, each once, in the order found.
 type Stamped struct {
 	Objects   []Object
-	Truncated bool // more objects than MaxChanged were recorded
+	Truncated bool // more objects than maxChanged were recorded
 }
 
-// Changed reads the Istio objects recorded in the resources a push added or
-// changed (track.PushEnded.Changed) and lets go of its bytes. It never
-// unmarshals a resource: it looks for each object's path in the bytes, where
-// istiod writes it, and checks the protobuf fields around it (stampAt), so it
-// costs about a pass over the changed resources' bytes. A nil c gives none.
-func Changed(c *track.Changed) Stamped { return new(Scanner).Changed(c) }
-
-// Scanner is Changed for one goroutine that reads push after push (the span
-// queue's): it reuses its decoding space, and parses each object's path
-// once.
+// Scanner reads the Istio objects recorded in pushes, for one goroutine that
+// reads push after push (the span queue's): it reuses its decoding space,
+// and parses each object's path once.
 type Scanner struct {
 	resp   codec.Response
 	parsed map[string]Object
@@ -43,7 +36,11 @@ type Scanner struct {
 // maxParsed bounds the paths a Scanner remembers.
 const maxParsed = 1024
 
-// Changed is the package's Changed, reusing sc's space.
+// Changed reads the Istio objects recorded in the resources a push added or
+// changed (track.PushEnded.Changed) and lets go of its bytes. It never
+// unmarshals a resource: it looks for each object's path in the bytes, where
+// istiod writes it, and checks the protobuf fields around it (stampAt), so it
+// costs about a pass over the changed resources' bytes. A nil c gives none.
 func (sc *Scanner) Changed(c *track.Changed) Stamped {
 	if c == nil {
 		return Stamped{}
@@ -111,7 +108,7 @@ func (s *Stamped) scan(body []byte, sc *Scanner) {
 		o, ok := sc.parse(path)
 		switch {
 		case !ok:
-		case len(s.Objects) == MaxChanged:
+		case len(s.Objects) == maxChanged:
 			s.Truncated = true
 			return
 		default:

@@ -24,7 +24,7 @@ import (
 // Redaction is the one step every output of adstap that shows resource
 // contents or request headers goes through (capture files, /debug/config,
 // inspect): secret material is replaced by its hash and length
-// (codec.Fingerprint), so two captures can still be compared without either
+// (Fingerprint), so two captures can still be compared without either
 // holding the secret.
 //
 // Secrets are found in the wire form, by a Scanner: an inline DataSource in
@@ -56,33 +56,14 @@ func numberOf(m interface {
 
 var scanners = sync.Pool{New: func() any { return new(Scanner) }}
 
-// Response returns a DiscoveryResponse (delta: a DeltaDiscoveryResponse)
-// with every secret replaced, and whether anything was. A response with
-// nothing secret in it comes back as the same slice. Resources of types the
-// tap does not know are left as they are.
-func Response(b []byte, delta bool) ([]byte, bool, error) {
-	s := scanners.Get().(*Scanner)
-	defer scanners.Put(s)
-	r, err := s.Response([][]byte{b}, delta)
-	return r.apply(b, err)
-}
-
-// Request is Response for a DiscoveryRequest (delta: a
-// DeltaDiscoveryRequest): the one secret a request can carry is a key quoted
-// in its error_detail message.
-func Request(b []byte, delta bool) ([]byte, bool, error) {
-	s := scanners.Get().(*Scanner)
-	defer scanners.Put(s)
-	r, err := s.Request([][]byte{b}, delta)
-	return r.apply(b, err)
-}
-
-// Resource is Response for one resource, of the type typeURL names, as
-// /debug/config and adstap inspect show it.
+// Resource returns one resource, of the type typeURL names, with every
+// secret replaced, and whether anything was, as /debug/config and adstap
+// inspect show it. A resource with nothing secret in it comes back as the
+// same slice; one of a type the tap does not know is left as it is.
 func Resource(typeURL string, b []byte) ([]byte, bool, error) {
 	s := scanners.Get().(*Scanner)
 	defer scanners.Put(s)
-	r, err := s.Resource(typeURL, [][]byte{b})
+	r, err := s.resource(typeURL, [][]byte{b})
 	return r.apply(b, err)
 }
 
@@ -94,7 +75,7 @@ func (r *Redaction) apply(b []byte, err error) ([]byte, bool, error) {
 	if !r.Redacted() {
 		return b, false, nil
 	}
-	out := make([]byte, 0, r.Len())
+	out := make([]byte, 0, r.redactedLen())
 	for _, p := range r.AppendPieces(nil, [][]byte{b}) {
 		out = append(out, p...)
 	}
@@ -153,7 +134,7 @@ func (s *Scanner) errorDetail(f field) (int, error) {
 		if !bytes.Contains(text, []byte("PRIVATE KEY")) {
 			continue
 		}
-		red := codec.RedactText(string(text))
+		red := Text(string(text))
 		if red == string(text) {
 			continue
 		}
@@ -185,9 +166,9 @@ func Headers(md map[string][]string) map[string][]string {
 		for i, v := range vs {
 			scheme, cred, ok := strings.Cut(v, " ")
 			if ok && !strings.Contains(scheme, "=") {
-				red[i] = scheme + " " + codec.Fingerprint([]byte(cred))
+				red[i] = scheme + " " + Fingerprint([]byte(cred))
 			} else {
-				red[i] = codec.Fingerprint([]byte(v))
+				red[i] = Fingerprint([]byte(v))
 			}
 		}
 		out[k] = red

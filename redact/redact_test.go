@@ -95,7 +95,7 @@ func TestRedactLeavesOrdinaryResponsesAlone(t *testing.T) {
 	if err != nil || redacted || &out[0] != &in[0] {
 		t.Errorf("a cluster without secrets: redacted %v, err %v, same bytes %v; want it untouched", redacted, err, &out[0] == &in[0])
 	}
-	if codec.Fingerprint(kp.KeyPEM) == codec.Fingerprint(append([]byte{}, kp.KeyPEM[:10]...)) {
+	if redact.Fingerprint(kp.KeyPEM) == redact.Fingerprint(append([]byte{}, kp.KeyPEM[:10]...)) {
 		t.Error("different secrets share a fingerprint")
 	}
 }
@@ -144,7 +144,7 @@ func TestRedactKeysQuotedInNACKs(t *testing.T) {
 		if err != nil || !redacted || bytes.Contains(out, keyBody) {
 			t.Errorf("delta=%v: RedactRequest = redacted %v, err %v, key still there %v", delta, redacted, err, bytes.Contains(out, keyBody))
 		}
-		decoded, err := codec.DecodeRequest(in, delta)
+		decoded, err := redact.DecodeRequest(in, delta)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,8 +40,8 @@ type Redaction struct {
 // Redacted reports whether anything secret was found, and so replaced.
 func (r *Redaction) Redacted() bool { return len(r.edits) > 0 }
 
-// Len is the size of the message once redacted.
-func (r *Redaction) Len() int { return r.size + r.grown }
+// redactedLen is the size of the message once redacted.
+func (r *Redaction) redactedLen() int { return r.size + r.grown }
 
 // AppendPieces appends to dst the message once redacted, in pieces: slices
 // of segs (the message the Redaction was found in) around the secrets, and
@@ -110,9 +110,9 @@ func (s *Scanner) Response(segs [][]byte, delta bool) (Redaction, error) {
 	return r, nil
 }
 
-// Resource finds the secrets of a resource of the type typeURL names; a
+// resource finds the secrets of a resource of the type typeURL names; a
 // type the binary does not know, or that can hold no secret, is not read.
-func (s *Scanner) Resource(typeURL string, segs [][]byte) (Redaction, error) {
+func (s *Scanner) resource(typeURL string, segs [][]byte) (Redaction, error) {
 	p := planOfURL([]byte(typeURL))
 	r, err := s.scan(segs, p, 0)
 	if err != nil {
@@ -289,7 +289,7 @@ func (s *Scanner) dataSource(f field) (int, error) {
 		switch {
 		case i == last && sp.inline:
 			var scratch []byte
-			fp := codec.Fingerprint(s.w.bytes(sp.value, sp.end, &scratch))
+			fp := Fingerprint(s.w.bytes(sp.value, sp.end, &scratch))
 			body = protowire.AppendTag(body, dsInlineString, protowire.BytesType)
 			body = protowire.AppendString(body, fp)
 		case sp.inline:

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
 )
 
@@ -62,6 +61,6 @@ func typedDataSource(m protoreflect.Message) bool {
 	default:
 		return false
 	}
-	ds.Specifier = &core.DataSource_InlineString{InlineString: codec.Fingerprint(secret)}
+	ds.Specifier = &core.DataSource_InlineString{InlineString: redact.Fingerprint(secret)}
 	return true
 }

@@ -68,8 +68,8 @@ func (f Finding) Share() float64 {
 	return float64(f.Weight) / float64(f.TotalWeight)
 }
 
-// ShareText says Share for people: "10%", "all".
-func (f Finding) ShareText() string {
+// shareText says Share for people: "10%", "all".
+func (f Finding) shareText() string {
 	if f.TotalWeight == 0 {
 		return "all"
 	}
@@ -85,13 +85,13 @@ func (f Finding) Summary() string {
 	switch f.Kind {
 	case RouteCluster:
 		return fmt.Sprintf("%s sends %s of its traffic to cluster %s, which the proxy does not have: those requests fail with 503 NC",
-			f.routeWhere(), f.ShareText(), f.Target)
+			f.routeWhere(), f.shareText(), f.Target)
 	case ListenerRoute:
 		return fmt.Sprintf("listener %s waits for route configuration %s, which the proxy was never sent", f.Owner, f.Target)
 	case ListenerCluster:
 		share := ""
 		if f.TotalWeight != 0 {
-			share = " " + f.ShareText() + " of"
+			share = " " + f.shareText() + " of"
 		}
 		return fmt.Sprintf("listener %s's TCP proxy sends%s its connections to cluster %s, which the proxy does not have: they are closed", f.Owner, share, f.Target)
 	case ClusterEndpoints:

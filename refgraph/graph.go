@@ -709,8 +709,8 @@ func (g *Graph) Findings() []Finding {
 	return out
 }
 
-// Reported is how many findings are reported now.
-func (g *Graph) Reported() int { return g.reported }
+// reportedCount is how many findings are reported now.
+func (g *Graph) reportedCount() int { return g.reported }
 
 func compareFindings(a, b Finding) int {
 	for _, c := range [][2]string{{string(a.Kind), string(b.Kind)}, {a.OwnerType, b.OwnerType}, {a.Owner, b.Owner},

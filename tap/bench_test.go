@@ -58,7 +58,7 @@ func BenchmarkPush20MB(b *testing.B) {
 }
 
 // BenchmarkFanOut measures a CDS push of ~200 KB to 200 streams at once, each
-// ACKed (W6 of internal/bench in small, in one process), through a tap with
+// ACKed (W6 of benchmark in small, in one process), through a tap with
 // no observer, with an observer that does nothing — what handing every
 // frame to the observation workers costs the relay — and with the tracker,
 // side by side in one run:

@@ -115,7 +115,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 // pumpRequests moves frames from the client to the control plane.
 func (r *relay) pumpRequests() {
 	for {
-		f := &codec.Frame{}
+		f := &codec.RawMessage{}
 		if err := r.down.RecvMsg(f); err != nil {
 			if err == io.EOF {
 				// The client half-closed; the control plane may still answer.
@@ -164,7 +164,7 @@ func (r *relay) pumpResponses(ctx context.Context) error {
 		}
 	}
 	for {
-		f := &codec.Frame{}
+		f := &codec.RawMessage{}
 		err := r.up.RecvMsg(f)
 		if err != nil {
 			if err == io.EOF {
@@ -184,7 +184,7 @@ func (r *relay) pumpResponses(ctx context.Context) error {
 // observe hands a frame to the observer and counts it, before it is
 // forwarded; it reports false for a frame that arrived after the stream
 // ended, which is neither forwarded, shown nor counted.
-func (r *relay) observe(d Direction, f *codec.Frame) bool {
+func (r *relay) observe(d Direction, f *codec.RawMessage) bool {
 	size := f.Data.Len()
 	if r.obs != nil && !r.obs.frame(Frame{Direction: d, Time: time.Now(), Size: size, Data: f.Data}) {
 		return false

@@ -31,8 +31,8 @@ const (
 	DefaultUpstreamKeepalive = 30 * time.Second
 	// DefaultObserveQueueBytes bounds the frames waiting for observers, over all streams.
 	DefaultObserveQueueBytes = 256 << 20
-	// DefaultObserveQueueFrames bounds the frames waiting for the observer of one stream.
-	DefaultObserveQueueFrames = 4096
+	// defaultObserveQueueFrames bounds the frames waiting for the observer of one stream.
+	defaultObserveQueueFrames = 4096
 )
 
 // Config says where a tap relays to and how.
@@ -120,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	orDefault(&cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection)
 	orDefault(&cfg.MaxPendingConnections, DefaultMaxPendingConnections)
-	orDefault(&cfg.ObserveQueueFrames, DefaultObserveQueueFrames)
+	orDefault(&cfg.ObserveQueueFrames, defaultObserveQueueFrames)
 	// As many workers as can run at once: more would only take turns with
 	// the relay for the same cores.
 	orDefault(&cfg.ObserveWorkers, runtime.GOMAXPROCS(0))
@@ -239,9 +239,9 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.connects.close(ctx)
 }
 
-// DroppedConnectReports counts the upstream connect reports dropped because
+// droppedConnectReports counts the upstream connect reports dropped because
 // the observer had fallen more than a thousand behind.
-func (s *Server) DroppedConnectReports() uint64 { return s.connects.dropped.Load() }
+func (s *Server) droppedConnectReports() uint64 { return s.connects.dropped.Load() }
 
 // track registers a stream so that Shutdown can end it; it refuses new
 // streams once draining, or past MaxConcurrentStreams, with the status the

@@ -15,7 +15,9 @@ type Config struct {
 	HerdWindow             time.Duration // ... within this window across the tap are a reconnect herd
 	FullSyncSettle         time.Duration // how long a full-sync candidate must stand with no new type requested
 	// KeepBytes bounds the bytes of unanswered pushes kept for their NACKs
-	// (Tracker.ResponseFrame) across all streams; negative keeps none.
+	// (Tracker.ResponseFrame), and of what their answers hand over until
+	// released (Rejected, Changed, Accepted), across all streams; negative
+	// keeps none.
 	KeepBytes int64
 	// HandOverChanged makes a push that ends with an ACK, superseded or
 	// with its stream hand what it kept to its PushEnded (Changed) rather
@@ -23,6 +25,13 @@ type Config struct {
 	// resources it changed came from. Whoever takes a Changed must release
 	// it. Set it only when such an output is there (tracing).
 	HandOverChanged bool
+	// HandOverAccepted makes an ACK hand what its push kept, with its
+	// resources as decoded, to its PushEnded or LateAnswer (Accepted), for
+	// an output to keep what each client accepted; a push is then kept
+	// whole or compact as ever, within KeepBytes. Whoever takes an Accepted
+	// must release it. Set it only when such an output is there (the
+	// retained configuration).
+	HandOverAccepted bool
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.

@@ -166,6 +166,10 @@ type PushEnded struct {
 	// (Config.HandOverChanged; nil without it, for a NACK or a timeout, or
 	// when nothing was kept).
 	Changed *Changed
+	// Accepted is what an acknowledged push kept of its resources, for an
+	// output to keep what the client accepted and release (an ACK's, with
+	// Config.HandOverAccepted; nil otherwise).
+	Accepted *Accepted
 }
 
 // LateAnswer: the client answered a push after it had timed out.
@@ -174,8 +178,9 @@ type LateAnswer struct {
 	Result  PushResult // ack or nack
 	At      time.Time
 	Latency time.Duration
-	// Rejected is set for a NACK, as in PushEnded.
+	// Rejected is set for a NACK, Accepted for an ACK, as in PushEnded.
 	Rejected *Rejected
+	Accepted *Accepted
 }
 
 // FullSyncComplete: every type the client subscribed to at the start of the

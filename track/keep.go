@@ -2,8 +2,10 @@ package track
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,7 +22,10 @@ const DefaultKeepBytes = 64 << 20
 // client answers. The tracker keeps only hashes of what it was sent; without
 // these bytes the rejected push would be gone when its NACK arrives. An ACK,
 // a newer push or the stream's end lets go of them; a NACK hands them to a
-// Rejected, which lets go once read.
+// Rejected, which lets go once read. It is the tap's one place for a push
+// awaiting its answer: what an output needs of a push once answered it is
+// handed from here (Changed for tracing, Accepted for the retained
+// configuration), never kept by the output from the push's own bytes.
 //
 // A client never rejects a resource it has already accepted with the same
 // bytes (Envoy skips a resource whose hash has not changed; grpc-go's
@@ -43,6 +48,10 @@ type keeper struct {
 	// hands what it kept to its PushEnded (Changed) rather than letting go
 	// of it (Config.HandOverChanged).
 	handsOver bool
+	// accepts: an ACK hands what its push kept, with the views of its
+	// resources, to its PushEnded or LateAnswer (Accepted) rather than
+	// letting go of it (Config.HandOverAccepted).
+	accepts bool
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
 }
@@ -53,7 +62,7 @@ const compactShare = 4
 
 // KeptStats is what the keeper holds and has had to give up.
 type KeptStats struct {
-	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected)
+	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected, Changed, Accepted)
 	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
 }
 
@@ -75,6 +84,12 @@ type kept struct {
 	// carried unchanged (bit i for resource i); nil when there are none.
 	unchangedBits []uint64
 	unchanged     int // resources carried unchanged, heartbeats aside
+	// views are the push's resources as decoded, into data (and into the
+	// decoder's copies of the resources that straddled its buffers), and
+	// removed its Delta removals, for an ACK's Accepted; nil unless the
+	// keeper accepts.
+	views   []AcceptedResource
+	removed []string
 
 	// What outlives the push's bytes, for the next push to know whether the
 	// acknowledged state can be trusted.
@@ -152,15 +167,32 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 			size = exact
 		}
 	}
-	if k.held.Add(size) > k.limit {
-		k.held.Add(-size)
+	compact := size < whole
+	var views int64
+	if k.accepts {
+		// The views, and the decoder's copies of what straddled gRPC's
+		// buffers, which a push held by reference keeps for them.
+		views = int64(len(resp.Resources)) * int64(unsafe.Sizeof(AcceptedResource{}))
+		if !compact {
+			views += int64(resp.KeepViews())
+		}
+	}
+	if k.held.Add(size+views) > k.limit {
+		k.held.Add(-size - views)
 		k.skipped.Add(1)
 		slot.skipped = true
 		return
 	}
-	slot.size, slot.unchanged, slot.compact = size, unchanged, size < whole
+	slot.size, slot.unchanged, slot.compact = size+views, unchanged, compact
+	if k.accepts {
+		slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
+	}
 	if slot.compact {
-		slot.data = mem.BufferSlice{mem.SliceBuffer(compactCopy(resp, changed, int(size)))}
+		b := compactCopy(resp, changed, int(size))
+		if slot.views != nil {
+			compactViews(b, resp, changed, slot.views)
+		}
+		slot.data = mem.BufferSlice{mem.SliceBuffer(b)}
 		return
 	}
 	data.Ref()
@@ -196,18 +228,24 @@ func (ts *typeState) unchangedAt(resp *codec.Response, i int) bool {
 func (k *keeper) reject(slot *kept, delta bool, message string, names []string) *Rejected {
 	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
 	r := &Rejected{Delta: delta, Message: message, Names: names}
-	switch {
-	case slot.data != nil:
+	if slot.data != nil {
 		r.keptBytes = keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
 		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
-	case slot.skipped:
-		r.NotKept = "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
-	case k.limit < 0:
-		r.NotKept = "keeping pushes is off (--nack-keep-bytes 0)"
-	default:
-		r.NotKept = "its bytes were not given to the tracker"
+	} else {
+		r.NotKept = k.notKept(slot)
 	}
 	return r
+}
+
+// notKept says why slot holds no bytes of its push.
+func (k *keeper) notKept(slot *kept) string {
+	switch {
+	case slot.skipped:
+		return "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
+	case k.limit < 0:
+		return "keeping pushes is off (--nack-keep-bytes 0)"
+	}
+	return "its bytes were not given to the tracker"
 }
 
 // handOver moves what slot holds to a Changed for the push's PushEnded,
@@ -222,6 +260,90 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 		keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
 	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
 	return c
+}
+
+// accept hands what slot holds over for an ACK of its push: to an Accepted
+// when the keeper accepts (Config.HandOverAccepted), and to a Changed too
+// when changed is set and the keeper hands over (Config.HandOverChanged),
+// which then share the bytes. Either is nil when not handed over. What slot
+// says of the acknowledged state stays, as after handOver.
+func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted) {
+	if !k.accepts {
+		if changed {
+			return k.handOver(slot, p.delta), nil
+		}
+		return nil, nil
+	}
+	a := &Accepted{Version: p.ev.Version, Replace: p.replace}
+	if slot.data == nil {
+		a.NotKept = k.notKept(slot)
+		return nil, a
+	}
+	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
+	a.kept = keptBytes{data: slot.data, size: slot.size, keeper: k}
+	var c *Changed
+	if changed && k.handsOver {
+		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
+			keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+		owners := new(atomic.Int32)
+		owners.Store(2)
+		a.kept.owners, c.owners = owners, owners
+	}
+	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	return c, a
+}
+
+// acceptedViews are the views of resp's resources for an Accepted, but for
+// the bodies of a push kept compact (compactViews), changed being the
+// indexes of those it added or changed.
+func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []AcceptedResource {
+	views := make([]AcceptedResource, len(resp.Resources))
+	next := 0 // in changed
+	for i := range resp.Resources {
+		r, v := &resp.Resources[i], &views[i]
+		v.Name, v.TypeURL = ts.nameAt(resp, i), resp.TypeURL
+		if string(r.TypeURL) != resp.TypeURL {
+			v.TypeURL = codec.InternTypeURL(r.TypeURL)
+		}
+		v.Body = r.Body[:len(r.Body):len(r.Body)]
+		if next < len(changed) && changed[next] == int32(i) {
+			next++
+		} else {
+			v.Unchanged = true // or a heartbeat: either keeps what the client has
+		}
+	}
+	return views
+}
+
+// nameAt is the name of resp.Resources[i] as a string: the one the push's
+// load found or interned when it is there.
+func (ts *typeState) nameAt(resp *codec.Response, i int) string {
+	name := resp.Resources[i].Name
+	if i < len(ts.p.res) {
+		if n := ts.p.res[i].name.Value(); n == string(name) {
+			return n
+		}
+	}
+	return intern(name).Value()
+}
+
+// compactViews points the views of the resources at indexes changed to
+// their bodies in b, resp's compact form, and leaves the others, carried
+// unchanged, without one: that is gone with the push's bytes.
+func compactViews(b []byte, resp *codec.Response, changed []int32, views []AcceptedResource) {
+	for i := range views {
+		views[i].Body = nil
+	}
+	end := compactEnvelopeSize(resp)
+	for _, i := range changed {
+		r := &resp.Resources[i]
+		end += compactResourceSize(r, resp.Delta)
+		bodyEnd := end
+		if len(r.Name) > 0 && (resp.Delta || !plainAny(r)) {
+			bodyEnd -= fieldSize(3, len(r.Name)) // the wrapper's name follows its Any
+		}
+		views[i].Body = b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
+	}
 }
 
 // The compact form of a push is a DiscoveryResponse (or, for a Delta push,
@@ -424,8 +546,57 @@ func (c *Changed) Release() {
 	}
 }
 
-// keptBytes are the bytes of a push a keeper let go of to a Rejected or a
-// Changed, read at most once.
+// Accepted is what an acknowledged push kept, handed to the outputs with
+// its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
+// Config.HandOverAccepted): its resources as the tap decoded them, for an
+// output to keep what the client accepted (the retained configuration), on
+// its own goroutine. The tracker is what tells pushes awaiting an answer
+// from accepted ones; whoever keeps a copy of what was accepted needs no
+// other account of them. The views count against Config.KeepBytes until
+// Release, which whoever takes an Accepted must call.
+type Accepted struct {
+	Version string // version_info (SotW) or system_version_info (Delta)
+	// Replace is set when the push is the whole set of its type (SotW LDS
+	// and CDS, wildcard and unrequested types): what it lacks is removed.
+	Replace bool
+	// Resources are the push's resources in its order, their bodies views
+	// into the push's bytes valid until Release.
+	Resources []AcceptedResource
+	Removed   []string // the Delta push's removed_resources
+	// Bytes is what the push's kept bytes and the views take until
+	// Release, for an output's bound on the work waiting for it.
+	Bytes int64
+	// NotKept says why the resources are not at hand, as for a Rejected;
+	// empty when they are.
+	NotKept string
+
+	kept keptBytes
+}
+
+// AcceptedResource is one resource of an acknowledged push.
+type AcceptedResource struct {
+	Name    string
+	TypeURL string // its Any's type URL
+	// Body is the serialized resource, a view valid until
+	// Accepted.Release; nil when Unchanged and the push was kept compact
+	// (only what it added or changed).
+	Body []byte
+	// Unchanged is set when the push carried the resource byte for byte as
+	// the client had acknowledged it before, or as a heartbeat: either way
+	// the client keeps what it had.
+	Unchanged bool
+}
+
+// Release lets go of the push's bytes; the views are not to be read after.
+// A nil Accepted is fine.
+func (a *Accepted) Release() {
+	if a != nil {
+		a.kept.once.Do(a.kept.free)
+	}
+}
+
+// keptBytes are the bytes of a push a keeper let go of to a Rejected, a
+// Changed or an Accepted, read at most once.
 type keptBytes struct {
 	once          sync.Once
 	data          mem.BufferSlice
@@ -433,6 +604,9 @@ type keptBytes struct {
 	keeper        *keeper // nil when data is nil
 	unchangedBits []uint64
 	read          any
+	// owners counts the holders of data when an ACK handed it to both a
+	// Changed and an Accepted; nil when there is one.
+	owners *atomic.Int32
 }
 
 // UnchangedAt reports whether the i-th resource of the bytes Read hands over
@@ -457,9 +631,14 @@ func (b *keptBytes) Read(read func(data mem.BufferSlice) any) any {
 }
 
 func (b *keptBytes) free() {
-	if b.data != nil {
-		b.data.Free()
-		b.data = nil
-		b.keeper.held.Add(-b.size)
+	data := b.data
+	if data == nil {
+		return
 	}
+	b.data = nil
+	if b.owners != nil && b.owners.Add(-1) > 0 {
+		return // the other holder lets go
+	}
+	data.Free()
+	b.keeper.held.Add(-b.size)
 }

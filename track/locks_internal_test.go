@@ -43,7 +43,7 @@ func TestStreamsNeverWaitForEachOther(t *testing.T) {
 	at := time.Unix(1000, 0)
 	for id := range uint64(3) {
 		tr.OpenStream(StreamMeta{ID: id + 1, Method: sotwMethod, OpenedAt: at})
-		tr.Request(id+1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.Node{ID: "n"}}, 10)
+		tr.Request(id+1, at, &codec.Request{TypeURL: codec.TypeCluster, Node: &codec.NodeIdentity{ID: "n"}}, 10)
 	}
 	held := tr.lock(2)
 	if held == nil {

@@ -191,11 +191,15 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		rejected = ts.rejected(req.ErrorDetail.Message, names)
 	}
 	if p.state == pushTimedOut {
-		evs = append(evs, LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected})
+		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
+		if result == ResultACK {
+			_, e.Accepted = ts.keep.accept(&ts.held, p, false)
+		}
+		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed = ts.keep.handOver(&ts.held, p.delta)
+			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code

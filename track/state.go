@@ -38,7 +38,7 @@ type TypeState struct {
 	// State follows istioctl proxy-status: NACKED when the latest answered
 	// push was rejected, NOT_SENT before any push, SYNCED when the last
 	// acknowledged nonce is the last sent one, STALE otherwise.
-	State            string `json:"state"`
+	State            State  `json:"state"`
 	Type             string `json:"type"` // the short name: cds, eds, ... (codec.ShortType)
 	LastSentVersion  string `json:"last_sent_version"`
 	LastSentNonce    string `json:"last_sent_nonce"`

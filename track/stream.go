@@ -88,7 +88,7 @@ func (s *stream) typeFor(url string) *typeState {
 
 // setNode keeps the identity of the first request that carries one: later
 // requests do not repeat it.
-func (s *stream) setNode(n *codec.Node) {
+func (s *stream) setNode(n *codec.NodeIdentity) {
 	if n == nil || s.hasNode {
 		return
 	}

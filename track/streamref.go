@@ -7,7 +7,7 @@ import (
 
 // StreamRef is a tracked stream as its events hand it to the outputs: what
 // it was opened with, and what each output keeps across the stream's events
-// (State). Every event about a stream carries it, so an output needs no map
+// (OutputState). Every event about a stream carries it, so an output needs no map
 // of streams of its own, and no lock that every stream takes to reach one:
 // a stream's state is found through its events and goes with the stream.
 type StreamRef struct {
@@ -26,12 +26,12 @@ type outputState struct {
 // outside a tracker (tests, replays).
 func NewStreamRef(m StreamMeta) *StreamRef { return &StreamRef{Meta: m} }
 
-// State returns what owner (an output, by pointer) keeps for the stream r,
+// OutputState returns what owner (an output, by pointer) keeps for the stream r,
 // made zero the first time owner asks; nil when r is. The events of one
 // stream may reach an output from its observation worker and from the
-// tracker's clock at once: what State returns is shared by both, so it
+// tracker's clock at once: what OutputState returns is shared by both, so it
 // guards itself (a lock of the stream's own).
-func State[T any](r *StreamRef, owner any) *T {
+func OutputState[T any](r *StreamRef, owner any) *T {
 	if r == nil {
 		return nil
 	}

@@ -21,7 +21,7 @@ type StreamSummary struct {
 // TypeSummary is one type of a stream, as StreamState's TypeState says it.
 type TypeSummary struct {
 	Type       string // the short name (codec.ShortType)
-	State      string // SYNCED, STALE, NACKED or NOT_SENT
+	State      State
 	LastSentAt time.Time
 	LastACKAt  time.Time
 }

@@ -109,16 +109,16 @@ func (ts *typeState) pending() bool { return ts.p.state == pushOpen || ts.p.stat
 
 // stateName follows istioctl proxy-status, with the rejection taken from the
 // latest answered push.
-func (ts *typeState) stateName() string {
+func (ts *typeState) stateName() State {
 	switch {
 	case ts.pushes == 0:
-		return "NOT_SENT"
+		return StateNotSent
 	case ts.nacked:
-		return "NACKED"
+		return StateNACKed
 	case ts.ackedNonce == ts.p.ev.Nonce:
-		return "SYNCED"
+		return StateSynced
 	}
-	return "STALE"
+	return StateStale
 }
 
 // pruneUnsubscribed drops acknowledged resources the client no longer wants:

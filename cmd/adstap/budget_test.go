@@ -18,8 +18,8 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/gctune"
-	"github.com/adstap/adstap/internal/sidecar"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/sidecar"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 )
@@ -107,7 +107,7 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 	if err := xdstest.Send(s, xdstest.RequestFrame(&core.Node{Id: "sidecar~10.0.0.1~big.default~default.svc.cluster.local"}, xdstest.ClusterType, "", "", "")); err != nil {
 		t.Fatal(err)
 	}
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	if err := s.RecvMsg(f); err != nil {
 		t.Fatalf("receiving the push: %v", err)
 	}

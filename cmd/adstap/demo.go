@@ -81,14 +81,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFailure
 	}
-	tapAddr := t.lis.Addr().String()
-	admin := "(admin off)"
-	if t.admin != nil {
-		admin = "http://" + t.admin.addr()
-	}
-	adminAddr := "off"
-	if t.admin != nil {
-		adminAddr = t.admin.addr()
+	tapAddr := t.Addr().String()
+	admin, adminAddr := "(admin off)", "off"
+	if a := t.AdminAddr(); a != "" {
+		admin, adminAddr = "http://"+a, a
 	}
 	fmt.Fprintf(stdout, `adstap demo: a control plane on %s, the tap on %s, two clients.
   live log:          below, one line per push outcome and per detector event

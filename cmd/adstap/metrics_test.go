@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/adstap/adstap/internal/promsum"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"

@@ -14,6 +14,7 @@ import (
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
+	"github.com/adstap/adstap/track"
 )
 
 // startObservedTap starts the tap as adstap run does, in front of upstream,
@@ -52,7 +53,7 @@ func TestNACKFromGRPCGoShowsInDebugStreams(t *testing.T) {
 	cc := xdstest.DialRaw(t, "xds:///greeter", grpc.WithResolvers(xdstest.XDSResolver(t, tapAddr, node)))
 	cc.Connect() // leaves idle, which starts the xDS client
 
-	cds := func() (state, lastErr string) {
+	cds := func() (state track.State, lastErr string) {
 		page := getStreams(t, admin, "?node="+node)
 		for _, s := range page.Streams {
 			if ts, ok := s.Types[resource.ClusterType]; ok {
@@ -62,7 +63,7 @@ func TestNACKFromGRPCGoShowsInDebugStreams(t *testing.T) {
 		return "", ""
 	}
 	const wantPrefix = `error parsing "ClusterResource" response: resource "cluster-greeter": unexpected lbPolicy MAGLEV in response: `
-	xdstest.Eventually(t, "CDS NACKED", func() bool { s, _ := cds(); return s == "NACKED" })
+	xdstest.Eventually(t, "CDS NACKED", func() bool { s, _ := cds(); return s == track.StateNACKed })
 	if _, msg := cds(); !strings.HasPrefix(msg, wantPrefix) {
 		t.Errorf("CDS last_error = %q, want grpc-go's message starting %q", msg, wantPrefix)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +16,16 @@ import (
 
 func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 	leakcheck.Check(t)
-	srv, a := startTestAdmin(t)
+	// A tap that serves, and whose admin server outlives its drain.
+	var f runFlags
+	if err := runCommand(&f).parse([]string{"--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--upstream=127.0.0.1:1"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := startTap(f, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
 	// An address nothing listens on: a port that was just free.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,7 +50,7 @@ func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 		code := runCLI(context.Background(), append([]string{"probe"}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	admin := "--admin=" + a.addr()
+	admin := "--admin=" + rt.AdminAddr()
 	for _, tc := range []struct {
 		name     string
 		do       func()
@@ -49,17 +59,16 @@ func TestProbeExitsWithTheAdminServersAnswer(t *testing.T) {
 		wantCode int
 		wantOut  string
 	}{
-		{"readyz before the listener opens", nil, nil, []string{admin, "readyz"}, exitFailure, "not listening yet"},
-		{"healthz before the listener opens", nil, nil, []string{admin, "healthz"}, exitOK, "ok"},
-		{"readyz is the default", a.setListening, nil, []string{admin}, exitOK, "ready"},
-		{"the address from ADSTAP_ADMIN", nil, map[string]string{"ADSTAP_ADMIN": a.addr()}, []string{"readyz"}, exitOK, "ready"},
+		{"healthz", nil, nil, []string{admin, "healthz"}, exitOK, "ok"},
+		{"readyz is the default", nil, nil, []string{admin}, exitOK, "ready"},
+		{"the address from ADSTAP_ADMIN", nil, map[string]string{"ADSTAP_ADMIN": rt.AdminAddr()}, []string{"readyz"}, exitOK, "ready"},
 		{"nothing listening", nil, nil, []string{"--admin=" + closed, "healthz"}, exitFailure, "connection refused"},
 		{"an unknown check", nil, nil, []string{admin, "livez"}, exitUsage, `unknown check "livez"`},
 		{"admin off", nil, nil, []string{"--admin=off"}, exitUsage, "nothing to ask"},
 		{"also ready", nil, nil, []string{admin, "--also-ready=" + envoy.URL + "/healthz/ready", "readyz"}, exitOK, "LIVE"},
 		{"also ready, not yet", nil, nil, []string{admin, "--also-ready=" + envoy.URL + "/not-ready", "readyz"}, exitFailure, "503"},
 		{"also ready, not a URL", nil, nil, []string{admin, "--also-ready=" + closed, "readyz"}, exitUsage, "want an http:// URL"},
-		{"draining", func() { srv.Shutdown(context.Background()) }, nil, []string{admin, "readyz"}, exitFailure, "draining"},
+		{"draining", func() { rt.Server.Shutdown(context.Background()) }, nil, []string{admin, "readyz"}, exitFailure, "draining"},
 	} {
 		if tc.do != nil {
 			tc.do()

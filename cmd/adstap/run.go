@@ -78,7 +78,7 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
 	c.Var(intValue{&f.observeWorkers}, "observe-workers", "goroutines (`count`) that observe the frames of every stream, each stream by one at a time; 0: as many as the cores Go runs on (GOMAXPROCS)")
 	f.nackKeepBytes = track.DefaultKeepBytes
-	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected; past it such a NACK says its push was not kept; 0 keeps none")
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected, and with --retain-resources until /debug/config has what an ACK accepted; past it such a NACK says its push was not kept, and /debug/config that it is incomplete; 0 keeps none")
 	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
 	c.Var(intValue{&f.maxConcurrentStreams}, "max-concurrent-streams", "streams (`count`) open at once over every connection; more end with ResourceExhausted, counted in adstap_refused_total")
 	f.maxStreamsPerConnection = tap.DefaultMaxStreamsPerConnection
@@ -255,16 +255,12 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", format)
 }
 
-// runningTap is a started tap with its listener, observer and admin server.
+// runningTap is a started tap: the relay, its observation, its listener
+// and its admin and metrics servers (internal/pipeline), with the log.
 type runningTap struct {
-	log       *slog.Logger
-	logOut    *export.LogWriter // nil when the log is written in place
-	srv       *tap.Server
-	lis       net.Listener
-	admin     *adminServer
-	metrics   *adminServer // nil without --metrics-listen
-	observing *pipeline.Pipeline
-	served    chan error
+	*pipeline.Running
+	log    *slog.Logger
+	logOut *export.LogWriter // nil when the log is written in place
 }
 
 // startTap checks the configuration, opens every listener, and starts
@@ -345,76 +341,47 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 			return nil, usagef("--capture: %v", err)
 		}
 	}
-	observing, err := pipeline.New(pcfg)
+	run := pipeline.RunConfig{Tap: cfg, Observe: pcfg, Listen: listen, MetricsListen: f.metricsListen}
+	if f.admin != "off" {
+		run.Admin = f.admin
+	}
+	if f.pprof {
+		run.AdminPages = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		}
+	}
+	running, err := pipeline.Start(context.Background(), run)
 	if err != nil {
-		if pcfg.Capture != nil {
-			pcfg.Capture.Close()
+		if le := (*pipeline.ListenError)(nil); errors.As(err, &le) {
+			return nil, usagef("--%s: %v", listenFlags[le.Which], le.Err)
 		}
 		return nil, usagef("%v", err)
 	}
-	cfg.Observer = observing.TapObserver()
-	srv, err := tap.New(cfg)
-	if err != nil {
-		observing.Close(context.Background())
-		return nil, usagef("%v", err)
+	attrs := []any{"listen", running.Addr().String(), "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", running.Tracing != nil}
+	if a := running.AdminAddr(); a != "" {
+		attrs = append(attrs, "admin", "http://"+a)
 	}
-	observing.Start(srv)
-	t := &runningTap{log: log, logOut: logOut, srv: srv, served: make(chan error, 1), observing: observing}
-	if f.admin != "off" && f.admin != "" {
-		pages := observing.Pages()
-		if f.pprof {
-			pages["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
-			pages["/debug/pprof/cmdline"] = http.HandlerFunc(pprof.Cmdline)
-			pages["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
-			pages["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
-			pages["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
-		}
-		if t.admin, err = startAdmin(f.admin, srv, log, pages); err != nil {
-			observing.Close(context.Background())
-			return nil, usagef("--admin: %v", err)
-		}
-	}
-	if f.metricsListen != "" {
-		if t.metrics, err = startMetricsServer(f.metricsListen, observing.Metrics.Handler(), log); err != nil {
-			t.closeServers()
-			observing.Close(context.Background())
-			return nil, usagef("--metrics-listen: %v", err)
-		}
-	}
-	lis, err := tap.Listen(listen)
-	if err != nil {
-		t.closeServers()
-		observing.Close(context.Background())
-		return nil, usagef("--listen: %v", err)
-	}
-	t.lis = lis
-	if t.admin != nil {
-		t.admin.setListening()
-	}
-	go func() { t.served <- srv.Serve(lis) }()
-	// The address bound, so that a port chosen by the system (:0) is known.
-	bound := listen.String()
-	if listen.Network == "tcp" {
-		bound = lis.Addr().String()
-	}
-	attrs := []any{"listen", bound, "upstream", upstream.String(), "upstream_tls", cfg.UpstreamTLS != nil, "listen_tls", cfg.ListenTLS != nil, "tracing", observing.Tracing != nil}
-	if t.admin != nil {
-		attrs = append(attrs, "admin", "http://"+t.admin.addr())
-	}
-	if t.metrics != nil {
-		attrs = append(attrs, "metrics", "http://"+t.metrics.addr()+"/metrics")
+	if a := running.MetricsAddr(); a != "" {
+		attrs = append(attrs, "metrics", "http://"+a+"/metrics")
 	}
 	log.Info("adstap relaying", attrs...)
-	return t, nil
+	return &runningTap{Running: running, log: log, logOut: logOut}, nil
 }
+
+// listenFlags name the flags of pipeline.RunConfig's listeners.
+var listenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen"}
 
 // wait serves until ctx ends, then drains: streams end with Unavailable so
 // clients reconnect elsewhere, and the process exits within drainTimeout.
 func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	code := exitOK
 	select {
-	case err := <-t.served:
-		if err != nil {
+	case <-t.Done():
+		if err := t.Err(); err != nil {
 			t.log.Error("serving stopped", "err", err)
 			code = exitFailure
 		}
@@ -423,37 +390,13 @@ func (t *runningTap) wait(ctx context.Context, drainTimeout time.Duration) int {
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	t.srv.Shutdown(drainCtx)
-	if err := t.observing.Close(drainCtx); err != nil {
+	if err := t.Close(drainCtx); err != nil {
 		t.log.Warn("observation did not stop cleanly", "err", err)
 	}
-	t.closeServers()
 	t.log.Info("stopped")
 	if t.logOut != nil {
 		// What the log still holds goes out within what is left of the drain.
 		t.logOut.Close(drainCtx)
 	}
 	return code
-}
-
-// closeServers stops the admin and metrics servers that were started.
-func (t *runningTap) closeServers() {
-	if t.admin != nil {
-		t.admin.close()
-	}
-	if t.metrics != nil {
-		t.metrics.close()
-	}
-}
-
-func isLoopbackHost(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

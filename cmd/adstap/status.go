@@ -84,7 +84,7 @@ type statusRow struct {
 
 // statusCell is one type of one stream.
 type statusCell struct {
-	State      string   `json:"state"` // SYNCED, STALE, ERROR, NOT SENT
+	State      string   `json:"state"` // state's Display: SYNCED, STALE, ERROR, NOT SENT
 	AgeSeconds *float64 `json:"age_seconds,omitempty"`
 	Problem    bool     `json:"problem"`
 	// Source is, for an ERROR, what the NACK rejected and the Istio objects
@@ -102,6 +102,7 @@ type statusCell struct {
 	// the Istio objects they record.
 	SourceWords string          `json:"source_words,omitempty"`
 	IstioConfig []origin.Object `json:"istio_config,omitempty"`
+	state       track.State
 	// nackNode is the node id (or its start) of the exemplar of TraceID.
 	nackNode string
 	age      string
@@ -223,14 +224,14 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 			if url == codec.TypeSyncz {
 				continue
 			}
-			c := statusCell{State: ts.State, sent: ts.LastSentVersion, acked: ts.LastAckedVersion}
+			c := statusCell{state: ts.State, sent: ts.LastSentVersion, acked: ts.LastAckedVersion}
 			var at time.Time
 			switch ts.State {
-			case "SYNCED":
+			case track.StateSynced:
 				at = ts.LastACKAt
-			case "STALE":
+			case track.StateStale:
 				at = ts.LastSentAt
-			case "NACKED":
+			case track.StateNACKed:
 				at, c.Message = ts.LastNACKAt, ts.LastError
 				if len(ts.LastErrorSource) > 0 {
 					var src origin.Rejection
@@ -271,20 +272,19 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 // set puts a type's cell in the row: its state in status's words, its age
 // from at, and whether it is a problem.
 func (r *statusRow) set(typ string, c statusCell, now, at time.Time, staleAfter time.Duration) {
-	switch c.State {
-	case "STALE":
+	c.State = c.state.Display()
+	switch c.state {
+	case track.StateStale:
 		c.Problem = !at.IsZero() && now.Sub(at) >= staleAfter
-	case "NACKED":
-		c.State, c.Problem = "ERROR", true
-	case "NOT_SENT":
-		c.State = "NOT SENT"
+	case track.StateNACKed:
+		c.Problem = true
 	}
 	if !at.IsZero() {
 		secs := now.Sub(at).Seconds()
 		c.AgeSeconds, c.age = &secs, age(now, at)
 	}
 	switch {
-	case c.State == "ERROR":
+	case c.state == track.StateNACKed:
 		r.worst = 0
 	case c.Problem && r.worst > 1:
 		r.worst = 1
@@ -353,10 +353,10 @@ func (r statusRow) problem(typ string, c statusCell) statusProblem {
 	p := statusProblem{Proxy: r.Name, Stream: r.Stream, Type: typ}
 	var b strings.Builder
 	b.WriteString(who + " " + typ + ": ")
-	switch c.State {
-	case "ERROR":
+	switch c.state {
+	case track.StateNACKed:
 		p.Kind = problemNACK
-		b.WriteString("NACKED")
+		b.WriteString(string(track.StateNACKed))
 		if c.age != "" {
 			b.WriteString(" " + c.age + " ago")
 		}
@@ -381,7 +381,7 @@ func (r statusRow) problem(typ string, c statusCell) statusProblem {
 				p.Detail = append(p.Detail, "  "+o.Kubectl())
 			}
 		}
-	case "STALE":
+	case track.StateStale:
 		p.Kind = problemStale
 		b.WriteString("push ")
 		if c.sent != "" {

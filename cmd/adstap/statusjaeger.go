@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/adstap/adstap/internal/rollout"
+	"github.com/adstap/adstap/track"
 )
 
 // nackSpans fills the ERROR cells of a mesh report that know their NACK's
@@ -23,7 +24,7 @@ func nackSpans(ctx context.Context, rep *statusReport, target string, stderr io.
 	var cells []cell
 	for i, r := range rep.Proxies {
 		for typ, c := range r.Types {
-			if c.State != "ERROR" || c.TraceID == "" {
+			if c.state != track.StateNACKed || c.TraceID == "" {
 				continue
 			}
 			ref := rollout.NACKRef{TraceID: c.TraceID, Node: cmp.Or(c.nackNode, r.NodeID), Type: typ}

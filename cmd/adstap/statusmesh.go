@@ -211,14 +211,14 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 				if state == "" {
 					continue
 				}
-				c := statusCell{State: state}
+				c := statusCell{state: state}
 				var at time.Time
 				switch state {
-				case "SYNCED":
+				case track.StateSynced:
 					at = unixTime(mt.lastACK)
-				case "STALE":
+				case track.StateStale:
 					at = unixTime(mt.lastPush)
-				case "NACKED":
+				case track.StateNACKed:
 					if ex, ok := exemplars[exemplarKey{id, nodeID, typ}]; ok {
 						c.TraceID, c.nackNode, at = ex.traceID, ex.node, ex.at
 					}
@@ -252,11 +252,11 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 	return rep, nil
 }
 
-// worstState is the state a row shows for a type its streams are in: the
-// worst of them.
-func worstState(states map[string]float64) string {
-	for _, s := range []string{"NACKED", "STALE", "NOT_SENT", "SYNCED"} {
-		if states[s] > 0 {
+// worstState is the state a row shows for a type its streams are in (by
+// the state label's value): the worst of them.
+func worstState(states map[string]float64) track.State {
+	for _, s := range []track.State{track.StateNACKed, track.StateStale, track.StateNotSent, track.StateSynced} {
+		if states[string(s)] > 0 {
 			return s
 		}
 	}

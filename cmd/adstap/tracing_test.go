@@ -48,7 +48,7 @@ func startTracedTap(t *testing.T, upstream string, log *syncbuf.Buffer, flags ..
 		stop()
 		<-done
 	})
-	return rt.lis.Addr().String(), rt.admin.addr()
+	return rt.Addr().String(), rt.AdminAddr()
 }
 
 // sotwClient is a raw ADS client that subscribes to every cluster and

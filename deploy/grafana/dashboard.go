@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/adstap/adstap/track"
 )
 
 // The dashboard is written from this table: rows of panels, each a few
@@ -52,10 +54,11 @@ func quantile(q, metric, by, extra string) string {
 var rows = []rowSpec{
 	{"Mesh", []panelSpec{
 		{title: "Proxies by state, per type", unit: "short", width: 8,
-			description: "Streams of every selected tap (a sidecar tap has one proxy) in each state of istioctl proxy-status: SYNCED, STALE (a push unanswered), NACKED (the latest push rejected), NOT_SENT. adstap status --prometheus lists them, problems first.",
-			queries:     []query{{expr: "sum by (type, state) (adstap_stream_states{" + sel + "})", legend: "{{type}} {{state}}"}}},
-		{title: "Proxies in ERROR or STALE now", unit: "short", stat: true, width: 4,
-			queries: []query{{expr: "sum(adstap_stream_states{" + sel + `, state=~"NACKED|STALE"})`, legend: "not in sync"}}},
+			description: "Streams of every selected tap (a sidecar tap has one proxy) in each state of istioctl proxy-status: " + string(track.StateSynced) + ", " +
+				string(track.StateStale) + " (a push unanswered), " + string(track.StateNACKed) + " (the latest push rejected), " + string(track.StateNotSent) + ". adstap status --prometheus lists them, problems first.",
+			queries: []query{{expr: "sum by (type, state) (adstap_stream_states{" + sel + "})", legend: "{{type}} {{state}}"}}},
+		{title: "Proxies in " + track.StateNACKed.Display() + " or " + track.StateStale.Display() + " now", unit: "short", stat: true, width: 4,
+			queries: []query{{expr: "sum(adstap_stream_states{" + sel + `, state=~"` + string(track.StateNACKed) + "|" + string(track.StateStale) + `"})`, legend: "not in sync"}}},
 		{title: "Time to ACK across the mesh, p50 and p99", unit: "s", width: 6,
 			description: "Push to ACK over every selected tap: convergence as the proxies apply it, which istiod's pilot_proxy_convergence_time (it stops at send) cannot show. Exemplars open the push round's trace.",
 			queries: []query{
@@ -258,9 +261,9 @@ func (t timeRange) MarshalJSON() ([]byte, error) {
 // variable, never a UID of one Grafana's.
 var prometheus = &datasource{Type: "prometheus", UID: "${datasource}"}
 
-// Build returns the dashboard's JSON, indented, as written to
+// build returns the dashboard's JSON, indented, as written to
 // deploy/grafana/dashboard.json.
-func Build() []byte {
+func build() []byte {
 	d := dashboardJSON{
 		Title:         "adstap: xDS pushes, ACKs and NACKs",
 		Description:   "What adstap sees between proxies and their control plane: pushes and ACK latency, NACKs with storms and loops, full syncs, streams and herds, connect phases, relayed bytes. From docs/metrics.md; built by deploy/grafana.",
@@ -330,8 +333,8 @@ func Build() []byte {
 	return b.Bytes()
 }
 
-// Exprs returns every query of the dashboard, each with its panel's title.
-func Exprs() map[string][]string {
+// queriesByPanel returns every query of the dashboard, each with its panel's title.
+func queriesByPanel() map[string][]string {
 	out := map[string][]string{}
 	for _, r := range rows {
 		for _, p := range r.panels {
@@ -350,5 +353,5 @@ var grafanaVars = strings.NewReplacer(
 	"$instance", ".*", "$job", ".*",
 )
 
-// Expand replaces Grafana's variables in a query as Grafana would.
-func Expand(expr string) string { return grafanaVars.Replace(expr) }
+// expand replaces Grafana's variables in a query as Grafana would.
+func expand(expr string) string { return grafanaVars.Replace(expr) }

@@ -38,10 +38,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const file = "dashboard.json"
 
-// TestFileIsWhatTheGeneratorWrites: dashboard.json is Build's
+// TestFileIsWhatTheGeneratorWrites: dashboard.json is build's
 // output; DASHBOARD_UPDATE=1 make dashboard rewrites it.
 func TestFileIsWhatTheGeneratorWrites(t *testing.T) {
-	got := Build()
+	got := build()
 	if os.Getenv("DASHBOARD_UPDATE") != "" {
 		if err := os.WriteFile(file, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -190,10 +190,10 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 		}
 	}
 	n := 0
-	for title, exprs := range Exprs() {
+	for title, exprs := range queriesByPanel() {
 		for _, raw := range exprs {
 			n++
-			expr, err := p.ParseExpr(Expand(raw))
+			expr, err := p.ParseExpr(expand(raw))
 			if err != nil {
 				t.Errorf("%s: %q does not parse: %v", title, raw, err)
 				continue
@@ -220,6 +220,7 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 		{`adstap_pushes_total{kind="cds"}`, "has no label kind"},
 		{`adstap_push_ack_seconds_count{result="acked"}`, `no series of adstap_push_ack_seconds_count has result="acked"`},
 		{`adstap_pushes_total{le="1"}`, "has no label le"},
+		{`adstap_stream_states{state=~"NACKED|ERROR"}`, `no series of adstap_stream_states has state="ERROR"`},
 	} {
 		expr, err := p.ParseExpr(tc.expr)
 		if err != nil {
@@ -229,7 +230,7 @@ func TestQueriesParseAndNameScrapedSeries(t *testing.T) {
 			t.Errorf("checking %s found %q, want %q", tc.expr, got, tc.want)
 		}
 	}
-	if _, err := p.ParseExpr(Expand(`sum(rate(adstap_pushes_total{instance=~"$instance"}[$__rate_interval])`)); err == nil {
+	if _, err := p.ParseExpr(expand(`sum(rate(adstap_pushes_total{instance=~"$instance"}[$__rate_interval])`)); err == nil {
 		t.Error("the parser took an unbalanced parenthesis")
 	}
 }
@@ -317,6 +318,8 @@ func labelsOf(f *dto.MetricFamily, extra []string) []string {
 	return out
 }
 
+var literalAlternation = regexp.MustCompile(`^[A-Za-z0-9_]+(\|[A-Za-z0-9_]+)*$`)
+
 func checkAgainstScrape(expr parser.Expr, families map[string]*dto.MetricFamily) []string {
 	var problems []string
 	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
@@ -335,6 +338,15 @@ func checkAgainstScrape(expr parser.Expr, families map[string]*dto.MetricFamily)
 				}
 				if m.Type.String() == "=" && m.Name != "__name__" && !hasValue(f, m.Name, m.Value) {
 					problems = append(problems, fmt.Sprintf("no series of %s has %s=%q", n.Name, m.Name, m.Value))
+				}
+				// A regular expression that only lists values (NACKED|STALE):
+				// each must be one a series has.
+				if m.Type.String() == "=~" && literalAlternation.MatchString(m.Value) {
+					for v := range strings.SplitSeq(m.Value, "|") {
+						if !hasValue(f, m.Name, v) {
+							problems = append(problems, fmt.Sprintf("no series of %s has %s=%q", n.Name, m.Name, v))
+						}
+					}
 				}
 			}
 		case *parser.AggregateExpr:
@@ -479,9 +491,9 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	}
 
 	want := map[string]bool{}
-	for _, exprs := range Exprs() {
+	for _, exprs := range queriesByPanel() {
 		for _, raw := range exprs {
-			expr, err := parser.NewParser(parser.Options{}).ParseExpr(Expand(raw))
+			expr, err := parser.NewParser(parser.Options{}).ParseExpr(expand(raw))
 			if err != nil {
 				continue // the test reports it
 			}

@@ -10,31 +10,21 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+
+	"github.com/adstap/adstap/internal/controlplane"
 )
 
 // ControlPlane is a go-control-plane server with a snapshot cache, standing in
 // for istiod.
-type ControlPlane struct {
-	cache cache.SnapshotCache
-	srv   *grpc.Server
-	lis   net.Listener
-}
+type ControlPlane struct{ *controlplane.ControlPlane }
 
 // StartControlPlane serves ADS (SotW and Delta) on lis. nackPause slows its
 // answer to a NACK: go-control-plane's snapshot cache re-sends a rejected
 // snapshot at once, which on loopback makes thousands of NACKs a second; at a
 // slower pace the demo shows a storm a person can read.
 func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, nackPause time.Duration) *ControlPlane {
-	cp := &ControlPlane{
-		cache: cache.NewSnapshotCache(true, cache.IDHash{}, cacheLog{log}),
-		srv:   grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20)),
-		lis:   lis,
-	}
 	pause := func(nack bool) {
 		if nack {
 			select {
@@ -64,34 +54,13 @@ func StartControlPlane(ctx context.Context, lis net.Listener, log *slog.Logger, 
 			r.ControlPlane = self
 		},
 	}
-	discovery.RegisterAggregatedDiscoveryServiceServer(cp.srv, server.NewServer(ctx, cp.cache, cb))
-	go func() {
-		if err := cp.srv.Serve(lis); err != nil {
-			log.Error("demo control plane stopped", "err", err)
-		}
-	}()
-	return cp
+	return &ControlPlane{controlplane.Start(ctx, lis, controlplane.Config{
+		Callbacks:     cb,
+		Log:           cacheLog{log},
+		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)},
+		ServeFailed:   func(err error) { log.Error("demo control plane stopped", "err", err) },
+	})}
 }
-
-// Addr is where the control plane listens.
-func (cp *ControlPlane) Addr() string { return cp.lis.Addr().String() }
-
-// Set publishes a configuration version to the given nodes.
-func (cp *ControlPlane) Set(version string, res map[resource.Type][]types.Resource, nodes ...string) error {
-	snap, err := cache.NewSnapshot(version, res)
-	if err != nil {
-		return fmt.Errorf("building snapshot %s: %w", version, err)
-	}
-	for _, n := range nodes {
-		if err := cp.cache.SetSnapshot(context.Background(), n, snap); err != nil {
-			return fmt.Errorf("setting snapshot %s for %s: %w", version, n, err)
-		}
-	}
-	return nil
-}
-
-// Stop ends every stream and closes the listener.
-func (cp *ControlPlane) Stop() { cp.srv.Stop() }
 
 // cacheLog shows go-control-plane's own log at debug level.
 type cacheLog struct{ l *slog.Logger }

@@ -20,8 +20,8 @@ import (
 // 1 GiB).
 const ExtraHeadroom = 64 << 20
 
-// Percent is the GC percent for a heap whose collector scans base bytes.
-func Percent(base uint64) int {
+// percent is the GC percent for a heap whose collector scans base bytes.
+func percent(base uint64) int {
 	if base <= ExtraHeadroom {
 		return DefaultPercent
 	}
@@ -31,7 +31,7 @@ func Percent(base uint64) int {
 // adaptStep is the smallest change of percent Adapt makes.
 const adaptStep = 5
 
-// Start keeps the GC percent at Percent of what the collector scans,
+// Start keeps the GC percent at percent() of what the collector scans,
 // reading it every interval, unless the user set GOGC (settings say the
 // percent is not adstap's default); and it gives memory back to the OS
 // once the process is idle after its heap grew (giveBack). It runs until
@@ -61,7 +61,7 @@ func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
 	eachTick(ctx, every, func() {
-		if p := Percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
+		if p := percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
 			debug.SetGCPercent(p)
 			current = p
 		}

@@ -24,8 +24,8 @@ func TestPercent(t *testing.T) {
 		{64 << 30, 100},
 	}
 	for _, tc := range tests {
-		if got := Percent(tc.base); got != tc.want {
-			t.Errorf("Percent(%d MiB) = %d, want %d", tc.base>>20, got, tc.want)
+		if got := percent(tc.base); got != tc.want {
+			t.Errorf("percent(%d MiB) = %d, want %d", tc.base>>20, got, tc.want)
 		}
 	}
 }

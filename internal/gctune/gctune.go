@@ -53,7 +53,7 @@ func Apply(getenv func(string) string, cgroup fs.FS) Settings {
 	debug.SetGCPercent(s.Percent)
 	if getenv("GOMEMLIMIT") == "" {
 		s.LimitSource = "none"
-		if limit, ok := CgroupLimit(cgroup); ok {
+		if limit, ok := cgroupLimit(cgroup); ok {
 			debug.SetMemoryLimit(SoftLimit(limit))
 			s.LimitSource = "cgroup"
 		}
@@ -65,10 +65,10 @@ func Apply(getenv func(string) string, cgroup fs.FS) Settings {
 // SystemCgroup is the cgroup file system of this process's container.
 func SystemCgroup() fs.FS { return os.DirFS("/sys/fs/cgroup") }
 
-// CgroupLimit reads the memory limit of the cgroup mounted at cgroup:
+// cgroupLimit reads the memory limit of the cgroup mounted at cgroup:
 // memory.max (cgroup v2) or memory/memory.limit_in_bytes (v1). ok is false
 // when there is none, or it cannot be read.
-func CgroupLimit(cgroup fs.FS) (limit int64, ok bool) {
+func cgroupLimit(cgroup fs.FS) (limit int64, ok bool) {
 	if cgroup == nil {
 		return 0, false
 	}

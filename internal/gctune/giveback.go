@@ -14,15 +14,15 @@ import (
 // push raised. A tap that relayed a 100 MB push sat at its peak RSS for as
 // long as it stayed idle. So a tap gives memory back once it is idle after
 // its heap grew: when the memory the runtime holds (less what it already
-// released) has grown by GiveBackGrowth, or a quarter, over the least it
+// released) has grown by giveBackGrowth, or a quarter, over the least it
 // held since it last gave back, and the process then allocated less than
-// IdleAlloc in a whole interval, it collects twice — the first collection
+// idleAlloc in a whole interval, it collects twice — the first collection
 // moves what pools hold (gRPC's buffers, the decoder's scratch) to their
 // victim caches, the second frees them — and returns the free pages
 // (debug.FreeOSMemory). A busy tap is never idle, so it never pays for it.
 const (
-	GiveBackGrowth = 16 << 20
-	IdleAlloc      = 1 << 20
+	giveBackGrowth = 16 << 20
+	idleAlloc      = 1 << 20
 )
 
 // memSample is what giving back watches.
@@ -44,10 +44,10 @@ func (g *giver) tick(s memSample) bool {
 		g.started, g.lastAllocs, g.least = true, s.allocs, s.held
 		return false
 	}
-	idle := s.allocs-g.lastAllocs < IdleAlloc
+	idle := s.allocs-g.lastAllocs < idleAlloc
 	g.lastAllocs = s.allocs
 	g.least = min(g.least, s.held)
-	return idle && s.held >= g.least+max(GiveBackGrowth, g.least/4)
+	return idle && s.held >= g.least+max(giveBackGrowth, g.least/4)
 }
 
 // gaveBack takes the sample after giving back: what is held now is the new

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// BootstrapCluster is the name of the replay's cluster in the bootstrap:
+// bootstrapCluster is the name of the replay's cluster in the bootstrap:
 // Istio's name for its xDS server, which istiod's configuration may refer
 // to.
-const BootstrapCluster = "xds-grpc"
+const bootstrapCluster = "xds-grpc"
 
 // Bootstrap returns an Envoy bootstrap, in YAML, with the captured node's
 // id, cluster, metadata and locality, and the replay at addr (host:port or
@@ -52,7 +52,7 @@ func Bootstrap(sent *Sent, addr string) (string, error) {
 		apiType = "DELTA_GRPC"
 	}
 	ads := jsonObject{{"ads", jsonObject{}}, {"resource_api_version", "V3"}}
-	clusters := []jsonValue{grpcCluster(BootstrapCluster, address, static)}
+	clusters := []jsonValue{grpcCluster(bootstrapCluster, address, static)}
 	if node.GetMetadata().GetFields()["ISTIO_VERSION"] != nil {
 		clusters = append(clusters, grpcCluster("sds-grpc", address, static))
 	}
@@ -62,7 +62,7 @@ func Bootstrap(sent *Sent, addr string) (string, error) {
 			{"ads_config", jsonObject{
 				{"api_type", apiType},
 				{"transport_api_version", "V3"},
-				{"grpc_services", []jsonValue{jsonObject{{"envoy_grpc", jsonObject{{"cluster_name", BootstrapCluster}}}}}},
+				{"grpc_services", []jsonValue{jsonObject{{"envoy_grpc", jsonObject{{"cluster_name", bootstrapCluster}}}}}},
 				{"set_node_on_first_message_only", true},
 			}},
 			{"cds_config", ads},

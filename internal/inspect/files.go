@@ -14,8 +14,8 @@ import (
 	"github.com/adstap/adstap/capture"
 )
 
-// FileRead is one file as it was read.
-type FileRead struct {
+// fileRead is one file as it was read.
+type fileRead struct {
 	Name    string
 	Records int
 	// Truncated is set when the file ended in a record cut short (a crash
@@ -143,7 +143,7 @@ type reader struct {
 	// command names the adstap command in warnings: inspect unless set.
 	command string
 	poll    time.Duration
-	files   []FileRead
+	files   []fileRead
 	// polled, when set, is told each time a followed file was found with
 	// nothing new, so a test can wait for polls rather than sleep.
 	polled func()
@@ -156,7 +156,7 @@ type reader struct {
 // stderr and the records before it are kept.
 func (r *reader) readFile(ctx context.Context, src source) error {
 	name := src.name
-	fr := FileRead{Name: name}
+	fr := fileRead{Name: name}
 	rd := capture.NewReader(src.f, name)
 	for {
 		if fr.Records%1024 == 0 && ctx.Err() != nil {
@@ -199,7 +199,7 @@ func (r *reader) name() string {
 }
 
 // record checks a file's first record and hands every record to the replayer.
-func (r *reader) record(fr *FileRead, rec *capture.Record) error {
+func (r *reader) record(fr *fileRead, rec *capture.Record) error {
 	if fr.Records == 0 {
 		if rec.Kind != capture.KindCapture {
 			return inputErrorf("%s is not an adstap capture file: its first record is of kind %q, not %q", fr.Name, rec.Kind, capture.KindCapture)
@@ -232,7 +232,7 @@ func (r *reader) follow(ctx context.Context, src source, path string) error {
 			t.close()
 		}
 	}()
-	fr := FileRead{Name: src.name}
+	fr := fileRead{Name: src.name}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -255,7 +255,7 @@ func (r *reader) follow(ctx context.Context, src source, path string) error {
 			if t.f != src.f {
 				t.close()
 			}
-			t, fr = next, FileRead{Name: next.name}
+			t, fr = next, fileRead{Name: next.name}
 			continue
 		}
 		r.rp.idle(time.Now())
@@ -273,11 +273,11 @@ func (r *reader) follow(ctx context.Context, src source, path string) error {
 }
 
 // drain reads every complete record the tail has now.
-func (r *reader) drain(ctx context.Context, t *tail, fr *FileRead) error {
+func (r *reader) drain(ctx context.Context, t *tail, fr *fileRead) error {
 	if t.restarted() {
 		// The path was truncated in place: a new tap started writing it.
 		r.files = append(r.files, *fr)
-		*fr = FileRead{Name: fr.Name}
+		*fr = fileRead{Name: fr.Name}
 		t.rewind()
 	}
 	for {

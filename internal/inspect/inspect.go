@@ -32,7 +32,7 @@ type Config struct {
 	Summary, Timeline bool
 	Follow            bool
 	// Poll is how often a followed file is checked for growth and
-	// rotation; zero means DefaultPoll.
+	// rotation; zero means every 200ms.
 	Poll time.Duration
 	// polled is told of every poll that found nothing new (tests).
 	polled func()
@@ -64,8 +64,8 @@ type Config struct {
 	Stdout, Stderr io.Writer
 }
 
-// DefaultPoll is how often --follow looks for new records.
-const DefaultPoll = 200 * time.Millisecond
+// defaultPoll is how often --follow looks for new records.
+const defaultPoll = 200 * time.Millisecond
 
 // InputError is a problem with what inspect was asked to read: a missing
 // file, or one that is not a capture. The command exits 2 for it.
@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Stderr = io.Discard
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = DefaultPoll
+		cfg.Poll = defaultPoll
 	}
 	files, err := openFiles(cfg.Files)
 	if err != nil {
@@ -171,10 +171,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// Replay reads the files through a fresh tracker and returns the summary,
+// summarize reads the files through a fresh tracker and returns the summary,
 // the way Run computes it, for callers (and tests) that want the numbers
 // rather than the text.
-func Replay(ctx context.Context, files []string, detect track.Config, stderr io.Writer) (*Summary, error) {
+func summarize(ctx context.Context, files []string, detect track.Config, stderr io.Writer) (*summary, error) {
 	sum := newSummarizer()
 	read, err := readAll(ctx, files, detect, sum, stderr, "inspect")
 	if err != nil {
@@ -185,7 +185,7 @@ func Replay(ctx context.Context, files []string, detect track.Config, stderr io.
 
 // readAll reads the files through a fresh tracker into c, and says how
 // each was read; warnings go to stderr, under the name of command.
-func readAll(ctx context.Context, files []string, detect track.Config, c consumer, stderr io.Writer, command string) ([]FileRead, error) {
+func readAll(ctx context.Context, files []string, detect track.Config, c consumer, stderr io.Writer, command string) ([]fileRead, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -194,7 +194,7 @@ func readAll(ctx context.Context, files []string, detect track.Config, c consume
 		return nil, err
 	}
 	defer closeAll(srcs)
-	rd := &reader{rp: newReplayer(detect, c), stderr: stderr, poll: DefaultPoll, command: command}
+	rd := &reader{rp: newReplayer(detect, c), stderr: stderr, poll: defaultPoll, command: command}
 	for _, src := range srcs {
 		if err := rd.readFile(ctx, src); err != nil {
 			return nil, err

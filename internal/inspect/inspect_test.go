@@ -29,13 +29,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/testutil/inspecttest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 	"sync/atomic"
 )
@@ -55,29 +55,29 @@ func record(t *testing.T, opts inspecttest.Options) *inspecttest.Scenario {
 }
 
 // scriptSummary is what inspecttest.Record's script must come to.
-func scriptSummary() []*StreamSummary {
-	return []*StreamSummary{{
+func scriptSummary() []*streamSummary {
+	return []*streamSummary{{
 		ID: 1, Node: inspecttest.CDSNode, Method: aggregated, Protocol: "sotw", CloseCode: "Canceled", CloseMessage: "context canceled",
 		FullSyncTypes: []string{"CDS"},
-		Types: []*TypeSummary{{
+		Types: []*typeSummary{{
 			TypeURL: resource.ClusterType, Type: "CDS", Pushes: 6, ACKs: 3, NACKs: inspecttest.NACKs,
 			FullInitial: 1, FullRepeated: 5, Loops: 1, LastVersion: "v4", LastResult: "ack",
 		}},
 	}, {
 		ID: 2, Node: inspecttest.SDSNode, Method: aggregated, Protocol: "sotw", CloseCode: "Canceled", CloseMessage: "context canceled",
 		FullSyncTypes: []string{"SDS"},
-		Types: []*TypeSummary{{
+		Types: []*typeSummary{{
 			TypeURL: resource.SecretType, Type: "SDS", Pushes: 1, ACKs: 1, FullInitial: 1, LastVersion: "v1", LastResult: "ack",
 		}},
 	}}
 }
 
 var summaryOpts = cmp.Options{
-	cmpopts.IgnoreFields(StreamSummary{}, "Conn", "Peer", "Opened", "Closed", "FullSync"),
-	cmpopts.IgnoreFields(TypeSummary{}, "ACKLatency"),
+	cmpopts.IgnoreFields(streamSummary{}, "Conn", "Peer", "Opened", "Closed", "FullSync"),
+	cmpopts.IgnoreFields(typeSummary{}, "ACKLatency"),
 }
 
-func checkSummary(t *testing.T, got *Summary) {
+func checkSummary(t *testing.T, got *summary) {
 	t.Helper()
 	if diff := cmp.Diff(scriptSummary(), got.Streams, summaryOpts); diff != "" {
 		t.Errorf("summary differs from the script (-want +got):\n%s", diff)
@@ -93,9 +93,9 @@ func checkSummary(t *testing.T, got *Summary) {
 			}
 		}
 	}
-	wantEpisodes := []Episode{{Detector: track.DetectorNACKLoop, Key: "stream 1 cds", Count: inspecttest.NACKs,
+	wantEpisodes := []episode{{Detector: track.DetectorNACKLoop, Key: "stream 1 cds", Count: inspecttest.NACKs,
 		Detail: "the same cds content (5 resources) NACKed 3 times in a row on stream 1"}}
-	if diff := cmp.Diff(wantEpisodes, got.Episodes, cmpopts.IgnoreFields(Episode{}, "Started", "Ended", "Duration")); diff != "" {
+	if diff := cmp.Diff(wantEpisodes, got.Episodes, cmpopts.IgnoreFields(episode{}, "Started", "Ended", "Duration")); diff != "" {
 		t.Errorf("detector episodes (-want +got):\n%s", diff)
 	}
 }
@@ -103,7 +103,7 @@ func checkSummary(t *testing.T, got *Summary) {
 func TestSummaryCountsMatchTheScript(t *testing.T) {
 	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
-	got, err := Replay(t.Context(), []string{sc.Path}, detect, nil)
+	got, err := summarize(t.Context(), []string{sc.Path}, detect, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRotatedCaptureReadsAsOne(t *testing.T) {
 	}
 	for name, args := range map[string][]string{"newest path": {sc.Path}, "files listed": files} {
 		t.Run(name, func(t *testing.T) {
-			got, err := Replay(t.Context(), args, detect, nil)
+			got, err := summarize(t.Context(), args, detect, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +170,7 @@ func TestRotatedCaptureReadsAsOne(t *testing.T) {
 		if from < 0 {
 			t.Fatal("no file starts with stream 1 repeated")
 		}
-		got, err := Replay(t.Context(), files[from:], detect, nil)
+		got, err := summarize(t.Context(), files[from:], detect, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +331,7 @@ func TestTimelineIsTheLiveLogAtTheRecordedTimes(t *testing.T) {
 
 func replayWith(t *testing.T, files []string, c consumer) {
 	t.Helper()
-	rd := &reader{rp: newReplayer(detect, c), stderr: &bytes.Buffer{}, poll: DefaultPoll}
+	rd := &reader{rp: newReplayer(detect, c), stderr: &bytes.Buffer{}, poll: defaultPoll}
 	srcs, err := openFiles(files)
 	if err != nil {
 		t.Fatal(err)
@@ -344,29 +344,29 @@ func replayWith(t *testing.T, files []string, c consumer) {
 	}
 }
 
-var pushOpts = cmpopts.IgnoreFields(PushDiff{}, "At", "Nonce", "Bytes", "Latency", "Details", "PushID", "FullPush", "Requested")
+var pushOpts = cmpopts.IgnoreFields(pushDiff{}, "At", "Nonce", "Bytes", "Latency", "Details", "PushID", "FullPush", "Requested")
 
 func TestPushShowsEveryNameAddedRemovedAndChanged(t *testing.T) {
 	leakcheck.Check(t)
 	sc := record(t, inspecttest.Options{})
 	tests := []struct {
 		version string
-		want    []*PushDiff
+		want    []*pushDiff
 	}{
-		{"v2", []*PushDiff{{
+		{"v2", []*pushDiff{{
 			Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Version: "v2", Resources: 4,
 			Added: []string{inspecttest.Ratings}, Changed: []string{inspecttest.Reviews}, Unchanged: 2, FullSync: true, Result: "ack",
 		}}},
 		// Each of the three v3 pushes is against v2, the last version accepted.
-		{"v3", slices.Repeat([]*PushDiff{{
+		{"v3", slices.Repeat([]*pushDiff{{
 			Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Version: "v3", Resources: 5,
 			Added: []string{inspecttest.Canary}, Unchanged: 4, FullSync: true, Result: "nack", Error: inspecttest.NACKMessage,
 		}}, inspecttest.NACKs)},
-		{"v4", []*PushDiff{{
+		{"v4", []*pushDiff{{
 			Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Version: "v4", Resources: 5,
 			Added: []string{inspecttest.Canary}, Unchanged: 4, FullSync: true, Result: "ack",
 		}}},
-		{"v1", []*PushDiff{{
+		{"v1", []*pushDiff{{
 			Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Version: "v1", Resources: 3,
 			Added: []string{inspecttest.Details, inspecttest.Productpage, inspecttest.Reviews}, FullSync: true, Result: "ack",
 		}, {
@@ -408,18 +408,18 @@ func TestPushResourcesShowTheFieldLevelChange(t *testing.T) {
 	if len(p.result()) != 1 {
 		t.Fatalf("%d pushes of v2, want 1", len(p.found))
 	}
-	byName := map[string]ResourceDetail{}
+	byName := map[string]resourceDetail{}
 	for _, d := range p.found[0].Details {
 		byName[d.Name] = d
 	}
-	want := map[string]ResourceDetail{
+	want := map[string]resourceDetail{
 		inspecttest.Reviews: {Name: inspecttest.Reviews, Status: "changed", TypeURL: resource.ClusterType,
-			Changes: []FieldChange{{Path: "connect_timeout", Old: `"5s"`, New: `"7s"`}}},
+			Changes: []fieldChange{{Path: "connect_timeout", Old: `"5s"`, New: `"7s"`}}},
 		inspecttest.Ratings:     {Name: inspecttest.Ratings, Status: "added", TypeURL: resource.ClusterType},
 		inspecttest.Details:     {Name: inspecttest.Details, Status: "unchanged", TypeURL: resource.ClusterType},
 		inspecttest.Productpage: {Name: inspecttest.Productpage, Status: "unchanged", TypeURL: resource.ClusterType},
 	}
-	if diff := cmp.Diff(want, byName, cmpopts.IgnoreFields(ResourceDetail{}, "JSON")); diff != "" {
+	if diff := cmp.Diff(want, byName, cmpopts.IgnoreFields(resourceDetail{}, "JSON")); diff != "" {
 		t.Errorf("v2's resources (-want +got):\n%s", diff)
 	}
 	if j := byName[inspecttest.Reviews].JSON; !strings.Contains(j, `"name": "`+inspecttest.Reviews+`"`) || !strings.Contains(j, `"connect_timeout": "7s"`) {
@@ -452,7 +452,7 @@ func TestNACKsCollapseIntoOneEntryWithACount(t *testing.T) {
 	sc := record(t, inspecttest.Options{})
 	c := newNACKCollector()
 	replayWith(t, []string{sc.Path}, c)
-	want := []*NACKGroup{{
+	want := []*nackGroup{{
 		Stream: 1, Node: inspecttest.CDSNode, TypeURL: resource.ClusterType, Type: "CDS", Message: inspecttest.NACKMessage, Code: 3,
 		Versions: []string{"v3"}, Resources: []string{inspecttest.Canary}, Count: inspecttest.NACKs,
 		// The capture holds the rejected push: its cluster names the
@@ -461,7 +461,7 @@ func TestNACKsCollapseIntoOneEntryWithACount(t *testing.T) {
 			Path: "/apis/networking.istio.io/v1/namespaces/default/destination-rule/" + inspecttest.CanaryRule}},
 		Source: "from DestinationRule default/" + inspecttest.CanaryRule,
 	}}
-	if diff := cmp.Diff(want, c.result(), cmpopts.IgnoreFields(NACKGroup{}, "First", "Last")); diff != "" {
+	if diff := cmp.Diff(want, c.result(), cmpopts.IgnoreFields(nackGroup{}, "First", "Last")); diff != "" {
 		t.Errorf("NACKs (-want +got):\n%s", diff)
 	}
 	if len(c.groups) == 1 && !c.groups[0].First.Before(c.groups[0].Last) {
@@ -589,7 +589,7 @@ func TestNoByteOfThePrivateKeyLeaves(t *testing.T) {
 		t.Fatal("the capture has no redacted SDS response: the scenario did not push the secret")
 	}
 
-	fingerprint := codec.Fingerprint(sc.KeyPEM)
+	fingerprint := redact.Fingerprint(sc.KeyPEM)
 	for _, cfg := range []Config{
 		{Summary: true, Timeline: true},
 		{Push: "v1", Resources: true},
@@ -627,7 +627,7 @@ func TestTruncatedFileIsReadUpToItsLastCompleteRecord(t *testing.T) {
 	if errOut != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", errOut, want)
 	}
-	got, err := Replay(t.Context(), []string{cut}, detect, nil)
+	got, err := summarize(t.Context(), []string{cut}, detect, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -833,7 +833,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 func TestAFormat1CaptureStillReplays(t *testing.T) {
 	leakcheck.Check(t)
 	const path = "testdata/format1.capture.jsonl"
-	got, err := Replay(t.Context(), []string{path}, detect, nil)
+	got, err := summarize(t.Context(), []string{path}, detect, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// NACKGroup is every NACK of one stream and type with the same message.
-type NACKGroup struct {
+// nackGroup is every NACK of one stream and type with the same message.
+type nackGroup struct {
 	Stream        uint64
 	Node          string
 	TypeURL, Type string
@@ -46,15 +46,15 @@ type nackKey struct {
 }
 
 type nackCollector struct {
-	groups []*NACKGroup
-	byKey  map[nackKey]*NACKGroup
+	groups []*nackGroup
+	byKey  map[nackKey]*nackGroup
 	opened map[uint64]time.Time
 	nonces map[pushKey]map[string]string // nonce -> version of every push
 	total  int
 }
 
 func newNACKCollector() *nackCollector {
-	return &nackCollector{byKey: map[nackKey]*NACKGroup{}, opened: map[uint64]time.Time{}, nonces: map[pushKey]map[string]string{}}
+	return &nackCollector{byKey: map[nackKey]*nackGroup{}, opened: map[uint64]time.Time{}, nonces: map[pushKey]map[string]string{}}
 }
 
 func (c *nackCollector) note(note) {}
@@ -100,7 +100,7 @@ func (c *nackCollector) events(st *step, evs []track.Event) {
 	k := nackKey{stream: seen.StreamID, opened: c.opened[seen.StreamID], typeURL: seen.TypeURL, message: msg}
 	g := c.byKey[k]
 	if g == nil {
-		g = &NACKGroup{Stream: seen.StreamID, Node: seen.Node.ID, TypeURL: seen.TypeURL, Type: typeLabel(seen.TypeURL),
+		g = &nackGroup{Stream: seen.StreamID, Node: seen.Node.ID, TypeURL: seen.TypeURL, Type: typeLabel(seen.TypeURL),
 			Message: msg, Code: st.Req.ErrorDetail.Code, First: st.At}
 		c.byKey[k] = g
 		c.groups = append(c.groups, g)
@@ -148,12 +148,12 @@ func (c *nackCollector) events(st *step, evs []track.Event) {
 }
 
 // result is the groups in the order of their first NACK's recorded time.
-func (c *nackCollector) result() []*NACKGroup {
-	slices.SortStableFunc(c.groups, func(a, b *NACKGroup) int { return cmpTime(a.First, b.First) })
+func (c *nackCollector) result() []*nackGroup {
+	slices.SortStableFunc(c.groups, func(a, b *nackGroup) int { return cmpTime(a.First, b.First) })
 	return c.groups
 }
 
-func (c *nackCollector) print(w io.Writer, files []FileRead) {
+func (c *nackCollector) print(w io.Writer, files []fileRead) {
 	if c.total == 0 {
 		fmt.Fprintf(w, "no NACK in %s\n", fileList(files))
 		return

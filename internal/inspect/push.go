@@ -11,9 +11,9 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// PushDiff is one push of the version (or push id) asked for, on one
+// pushDiff is one push of the version (or push id) asked for, on one
 // stream.
-type PushDiff struct {
+type pushDiff struct {
 	Stream         uint64
 	Node           string
 	TypeURL, Type  string
@@ -37,12 +37,12 @@ type PushDiff struct {
 	Latency time.Duration
 	Error   string // the NACK's message
 	// Details, with --resources: every resource of the push in order.
-	Details    []ResourceDetail
+	Details    []resourceDetail
 	DetailsErr string
 }
 
-// ResourceDetail is one resource of a push, decoded.
-type ResourceDetail struct {
+// resourceDetail is one resource of a push, decoded.
+type resourceDetail struct {
 	Name    string
 	Status  string // added, changed, unchanged, heartbeat
 	TypeURL string
@@ -50,7 +50,7 @@ type ResourceDetail struct {
 	// Changes, for a changed resource, against the last version of it the
 	// client accepted on this stream; NoPrevious when that version is not
 	// in the files (the stream began before them).
-	Changes    []FieldChange
+	Changes    []fieldChange
 	NoPrevious bool
 }
 
@@ -66,13 +66,13 @@ type pushTrack struct {
 	nonce   string
 	pending []body // the latest push's resources, until applied
 	removed []string
-	report  *PushDiff
+	report  *pushDiff
 }
 
 type pushes struct {
 	version   string
 	resources bool
-	found     []*PushDiff
+	found     []*pushDiff
 	versions  []string
 	seen      map[string]bool
 	tracks    map[pushKey]*pushTrack
@@ -163,7 +163,7 @@ func (p *pushes) sent(st *step, push track.Push) {
 		return
 	}
 	d := push.Diff
-	r := &PushDiff{
+	r := &pushDiff{
 		Stream: push.StreamID, Node: push.Node.ID, TypeURL: push.TypeURL, Type: typeLabel(push.TypeURL),
 		Version: push.Version, Nonce: push.Nonce, PushID: id, FullPush: push.FullPush, Requested: push.Requested, At: push.SentAt, Resources: push.Resources, Bytes: push.Bytes,
 		Added: slices.Clone(d.AddedNames), Removed: slices.Clone(d.RemovedNames), Changed: slices.Clone(d.ChangedNames),
@@ -180,7 +180,7 @@ func (p *pushes) sent(st *step, push track.Push) {
 	}
 	added, changed := set(r.Added), set(r.Changed)
 	for _, b := range bodies {
-		det := ResourceDetail{Name: b.name, TypeURL: b.typeURL}
+		det := resourceDetail{Name: b.name, TypeURL: b.typeURL}
 		switch {
 		case b.heartbeat:
 			det.Status = "heartbeat"
@@ -225,12 +225,12 @@ func set(names []string) map[string]bool {
 // result is every push found, in the order of their recorded times: a
 // capture orders records by stream only roughly, since each stream's are
 // written by its own goroutine.
-func (p *pushes) result() []*PushDiff {
-	slices.SortStableFunc(p.found, func(a, b *PushDiff) int { return cmpTime(a.At, b.At) })
+func (p *pushes) result() []*pushDiff {
+	slices.SortStableFunc(p.found, func(a, b *pushDiff) int { return cmpTime(a.At, b.At) })
 	return p.found
 }
 
-func (p *pushes) print(w io.Writer, files []FileRead) {
+func (p *pushes) print(w io.Writer, files []fileRead) {
 	found := p.result()
 	if len(found) == 0 {
 		fmt.Fprintf(w, "no push of version %q in %s\n", p.version, fileList(files))
@@ -248,7 +248,7 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 	// incremental pushes under the last full push's version): each is shown
 	// under its push id.
 	var ids []string
-	rounds := map[string][]*PushDiff{}
+	rounds := map[string][]*pushDiff{}
 	for _, r := range found {
 		if rounds[r.PushID] == nil {
 			ids = append(ids, r.PushID)
@@ -261,7 +261,7 @@ func (p *pushes) print(w io.Writer, files []FileRead) {
 }
 
 // printRound prints the pushes of one push round.
-func (p *pushes) printRound(w io.Writer, id string, found []*PushDiff) {
+func (p *pushes) printRound(w io.Writer, id string, found []*pushDiff) {
 	kind := "incremental push"
 	full, requested := false, true
 	streams := map[uint64]bool{}
@@ -344,7 +344,7 @@ func indent(s, prefix string) string {
 	return strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
-func fileList(files []FileRead) string {
+func fileList(files []fileRead) string {
 	var names []string
 	for _, f := range files {
 		names = append(names, f.Name)

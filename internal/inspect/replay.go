@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -228,7 +229,7 @@ func (r *replayer) frame(rec *capture.Record) {
 	st := &step{At: rec.Time, Rec: rec, Delta: s.delta}
 	switch rec.Direction {
 	case "request":
-		req, err := codec.DecodeRequest(rec.Message, s.delta)
+		req, err := redact.DecodeRequest(rec.Message, s.delta)
 		if err != nil {
 			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, err))
 			return

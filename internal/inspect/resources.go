@@ -285,13 +285,13 @@ func compactJSON(v jsonValue) string {
 	return b.String()
 }
 
-// FieldChange is one difference between two versions of a resource.
-type FieldChange struct {
+// fieldChange is one difference between two versions of a resource.
+type fieldChange struct {
 	Path     string // e.g. load_assignment.endpoints[0].lb_endpoints[1].endpoint.address.socket_address.port_value
 	Old, New string // compact JSON; Old is empty for an added field, New for a removed one
 }
 
-func (c FieldChange) String() string {
+func (c fieldChange) String() string {
 	switch {
 	case c.Old == "":
 		return "+ " + c.Path + ": " + shorten(c.New)
@@ -312,8 +312,8 @@ func shorten(s string) string {
 
 // diffJSON lists the field-level differences from a to b: paths in the
 // proto field names, list elements by index, map entries by key.
-func diffJSON(a, b jsonValue) []FieldChange {
-	var out []FieldChange
+func diffJSON(a, b jsonValue) []fieldChange {
+	var out []fieldChange
 	diffAt("", a, b, &out)
 	return out
 }
@@ -330,7 +330,7 @@ func childPath(path, key string) string {
 	return path + "." + key
 }
 
-func diffAt(path string, a, b jsonValue, out *[]FieldChange) {
+func diffAt(path string, a, b jsonValue, out *[]fieldChange) {
 	switch av := a.(type) {
 	case jsonObject:
 		bv, ok := b.(jsonObject)
@@ -342,12 +342,12 @@ func diffAt(path string, a, b jsonValue, out *[]FieldChange) {
 			if nv, ok := bv.get(f.Key); ok {
 				diffAt(p, f.Value, nv, out)
 			} else {
-				*out = append(*out, FieldChange{Path: p, Old: compactJSON(f.Value)})
+				*out = append(*out, fieldChange{Path: p, Old: compactJSON(f.Value)})
 			}
 		}
 		for _, f := range bv {
 			if _, ok := av.get(f.Key); !ok {
-				*out = append(*out, FieldChange{Path: childPath(path, f.Key), New: compactJSON(f.Value)})
+				*out = append(*out, fieldChange{Path: childPath(path, f.Key), New: compactJSON(f.Value)})
 			}
 		}
 		return
@@ -360,9 +360,9 @@ func diffAt(path string, a, b jsonValue, out *[]FieldChange) {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			switch {
 			case i >= len(bv):
-				*out = append(*out, FieldChange{Path: p, Old: compactJSON(av[i])})
+				*out = append(*out, fieldChange{Path: p, Old: compactJSON(av[i])})
 			case i >= len(av):
-				*out = append(*out, FieldChange{Path: p, New: compactJSON(bv[i])})
+				*out = append(*out, fieldChange{Path: p, New: compactJSON(bv[i])})
 			default:
 				diffAt(p, av[i], bv[i], out)
 			}
@@ -373,6 +373,6 @@ func diffAt(path string, a, b jsonValue, out *[]FieldChange) {
 		if path == "" {
 			path = "(the whole resource)"
 		}
-		*out = append(*out, FieldChange{Path: path, Old: o, New: n})
+		*out = append(*out, fieldChange{Path: path, Old: o, New: n})
 	}
 }

@@ -184,7 +184,7 @@ func TestSecretsShowAsFingerprintsOnce(t *testing.T) {
 	if err != nil || !redacted {
 		t.Fatalf("redact.Resource: redacted %v, err %v", redacted, err)
 	}
-	want := `"private_key": {"inline_string": "` + codec.Fingerprint(key) + `"}`
+	want := `"private_key": {"inline_string": "` + redact.Fingerprint(key) + `"}`
 	for name, b := range map[string]body{
 		"redacted by the capture": {typeURL: resource.SecretType, value: red, redacted: true},
 		"not marked redacted":     {typeURL: resource.SecretType, value: raw},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -48,7 +49,7 @@ type Sent struct {
 	// it or not.
 	Asked []string
 	At    Point
-	Files []FileRead
+	Files []fileRead
 }
 
 // SentType is what a node held of one type: the pushes of its latest stream
@@ -83,9 +84,9 @@ type SentResource struct {
 	Redacted bool
 }
 
-// Redacted lists the resources whose secrets the capture replaced, as
+// redactedNames lists the resources whose secrets the capture replaced, as
 // "type name".
-func (s *Sent) Redacted() []string {
+func (s *Sent) redactedNames() []string {
 	var out []string
 	for _, t := range s.Types {
 		for _, r := range t.Resources {
@@ -213,7 +214,7 @@ func (c *sentCollector) sentPush(st *step, push track.Push) {
 }
 
 // sent applies the chosen node's pushes up to the point.
-func (c *sentCollector) sent(at Point, files []FileRead) (*Sent, error) {
+func (c *sentCollector) sent(at Point, files []fileRead) (*Sent, error) {
 	node := c.node
 	switch {
 	case len(c.nodes) == 0:
@@ -329,7 +330,7 @@ func (s *resourceSet) apply(p *sentPush) error {
 		s.index = map[string]int{}
 	}
 	for i, entry := range entries {
-		r := SentResource{Name: p.names[i], Redacted: p.redacted && bytes.Contains(entry, []byte(codec.RedactedMarker))}
+		r := SentResource{Name: p.names[i], Redacted: p.redacted && bytes.Contains(entry, []byte(redact.Marker))}
 		switch {
 		case p.delta:
 			r.Wrapped, r.Any = entry, codec.WrappedAny(entry)

@@ -25,6 +25,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/origin"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -181,7 +182,7 @@ func (r *replayServer) announce() {
 		}
 		r.log.Info(fmt.Sprintf("  %s v=%s %s, %s", typeLabel(t.TypeURL), t.Version, plural(len(t.Resources), "resource", "resources"), captured))
 	}
-	if red := s.Redacted(); len(red) > 0 {
+	if red := s.redactedNames(); len(red) > 0 {
 		r.log.Warn(fmt.Sprintf("the capture replaced secrets in %s: they are served as captured, with fingerprints for keys, so the client cannot be given what it was: %s",
 			plural(len(red), "resource", "resources"), listSome(red)))
 	}
@@ -300,7 +301,7 @@ func (s *session) run() served {
 	defer close(stop)
 	go func() {
 		for {
-			var f codec.Frame
+			var f codec.RawMessage
 			if err := s.stream.RecvMsg(&f); err != nil {
 				recvErr <- err
 				return
@@ -438,7 +439,7 @@ func (s *session) gone(err error) error {
 
 // request handles one request of the client; done ends the replay.
 func (s *session) request(b []byte) (done bool, err error) {
-	req, err := codec.DecodeRequest(b, s.delta)
+	req, err := redact.DecodeRequest(b, s.delta)
 	if err != nil {
 		return false, fmt.Errorf("%w sent an undecodable request: %v", errClient, err)
 	}
@@ -637,7 +638,7 @@ func (s *session) push(ts *typeServe, version string, part []int, removed []stri
 		s.resp.Reset()
 	}
 	ts.pending, ts.pendingSince = nonce, now
-	if err := s.stream.SendMsg(&codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
+	if err := s.stream.SendMsg(&codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
 		return "", fmt.Errorf("%w could not be sent the %s push: %v", errClient, typeLabel(ts.st.TypeURL), err)
 	}
 	return nonce, nil

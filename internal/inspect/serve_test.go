@@ -302,7 +302,7 @@ func TestReplayServesACaptureToADeltaClient(t *testing.T) {
 func TestReplaySaysWhichResourcesHadSecretsReplaced(t *testing.T) {
 	leakcheck.Check(t)
 	sent := scenarioSent(t, inspecttest.SDSNode, Point{})
-	if got := sent.Redacted(); len(got) != 1 || got[0] != "SDS "+inspecttest.SecretName {
+	if got := sent.redactedNames(); len(got) != 1 || got[0] != "SDS "+inspecttest.SecretName {
 		t.Fatalf("Redacted() = %v, want the secret", got)
 	}
 	o, err, out := replay(t, sent, "", func(addr string) {

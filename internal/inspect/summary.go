@@ -17,17 +17,17 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// Summary is what a replay found, per stream and type.
-type Summary struct {
-	Files       []FileRead
+// summary is what a replay found, per stream and type.
+type summary struct {
+	Files       []fileRead
 	First, Last time.Time // the earliest and latest recorded times
-	Streams     []*StreamSummary
+	Streams     []*streamSummary
 	// Episodes are the detector episodes, in the order they started.
-	Episodes []Episode
+	Episodes []episode
 }
 
-// StreamSummary is one stream.
-type StreamSummary struct {
+// streamSummary is one stream.
+type streamSummary struct {
 	ID, Conn         uint64
 	Node             string
 	Method, Protocol string
@@ -43,18 +43,18 @@ type StreamSummary struct {
 	FullSyncTypes []string       // short names, e.g. CDS
 	DecodeErrors  int
 	Skipped       int // frames relayed but not captured (gap records)
-	Types         []*TypeSummary
+	Types         []*typeSummary
 }
 
-// TypeSummary is one type of one stream.
-type TypeSummary struct {
+// typeSummary is one type of one stream.
+type typeSummary struct {
 	TypeURL, Type string // Type is the short label: CDS, EDS, ...
 	Pushes        int
 	ACKs, NACKs   int
 	// Superseded, Timeouts and Closed are pushes that ended without an
 	// answer; LateAnswers came after a timeout.
 	Superseded, Timeouts, Closed, LateAnswers int
-	ACKLatency                                Percentiles
+	ACKLatency                                latencyPercentiles
 	FullInitial, FullRepeated                 int
 	Redundant                                 int
 	StaleNonces                               int
@@ -63,14 +63,14 @@ type TypeSummary struct {
 	LastResult                                string // ack, nack, superseded, timeout, closed; "" while open
 }
 
-// Percentiles of ACK latency, by the nearest-rank method.
-type Percentiles struct {
+// latencyPercentiles of ACK latency, by the nearest-rank method.
+type latencyPercentiles struct {
 	N             int
 	P50, P90, P99 time.Duration
 }
 
-// Episode is a detector episode.
-type Episode struct {
+// episode is a detector episode.
+type episode struct {
 	Detector string
 	Key      string
 	Started  time.Time
@@ -81,25 +81,25 @@ type Episode struct {
 }
 
 type summarizer struct {
-	streams  []*StreamSummary
-	current  map[uint64]*StreamSummary // by id, the latest stream with it
-	types    map[*StreamSummary]map[string]*typeAcc
-	episodes []Episode
+	streams  []*streamSummary
+	current  map[uint64]*streamSummary // by id, the latest stream with it
+	types    map[*streamSummary]map[string]*typeAcc
+	episodes []episode
 	active   map[string]int // episode key+detector -> index
 	first    time.Time
 	last     time.Time
 }
 
 type typeAcc struct {
-	TypeSummary
+	typeSummary
 	latencies []time.Duration
 	lastNonce string
 }
 
 func newSummarizer() *summarizer {
 	return &summarizer{
-		current: map[uint64]*StreamSummary{},
-		types:   map[*StreamSummary]map[string]*typeAcc{},
+		current: map[uint64]*streamSummary{},
+		types:   map[*streamSummary]map[string]*typeAcc{},
 		active:  map[string]int{},
 	}
 }
@@ -126,9 +126,9 @@ func (s *summarizer) typeOf(id uint64, url string) *typeAcc {
 	m := s.types[ss]
 	t := m[url]
 	if t == nil {
-		t = &typeAcc{TypeSummary: TypeSummary{TypeURL: url, Type: typeLabel(url)}}
+		t = &typeAcc{typeSummary: typeSummary{TypeURL: url, Type: typeLabel(url)}}
 		m[url] = t
-		ss.Types = append(ss.Types, &t.TypeSummary)
+		ss.Types = append(ss.Types, &t.typeSummary)
 	}
 	return t
 }
@@ -147,7 +147,7 @@ func (s *summarizer) events(st *step, evs []track.Event) {
 		switch e := e.(type) {
 		case track.StreamOpened:
 			m := e.Stream
-			ss := &StreamSummary{ID: m.ID, Conn: m.ConnID, Method: m.Method, Protocol: string(m.Protocol), Peer: m.Peer, Opened: m.OpenedAt,
+			ss := &streamSummary{ID: m.ID, Conn: m.ConnID, Method: m.Method, Protocol: string(m.Protocol), Peer: m.Peer, Opened: m.OpenedAt,
 				Partial: st.Rec != nil && st.Rec.Reopened}
 			s.streams = append(s.streams, ss)
 			s.current[m.ID] = ss
@@ -236,7 +236,7 @@ func (s *summarizer) events(st *step, evs []track.Event) {
 				}
 			}
 			s.active[e.Detector+"\x00"+e.Key] = len(s.episodes)
-			s.episodes = append(s.episodes, Episode{Detector: e.Detector, Key: e.Key, Started: e.At, Detail: e.Detail, Count: e.Count})
+			s.episodes = append(s.episodes, episode{Detector: e.Detector, Key: e.Key, Started: e.At, Detail: e.Detail, Count: e.Count})
 		case track.DetectorEnded:
 			k := e.Detector + "\x00" + e.Key
 			if i, ok := s.active[k]; ok {
@@ -249,30 +249,30 @@ func (s *summarizer) events(st *step, evs []track.Event) {
 }
 
 // finish computes what is known once a stream is over (or the files are).
-func (s *summarizer) finish(ss *StreamSummary) {
+func (s *summarizer) finish(ss *streamSummary) {
 	for _, t := range s.types[ss] {
 		t.ACKLatency = percentiles(t.latencies)
 	}
 }
 
-func (s *summarizer) result(files []FileRead) *Summary {
+func (s *summarizer) result(files []fileRead) *summary {
 	for _, ss := range s.current {
 		s.finish(ss)
 	}
 	// Each stream's records are written by its own goroutine in the tap, so
 	// a file's order across streams is only roughly the order of time.
-	slices.SortStableFunc(s.streams, func(a, b *StreamSummary) int {
+	slices.SortStableFunc(s.streams, func(a, b *streamSummary) int {
 		if c := cmpTime(a.Opened, b.Opened); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return &Summary{Files: files, First: s.first, Last: s.last, Streams: s.streams, Episodes: s.episodes}
+	return &summary{Files: files, First: s.first, Last: s.last, Streams: s.streams, Episodes: s.episodes}
 }
 
-func percentiles(ds []time.Duration) Percentiles {
+func percentiles(ds []time.Duration) latencyPercentiles {
 	if len(ds) == 0 {
-		return Percentiles{}
+		return latencyPercentiles{}
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -280,13 +280,13 @@ func percentiles(ds []time.Duration) Percentiles {
 		i := int(math.Ceil(p/100*float64(len(s)))) - 1
 		return s[max(0, min(i, len(s)-1))]
 	}
-	return Percentiles{N: len(s), P50: rank(50), P90: rank(90), P99: rank(99)}
+	return latencyPercentiles{N: len(s), P50: rank(50), P90: rank(90), P99: rank(99)}
 }
 
 // typeLabel is the short name operators use (CDS, EDS...), or the message
 // name for types without one.
 func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != "other" {
+	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
 		return strings.ToUpper(s)
 	}
 	return codec.TypeName(typeURL)
@@ -299,7 +299,7 @@ func shortMethod(m string) string {
 	return m
 }
 
-func printSummary(w io.Writer, s *Summary) {
+func printSummary(w io.Writer, s *summary) {
 	fmt.Fprintln(w, "SUMMARY")
 	records := 0
 	var names []string

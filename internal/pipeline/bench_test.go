@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ import (
 )
 
 // The benchmarks drive a pipeline as the bench harness's tap-full path
-// wires it (internal/bench: the live log in the text format, metrics,
+// wires it (benchmark: the live log in the text format, metrics,
 // tracing with spans discarded) with the frames of W5 and W6, so that what
 // observation costs per push and holds per stream is measured without the
 // relay, the clients and the noise of the whole workload. A frame reaches
@@ -48,7 +50,7 @@ func benchPipeline(b *testing.B) *pipeline.Pipeline {
 
 func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 	b.Helper()
-	p, err := pipeline.New(pipeline.Config{
+	p, err := pipeline.NewUnstarted(pipeline.Config{
 		Logger:  slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
 		Version: "bench",
 		Tracing: &export.TracingConfig{Exporter: discardSpans{}},
@@ -156,7 +158,7 @@ func BenchmarkObserverFanOut(b *testing.B) {
 		v2 = append(v2, r)
 	}
 	p := benchPipeline(b)
-	o := p.Observer
+	o := p.Tracking()
 	at := benchT0
 	// The frames are made once: the tracker keeps a push's bytes until its
 	// ACK (mem.Buffer.Ref), which costs a SliceBuffer nothing.
@@ -236,7 +238,7 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 		var p *pipeline.Pipeline
 		grown := heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o := p.Observer
+			o := p.Tracking()
 			for id := range uint64(streams) {
 				s := benchStream(id + 1)
 				at := benchT0
@@ -294,7 +296,7 @@ func BenchmarkObserverLargePush(b *testing.B) {
 		var p *pipeline.Pipeline
 		held = heapbench.Grown(b, func() *pipeline.Pipeline {
 			p = newBenchPipeline(b)
-			o, s, at := p.Observer, benchStream(1), benchT0
+			o, s, at := p.Tracking(), benchStream(1), benchT0
 			o.OnStreamOpen(s)
 			o.OnFrame(s, request(at, initial))
 			o.OnFrame(s, response(at, push))
@@ -306,4 +308,55 @@ func BenchmarkObserverLargePush(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(held), "B-held")
+}
+
+// BenchmarkRetainPush is the retained configuration's path
+// (--retain-resources) for one stream synced on a CDS of 1,000 clusters:
+// one op is a push of the other of two versions, its ACK, and
+// /debug/config's wait for the store to have applied it (a type the page
+// does not hold, so that the page is not rendered). In "2%-changed" one
+// cluster in fifty differs between the versions, as in a config change;
+// in "all-changed" every cluster does.
+func BenchmarkRetainPush(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		every int // one cluster in every changes
+	}{{"2%-changed", 50}, {"all-changed", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var v1, v2 []proto.Message
+			for i, r := range xdsconfig.Clusters(1000, 1000) {
+				v1 = append(v1, r)
+				if i%bc.every == 0 {
+					c := proto.Clone(r).(*clusterv3.Cluster)
+					c.ConnectTimeout = durationpb.New(7 * time.Second)
+					r = c
+				}
+				v2 = append(v2, r)
+			}
+			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { closePipeline(b, p) })
+			o, s, at := p.Tracking(), benchStream(1), benchT0
+			page := p.Pages()["GET /debug/config"]
+			pushes := [][]byte{benchPush(b, codec.TypeCluster, 1, v1), benchPush(b, codec.TypeCluster, 2, v2)}
+			acks := [][]byte{benchACK(b, codec.TypeCluster, 1, nil), benchACK(b, codec.TypeCluster, 2, nil)}
+			o.OnStreamOpen(s)
+			o.OnFrame(s, request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, 0), TypeUrl: codec.TypeCluster})))
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				at = at.Add(time.Millisecond)
+				o.OnFrame(s, response(at, pushes[n%2]))
+				o.OnFrame(s, request(at, acks[n%2]))
+				n++
+				rec := httptest.NewRecorder()
+				page.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=none", nil))
+				if rec.Code != http.StatusNotFound {
+					b.Fatalf("/debug/config?type=none: %d, want 404", rec.Code)
+				}
+			}
+		})
+	}
 }

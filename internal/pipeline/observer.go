@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -55,7 +56,7 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	case tap.Request:
 		b, release := contiguous(f.Data)
 		defer release()
-		req, err := codec.DecodeRequest(b, delta)
+		req, err := redact.DecodeRequest(b, delta)
 		if err != nil {
 			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
 			return

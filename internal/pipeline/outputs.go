@@ -40,23 +40,6 @@ func (o captureObserver) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 
 func (captureObserver) OnUpstreamConnect(codec.UpstreamConnect) {}
 
-// retainObserver hands each push's bytes to export.ConfigStore.
-type retainObserver struct{ c *export.ConfigStore }
-
-var _ tap.Observer = retainObserver{}
-
-func (o retainObserver) OnStreamOpen(s tap.StreamInfo) { o.c.OpenStream(s.ID, s.Protocol) }
-
-func (o retainObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
-	if f.Direction == tap.Response && s.Protocol != codec.Opaque {
-		o.c.Response(s.ID, f.Data)
-	}
-}
-
-func (o retainObserver) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) { o.c.CloseStream(s.ID) }
-
-func (retainObserver) OnUpstreamConnect(codec.UpstreamConnect) {}
-
 // referencesObserver hands each frame's bytes, by reference, to
 // export.References.
 type referencesObserver struct{ r *export.References }

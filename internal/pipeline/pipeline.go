@@ -1,4 +1,4 @@
-// Package pipeline wires what observes a tap — tracker, live log, metrics, tracing, retained configuration and capture — once, for `adstap run`, the reliability suite and the bench alike.
+// Package pipeline starts a running tap — the relay, what observes it (tracker, live log, metrics, tracing, retained configuration, capture), its listener and admin pages — and stops it in order, once, for `adstap run`, the suites, the benchmark and the Istio harness alike.
 package pipeline
 
 import (
@@ -60,10 +60,9 @@ type Config struct {
 	Sinks []track.Sink
 }
 
-// Pipeline is the observation side of one tap.
+// Pipeline is the observation side of one running tap.
 type Pipeline struct {
 	Tracker  *track.Tracker
-	Observer *Observer
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
@@ -75,13 +74,16 @@ type Pipeline struct {
 	// captureFile is Config.Capture, whose files /debug/capture lists.
 	captureFile *capture.Writer
 	relay       atomic.Pointer[tap.Server]
-	observer    tap.Observer
+	// tracking decodes and tracks the frames; tapObserver is it and every
+	// output that reads the frames themselves, what the tap is given.
+	tracking    *Observer
+	tapObserver tap.Observer
 	stop        func()
 }
 
-// New builds the pipeline. Its only errors are tracing's (a bad OTEL_*
-// variable or endpoint).
-func New(cfg Config) (*Pipeline, error) {
+// newPipeline builds the pipeline. Its only errors are tracing's (a bad
+// OTEL_* variable or endpoint); it closes cfg.Capture on them.
+func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -100,7 +102,10 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 		if tcfg.Exporter != nil || export.TracingEnabled(tcfg) {
 			var err error
-			if p.Tracing, err = export.NewTracing(context.Background(), tcfg); err != nil {
+			if p.Tracing, err = export.NewTracing(ctx, tcfg); err != nil {
+				if cfg.Capture != nil {
+					cfg.Capture.Close()
+				}
 				return nil, err // export's errors name tracing already
 			}
 		}
@@ -156,41 +161,41 @@ func New(cfg Config) (*Pipeline, error) {
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
 	// Tracing reads the Istio objects of what each push changed from what
-	// the tracker kept of it, on its own goroutine.
+	// the tracker kept of it, on its own goroutine; the retained
+	// configuration keeps what each ACK accepted, from the same.
 	detect.HandOverChanged = p.Tracing != nil
+	detect.HandOverAccepted = p.Retained != nil
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
-	p.Observer = NewObserver(p.Tracker, sinks...)
+	p.tracking = NewObserver(p.Tracker, sinks...)
 	if p.References != nil {
-		p.Observer.tickers = append(p.Observer.tickers, p.References.Tick)
+		p.tracking.tickers = append(p.tracking.tickers, p.References.Tick)
 	}
-	observers := []tap.Observer{p.Observer}
-	if p.Retained != nil {
-		// After the tracker: a push's bytes are kept before its ACK is judged.
-		observers = append(observers, retainObserver{p.Retained})
-	}
+	observers := []tap.Observer{p.tracking}
 	if p.References != nil {
-		// After the tracker, as retaining: a push is queued before its answer.
+		// After the tracker: a push is queued before its answer.
 		observers = append(observers, referencesObserver{p.References})
 	}
 	if p.Capture != nil {
 		observers = append(observers, captureObserver{p.Capture})
 	}
-	p.observer = tap.Observers(observers...)
+	p.tapObserver = tap.Observers(observers...)
 	return p, nil
 }
 
-// TapObserver is what tap.Config.Observer should be.
-func (p *Pipeline) TapObserver() tap.Observer { return p.observer }
-
-// Start gives the tracker its one-second clock and makes the metrics read
+// watch gives the tracker its one-second clock and makes the metrics read
 // the relay counters of srv, the tap this pipeline observes.
-func (p *Pipeline) Start(srv *tap.Server) {
+func (p *Pipeline) watch(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.Metrics.WatchObserveQueue(func() int64 { return srv.ObserveQueue().Bytes }, func() uint64 { return srv.ObserveQueue().OverBound })
-	p.stop = p.Observer.StartClock(time.Second)
+	p.stop = p.tracking.StartClock(time.Second)
 }
+
+// Tick runs the time-based rules once at now, as the one-second clock does
+// (push timeouts, the end of storms, references' grace): a test that must
+// see the end of a window need not wait for it.
+func (p *Pipeline) Tick(now time.Time) { p.tracking.Tick(now) }
 
 func (p *Pipeline) refused() tap.Refused {
 	if srv := p.relay.Load(); srv != nil {
@@ -231,11 +236,11 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	return pages
 }
 
-// Close stops the clock and writes out what the outputs hold — capture
+// close stops the clock and writes out what the outputs hold — capture
 // records, retained pushes, spans — until ctx is done; past it the rest is
-// dropped and counted. Call it after the tap has stopped, so every stream's
-// end is observed.
-func (p *Pipeline) Close(ctx context.Context) error {
+// dropped and counted. It is called after the tap has stopped, so every
+// stream's end is observed.
+func (p *Pipeline) close(ctx context.Context) error {
 	p.stop()
 	var errs []error
 	if p.Retained != nil {

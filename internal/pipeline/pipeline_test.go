@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -22,8 +24,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
@@ -94,33 +98,26 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	}
 	spans := &countSpans{}
 	seen := &acks{}
-	p, err := pipeline.New(pipeline.Config{
-		Version:        "test",
-		Tracing:        &export.TracingConfig{Exporter: spans},
-		RetainMaxBytes: 1 << 20,
-		Capture:        w,
-		Sinks:          []track.Sink{seen},
+	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap: tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}},
+		Observe: pipeline.Config{
+			Version:        "test",
+			Tracing:        &export.TracingConfig{Exporter: spans},
+			RetainMaxBytes: 1 << 20,
+			Capture:        w,
+			Sinks:          []track.Sink{seen},
+		},
+		Listen: loopback,
 	})
 	if err != nil {
-		t.Fatalf("pipeline.New: %v", err)
+		t.Fatalf("pipeline.Start: %v", err)
 	}
 	if p.Tracing == nil || p.Retained == nil || p.Capture == nil {
-		t.Fatalf("pipeline.New left an output off: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
+		t.Fatalf("pipeline.Start left an output off: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
 	}
-	srv, err := tap.New(tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}, Observer: p.TapObserver()})
-	if err != nil {
-		t.Fatalf("tap.New: %v", err)
-	}
-	p.Start(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	cc := xdstest.DialRaw(t, lis.Addr().String())
+	cc := xdstest.DialRaw(t, p.Addr().Addr)
 	stream := xdstest.OpenSotW(t, ctx, cc)
 	node := &core.Node{Id: nodeID}
 	if err := stream.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
@@ -145,7 +142,7 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 		{"GET /debug/config", "/debug/config?stream=1&type=cds", "outbound|80||svc.default.svc.cluster.local"},
 		{"GET /debug/config", "/debug/config?stream=1&type=cds", `"adstap.unknown_type_url": "type.googleapis.com/acme.Widget"`},
 		{"GET /metrics", "/metrics", `adstap_acks_total`},
-		// The relay's own counters reach /metrics through Start.
+		// The relay's own counters reach /metrics.
 		{"GET /metrics", "/metrics", `adstap_messages_total{direction="response",protocol="sotw"} 1`},
 	} {
 		h, ok := pages[c.pattern]
@@ -164,12 +161,11 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	cc.Close()
 	sctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
-	srv.Shutdown(sctx)
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
 	if err := p.Close(sctx); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+	if err := p.Err(); err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 	if spans.n.Load() == 0 {
 		t.Error("Close flushed no spans: want at least the push's")
@@ -185,42 +181,140 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 	}
 }
 
+// loopback is a listener on a free loopback port.
+var loopback = tap.Address{Network: "tcp", Addr: "127.0.0.1:0"}
+
 // TestWithoutOutputs is the zero configuration: tracker, live log and
 // metrics, with nothing to flush.
 func TestWithoutOutputs(t *testing.T) {
 	leakcheck.Check(t)
-	p, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{}})
+	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap:     tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}},
+		Observe: pipeline.Config{Tracing: &export.TracingConfig{}},
+		Listen:  loopback,
+	})
 	if err != nil {
-		t.Fatalf("pipeline.New: %v", err)
+		t.Fatalf("pipeline.Start: %v", err)
 	}
 	if p.Tracing != nil || p.Retained != nil || p.Capture != nil {
 		t.Errorf("outputs on without being asked: tracing %v, retained %v, capture %v", p.Tracing != nil, p.Retained != nil, p.Capture != nil)
+	}
+	if p.AdminAddr() != "" || p.MetricsAddr() != "" {
+		t.Errorf("servers on without being asked: admin %q, metrics %q", p.AdminAddr(), p.MetricsAddr())
 	}
 	off := httptest.NewRecorder()
 	p.Pages()["GET /debug/config"].ServeHTTP(off, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
 	if off.Code != http.StatusNotFound || !strings.Contains(off.Body.String(), "--retain-resources") {
 		t.Errorf("/debug/config without retained resources: %d %q, want 404 naming --retain-resources", off.Code, off.Body.String())
 	}
-	// Metrics before Start have no relay to read, and must not fail.
 	rec := httptest.NewRecorder()
 	p.Pages()["GET /metrics"].ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != 200 {
-		t.Errorf("GET /metrics before Start: status %d", rec.Code)
+		t.Errorf("GET /metrics: status %d", rec.Code)
 	}
 	if err := p.Close(context.Background()); err != nil {
 		t.Errorf("Close: %v", err)
 	}
+	// Close again is a no-op.
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 }
 
-// TestTracingError: a bad tracing configuration fails New, saying so.
-func TestTracingError(t *testing.T) {
+// TestStartServesTheAdminPages: the admin server answers /healthz, /readyz
+// (ready: the tap listens), the pipeline's pages and the pages added; the
+// metrics server /metrics alone.
+func TestStartServesTheAdminPages(t *testing.T) {
 	leakcheck.Check(t)
-	env := map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
-	_, err := pipeline.New(pipeline.Config{Tracing: &export.TracingConfig{
-		Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return env[k] },
-	}})
-	if err == nil || !strings.Contains(err.Error(), "tracing") {
-		t.Fatalf("pipeline.New with a bad endpoint: got %v, want an error about tracing", err)
+	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap:           tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}},
+		Listen:        loopback,
+		Admin:         "127.0.0.1:0",
+		AdminPages:    map[string]http.Handler{"GET /extra": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "extra") })},
+		MetricsListen: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatalf("pipeline.Start: %v", err)
+	}
+	defer p.Close(context.Background())
+	for _, c := range []struct {
+		addr, path string
+		wantCode   int
+		want       string
+	}{
+		{p.AdminAddr(), "/healthz", 200, "ok"},
+		{p.AdminAddr(), "/readyz", 200, "ready"},
+		{p.AdminAddr(), "/extra", 200, "extra"},
+		{p.AdminAddr(), "/debug/streams", 200, "{"},
+		{p.AdminAddr(), "/metrics", 200, "adstap_"},
+		{p.MetricsAddr(), "/metrics", 200, "adstap_"},
+		{p.MetricsAddr(), "/debug/streams", 404, ""},
+	} {
+		resp, err := http.Get("http://" + c.addr + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.wantCode || !strings.Contains(string(body), c.want) {
+			t.Errorf("GET http://%s%s = %d %.80q, want %d with %q", c.addr, c.path, resp.StatusCode, body, c.wantCode, c.want)
+		}
+	}
+}
+
+// TestStartFailsCleanly: whatever fails, Start says what, stops what it
+// had started (leakcheck: no clock, server or worker left) and closes the
+// capture it was handed.
+func TestStartFailsCleanly(t *testing.T) {
+	leakcheck.Check(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	up := tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}
+	badTracing := map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
+	for _, tc := range []struct {
+		name      string
+		cfg       pipeline.RunConfig
+		want      string
+		wantWhich string
+	}{
+		{"tracing", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Observe: pipeline.Config{Tracing: &export.TracingConfig{
+			Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return badTracing[k] }}}}, "tracing", ""},
+		{"an observer of its own", pipeline.RunConfig{Tap: tap.Config{Upstream: up, Observer: tap.ObserverFuncs{}}, Listen: loopback}, "Observer must be nil", ""},
+		{"tap", pipeline.RunConfig{Listen: loopback}, "upstream", ""},
+		{"admin", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: busy.Addr().String()}, "address already in use", "Admin"},
+		{"metrics", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: "127.0.0.1:0", MetricsListen: busy.Addr().String()}, "address already in use", "MetricsListen"},
+		{"listen", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: tap.Address{Network: "tcp", Addr: busy.Addr().String()}, Admin: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"}, "address already in use", "Listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<20, 2, "test", up.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.cfg.Observe.Capture = w
+			p, err := pipeline.Start(context.Background(), tc.cfg)
+			if err == nil {
+				p.Close(context.Background())
+				t.Fatalf("Start succeeded, want an error with %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Start: %v, want an error with %q", err, tc.want)
+			}
+			var le *pipeline.ListenError
+			if gotWhich := ""; errors.As(err, &le) {
+				gotWhich = le.Which
+				if gotWhich != tc.wantWhich {
+					t.Errorf("ListenError.Which = %q, want %q", gotWhich, tc.wantWhich)
+				}
+			} else if tc.wantWhich != "" {
+				t.Errorf("Start: %v, want a ListenError for %s", err, tc.wantWhich)
+			}
+			if w.Write(capture.Record{Kind: capture.KindOpen}) == nil {
+				t.Error("the capture is still open")
+			}
+		})
 	}
 }
 
@@ -244,5 +338,63 @@ func captureFrames(t *testing.T, path string) []capture.Record {
 		if rec.Kind == "frame" {
 			frames = append(frames, rec)
 		}
+	}
+}
+
+// TestRetainedConfigurationCountsOnlyWhatWasAccepted: the tracker is the
+// one place a push waits for its answer; the retained configuration keeps
+// what each ACK accepted, so --retain-max-bytes bounds that alone. A
+// budget of one and a half times a push holds the accepted push and takes
+// the next once it is ACKed. A store that kept its own copy of every push
+// until its answer needed twice the push, and said it was incomplete.
+func TestRetainedConfigurationCountsOnlyWhatWasAccepted(t *testing.T) {
+	leakcheck.Check(t)
+	v1, v2 := xdstest.ClusterAnys(8, 8<<10), xdstest.ClusterAnys(8, 8<<10)
+	size := 0
+	for i, a := range v2 {
+		cl := xdsconfig.Clusters(8, 8<<10)[i].(*clusterv3.Cluster)
+		cl.ConnectTimeout = durationpb.New(7 * time.Second)
+		v2[i] = xdstest.MustAny(cl)
+		size += len(a.Value)
+	}
+	p, err := pipeline.NewUnstarted(pipeline.Config{RetainMaxBytes: int64(size * 3 / 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	o, s, at := p.Tracking(), benchStream(1), benchT0
+	page := func() export.ConfigPage {
+		rec := httptest.NewRecorder()
+		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
+		var got export.ConfigPage
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body.String())
+		}
+		return got
+	}
+	o.OnStreamOpen(s)
+	o.OnFrame(s, request(at, xdstest.RequestFrame(&core.Node{Id: "retained"}, codec.TypeCluster, "", "", "")))
+	o.OnFrame(s, response(at, xdstest.PushFrame(codec.TypeCluster, "1", "n1", v1)))
+	o.OnFrame(s, request(at, xdstest.RequestFrame(nil, codec.TypeCluster, "1", "n1", "")))
+	if got := page(); got.Version != "1" || len(got.Resources) != 8 || got.Incomplete {
+		t.Fatalf("after the ACK of v1: version %q, %d resources, incomplete %v; want 1, 8, false", got.Version, len(got.Resources), got.Incomplete)
+	}
+	o.OnFrame(s, response(at, xdstest.PushFrame(codec.TypeCluster, "2", "n2", v2)))
+	if got := page(); got.Version != "1" {
+		t.Errorf("v2 awaiting its answer: /debug/config shows version %q, want what was accepted, 1", got.Version)
+	}
+	o.OnFrame(s, request(at, xdstest.RequestFrame(nil, codec.TypeCluster, "2", "n2", "")))
+	got := page()
+	if got.Version != "2" || len(got.Resources) != 8 || got.Incomplete {
+		t.Fatalf("after the ACK of v2 (budget %d bytes, pushes of %d): version %q, %d resources, incomplete %v; want 2, 8, false",
+			size*3/2, size, got.Version, len(got.Resources), got.Incomplete)
+	}
+	var cluster struct{ ConnectTimeout string }
+	if err := json.Unmarshal(got.Resources[0], &cluster); err != nil || cluster.ConnectTimeout != "7s" {
+		t.Errorf("after the ACK of v2, a cluster reads %s, want v2's connectTimeout 7s", got.Resources[0])
 	}
 }

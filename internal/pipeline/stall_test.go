@@ -84,10 +84,7 @@ type stalledOutputs struct {
 	stderr *stallingWriter
 	logOut *export.LogWriter
 	seen   *observed
-	p      *pipeline.Pipeline
-	srv    *tap.Server
-	addr   tap.Address
-	served chan error
+	p      *pipeline.Running
 
 	releaseOnce  sync.Once
 	shutdownOnce sync.Once
@@ -103,7 +100,7 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 	// A file nobody reads: the pipe's buffer fills, then every write of the
 	// capture blocks.
 	s := &stalledOutputs{fifo: syncbuf.NewFIFO(t), stderr: &stallingWriter{release: make(chan struct{})},
-		seen: &observed{acks: map[uint64]int{}}, served: make(chan error, 1)}
+		seen: &observed{acks: map[uint64]int{}}}
 	w, err := capture.NewWriter(s.fifo.Path, 0, 1, "stall", "upstream")
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +108,6 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 	// Small queues, so that the stall overflows them within a few pushes.
 	s.logOut = export.NewLogWriter(s.stderr, 4<<10, nil)
 	log := slog.New(export.NewPretty(s.logOut, slog.LevelInfo))
-	if s.p, err = pipeline.New(pipeline.Config{Logger: log, Capture: w, OutputQueueBytes: 256 << 10, RetainMaxBytes: 64 << 20,
-		LogDropped: s.logOut.Dropped, Sinks: []track.Sink{s.seen}}); err != nil {
-		t.Fatal(err)
-	}
 	pushes := make([][]byte, stallPushes)
 	for i := range pushes {
 		pushes[i] = xdstest.PushFrame(xdstest.ClusterType, fmt.Sprint("v", i), fmt.Sprint("n", i), xdstest.ClusterAnys(8, 8<<10))
@@ -134,13 +127,14 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 		_, err := xdstest.Recv(st) // until the client goes
 		return err
 	})
-	if s.srv, err = tap.New(tap.Config{Upstream: up.Addr, Observer: s.p.TapObserver(), Logger: log}); err != nil {
+	if s.p, err = pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap: tap.Config{Upstream: up.Addr},
+		Observe: pipeline.Config{Logger: log, Capture: w, OutputQueueBytes: 256 << 10, RetainMaxBytes: 64 << 20,
+			LogDropped: s.logOut.Dropped, Sinks: []track.Sink{s.seen}},
+		Listen: tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
+	}); err != nil {
 		t.Fatal(err)
 	}
-	s.p.Start(s.srv)
-	lis := xdstest.ListenTCP(t)
-	s.addr = xdstest.AddressOf(lis)
-	go func() { s.served <- s.srv.Serve(lis) }()
 	t.Cleanup(func() {
 		// Whatever the test did, nothing stays blocked or running.
 		s.release()
@@ -156,7 +150,7 @@ func (s *stalledOutputs) runClients(t *testing.T, ctx context.Context) {
 	var wg sync.WaitGroup
 	errs := make(chan error, stallStreams)
 	for i := range stallStreams {
-		cc, err := xdstest.Dial(s.addr)
+		cc, err := xdstest.Dial(s.p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +231,7 @@ func TestObservationGoesOnWhileOutputsStall(t *testing.T) {
 		return strings.Contains(out, "log lines dropped while the log's output was blocked") &&
 			strings.Contains(out, "capture: ") && strings.Contains(out, "records dropped while the output was behind")
 	})
-	metrics := scrapeMetrics(t, s.p)
+	metrics := scrapeMetrics(t, s.p.Pipeline)
 	for _, want := range []string{`adstap_output_dropped_total{output="capture"}`, `adstap_output_dropped_total{output="log"}`} {
 		if !strings.Contains(metrics, want) || strings.Contains(metrics, want+" 0\n") {
 			t.Errorf("/metrics has no non-zero %s", want)
@@ -301,11 +295,10 @@ func shutdown(t *testing.T, s *stalledOutputs, drain time.Duration) {
 	s.shutdownOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()
-		s.srv.Shutdown(ctx)
-		if err := <-s.served; err != nil {
+		s.p.Close(ctx) // past ctx, an error that says what was dropped
+		if err := s.p.Err(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		s.p.Close(ctx) // past ctx, an error that says what was dropped
 		s.logOut.Close(ctx)
 	})
 }

@@ -81,8 +81,8 @@ func parseTarget(target string) (string, credentials.TransportCredentials, error
 // Close closes the connection.
 func (j *Jaeger) Close() error { return j.conn.Close() }
 
-// Services lists the services Jaeger holds spans of.
-func (j *Jaeger) Services(ctx context.Context) ([]string, error) {
+// services lists the services Jaeger holds spans of.
+func (j *Jaeger) services(ctx context.Context) ([]string, error) {
 	r, err := j.query.GetServices(ctx, &api_v3.GetServicesRequest{})
 	if err != nil {
 		return nil, j.wrap(err)
@@ -94,11 +94,11 @@ func (j *Jaeger) Services(ctx context.Context) ([]string, error) {
 // proxies, since every proxy's push of a round is in the round's trace.
 const maxTraces = 1000
 
-// Find returns the spans of the traces that hold a span of service with
+// find returns the spans of the traces that hold a span of service with
 // every attribute of attrs (exact values), started within the last since:
 // whole traces, each with the spans of every tap. One query, whatever the
 // number of proxies.
-func (j *Jaeger) Find(ctx context.Context, service string, attrs map[string]string, since time.Duration) ([]Span, error) {
+func (j *Jaeger) find(ctx context.Context, service string, attrs map[string]string, since time.Duration) ([]span, error) {
 	now := time.Now()
 	stream, err := j.query.FindTraces(ctx, &api_v3.FindTracesRequest{Query: &api_v3.TraceQueryParameters{
 		ServiceName:  service,
@@ -113,9 +113,9 @@ func (j *Jaeger) Find(ctx context.Context, service string, attrs map[string]stri
 	return j.receive(stream.Recv)
 }
 
-// Trace returns the spans of one trace (hex id); none when Jaeger has no
+// trace returns the spans of one trace (hex id); none when Jaeger has no
 // such trace.
-func (j *Jaeger) Trace(ctx context.Context, traceID string) ([]Span, error) {
+func (j *Jaeger) trace(ctx context.Context, traceID string) ([]span, error) {
 	stream, err := j.query.GetTrace(ctx, &api_v3.GetTraceRequest{TraceId: traceID})
 	if err != nil {
 		return nil, j.wrap(err)
@@ -123,8 +123,8 @@ func (j *Jaeger) Trace(ctx context.Context, traceID string) ([]Span, error) {
 	return j.receive(stream.Recv)
 }
 
-func (j *Jaeger) receive(recv func() (*api_v3.SpansResponseChunk, error)) ([]Span, error) {
-	var spans []Span
+func (j *Jaeger) receive(recv func() (*api_v3.SpansResponseChunk, error)) ([]span, error) {
+	var spans []span
 	for {
 		chunk, err := recv()
 		if err == io.EOF {
@@ -168,27 +168,27 @@ func timestamp(t time.Time) *types.Timestamp {
 	return &types.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
 }
 
-// Span is what rollout reads of a span.
-type Span struct {
+// span is what rollout reads of a span.
+type span struct {
 	TraceID, SpanID string // hex
 	Name            string
 	Start, End      time.Time
 	Attrs           map[string]string // span attributes; lists as their JSON
 	Lists           map[string][]string
 	Resource        map[string]string
-	Events          []Event
+	Events          []event
 	Error           bool
 	Message         string // the status's
 }
 
-// Event is a span event.
-type Event struct {
+// event is a span event.
+type event struct {
 	Name  string
 	Attrs map[string]string
 }
 
-func spanOf(s *otlptrace.Span, res map[string]string) Span {
-	out := Span{
+func spanOf(s *otlptrace.Span, res map[string]string) span {
+	out := span{
 		TraceID:  hex.EncodeToString(s.TraceId),
 		SpanID:   hex.EncodeToString(s.SpanId),
 		Name:     s.Name,
@@ -203,7 +203,7 @@ func spanOf(s *otlptrace.Span, res map[string]string) Span {
 		out.Message = st.Message
 	}
 	for _, e := range s.Events {
-		out.Events = append(out.Events, Event{Name: e.Name, Attrs: attrMap(e.Attributes)})
+		out.Events = append(out.Events, event{Name: e.Name, Attrs: attrMap(e.Attributes)})
 	}
 	return out
 }

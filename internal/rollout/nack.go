@@ -34,13 +34,13 @@ type NACK struct {
 // distinct trace, that is per push round, whatever the number of proxies
 // (every proxy's push of a round is in the round's trace).
 func NACKs(ctx context.Context, j *Jaeger, refs []NACKRef) ([]NACK, error) {
-	traces := map[string][]Span{}
+	traces := map[string][]span{}
 	out := make([]NACK, len(refs))
 	for i, ref := range refs {
 		spans, ok := traces[ref.TraceID]
 		if !ok {
 			var err error
-			if spans, err = j.Trace(ctx, ref.TraceID); err != nil {
+			if spans, err = j.trace(ctx, ref.TraceID); err != nil {
 				return nil, err
 			}
 			traces[ref.TraceID] = spans
@@ -51,9 +51,9 @@ func NACKs(ctx context.Context, j *Jaeger, refs []NACKRef) ([]NACK, error) {
 }
 
 // nackIn finds ref's NACK among a trace's spans: the latest that matches.
-func nackIn(spans []Span, ref NACKRef) NACK {
+func nackIn(spans []span, ref NACKRef) NACK {
 	n := NACK{TraceID: ref.TraceID}
-	var at Span
+	var at span
 	for _, s := range spans {
 		switch {
 		case s.Attrs["xds.result"] != "nack":
@@ -76,7 +76,7 @@ func nackIn(spans []Span, ref NACKRef) NACK {
 
 // nackOf is what a NACK's span says: the message, the source in words and
 // the Istio objects of what was rejected.
-func nackOf(s Span) (message, source string, objects []origin.Object) {
+func nackOf(s span) (message, source string, objects []origin.Object) {
 	message = s.Attrs["xds.error.message"]
 	if message == "" {
 		message = s.Message

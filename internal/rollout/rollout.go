@@ -31,8 +31,8 @@ type Query struct {
 	Since   time.Duration // how far back to look
 }
 
-// Describe is the query in words, for messages.
-func (q Query) Describe() string {
+// describe is the query in words, for messages.
+func (q Query) describe() string {
 	switch {
 	case q.Object != "":
 		return "push rounds that changed " + q.Object
@@ -111,16 +111,16 @@ type Proxy struct {
 	Objects []string `json:"istio_config,omitempty"`
 }
 
-// NotFound is an answer that names nothing: no such service, no such round.
-type NotFound struct{ msg string }
+// notFoundError is an answer that names nothing: no such service, no such round.
+type notFoundError struct{ msg string }
 
-func (e *NotFound) Error() string { return e.msg }
+func (e *notFoundError) Error() string { return e.msg }
 
 // Read answers q from j: one search (two when it finds nothing, to say what
 // there is), and one to check the service first, whatever the number of
 // proxies, since every proxy's push of a round is in the round's trace.
 func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
-	services, err := j.Services(ctx)
+	services, err := j.services(ctx)
 	if err != nil {
 		return Report{}, err
 	}
@@ -130,7 +130,7 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 			slices.Sort(services)
 			have = strings.Join(services, ", ")
 		}
-		return Report{}, &NotFound{fmt.Sprintf("Jaeger at %s has no spans of service %q (it has: %s): do the taps send spans there (--otlp-endpoint), under another OTEL_SERVICE_NAME (--service)?", j.Target, q.Service, have)}
+		return Report{}, &notFoundError{fmt.Sprintf("Jaeger at %s has no spans of service %q (it has: %s): do the taps send spans there (--otlp-endpoint), under another OTEL_SERVICE_NAME (--service)?", j.Target, q.Service, have)}
 	}
 	var attrs map[string]string // the latest rounds, the latest full push among them
 	switch {
@@ -141,18 +141,18 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 	case q.Version != "":
 		attrs = map[string]string{"xds.version": q.Version}
 	}
-	spans, err := j.Find(ctx, q.Service, attrs, q.Since)
+	spans, err := j.find(ctx, q.Service, attrs, q.Since)
 	if err != nil {
 		return Report{}, err
 	}
-	rounds := Rounds(spans)
+	rounds := roundsOf(spans)
 	if q.Version == "" && q.Object == "" && len(rounds) > 1 {
 		rounds = latest(rounds)
 	}
 	if len(rounds) == 0 {
 		return Report{}, notFound(ctx, j, q)
 	}
-	rep := Report{Query: q.Describe(), Rounds: rounds, Converged: true}
+	rep := Report{Query: q.describe(), Rounds: rounds, Converged: true}
 	for _, r := range rounds {
 		if r.Counts[StateACKed] != r.Reached {
 			rep.Converged = false
@@ -175,12 +175,12 @@ func latest(rounds []Round) []Round {
 // notFound says that nothing answers q, and what the latest rounds were,
 // from one more search.
 func notFound(ctx context.Context, j *Jaeger, q Query) error {
-	msg := fmt.Sprintf("no %s in the last %s of %s's spans in Jaeger at %s", q.Describe(), q.Since, q.Service, j.Target)
+	msg := fmt.Sprintf("no %s in the last %s of %s's spans in Jaeger at %s", q.describe(), q.Since, q.Service, j.Target)
 	if q.Version == "" && q.Object == "" {
-		return &NotFound{msg + "; it holds no push in that time (try --since)"}
+		return &notFoundError{msg + "; it holds no push in that time (try --since)"}
 	}
-	spans, err := j.Find(ctx, q.Service, nil, q.Since)
-	rounds := Rounds(spans)
+	spans, err := j.find(ctx, q.Service, nil, q.Since)
+	rounds := roundsOf(spans)
 	switch {
 	case err != nil:
 	case len(rounds) == 0:
@@ -202,12 +202,12 @@ func notFound(ctx context.Context, j *Jaeger, q Query) error {
 			msg += "; the objects they changed: " + strings.Join(objects, ", ")
 		}
 	}
-	return &NotFound{msg}
+	return &notFoundError{msg}
 }
 
-// Rounds groups push spans into push rounds (by xds.push_id, else the
+// roundsOf groups push spans into push rounds (by xds.push_id, else the
 // version), oldest first, each with its proxies.
-func Rounds(spans []Span) []Round {
+func roundsOf(spans []span) []Round {
 	type proxyKey struct{ pod, node string }
 	type building struct {
 		round   Round
@@ -302,7 +302,7 @@ type proxyAcc struct {
 	first, last time.Time
 }
 
-func (p *proxyAcc) add(s Span, typ, result string) {
+func (p *proxyAcc) add(s span, typ, result string) {
 	if !slices.Contains(p.Types, typ) {
 		p.Types = append(p.Types, typ)
 	}
@@ -330,7 +330,7 @@ func (p *proxyAcc) add(s Span, typ, result string) {
 
 // podOf is the proxy's pod.namespace from the tap's resource attributes,
 // "" without them.
-func podOf(s Span) string {
+func podOf(s span) string {
 	pod, ns := s.Resource["k8s.pod.name"], s.Resource["k8s.namespace.name"]
 	switch {
 	case pod == "":

@@ -29,9 +29,9 @@ type fleet struct{ n atomic.Int64 }
 func (f *fleet) Summaries(buf []track.StreamSummary) []track.StreamSummary {
 	now := time.Now()
 	for i := range int(f.n.Load()) {
-		state := "SYNCED"
+		state := track.StateSynced
 		if i%50 == 7 {
-			state = "NACKED"
+			state = track.StateNACKed
 		}
 		buf = append(buf, track.StreamSummary{
 			ID: uint64(i + 1), Node: fmt.Sprintf("sidecar~10.1.%d.%d~ratings-%04d.shop~shop.svc.cluster.local", i/250, i%250, i),

@@ -57,8 +57,8 @@ func TestReconnectHerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	cp := rel.StartControlPlane(t, lis, countACKs(&acksOld))
-	cp.SetSnapshot(t, "v1", resources, nodes...)
+	cp := xdstest.StartControlPlane(t, lis, xdstest.WithCallbacks(countACKs(&acksOld)), xdstest.WithoutRecording())
+	cp.SetSnapshotFor(t, "v1", resources, nodes...)
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: tap.Address{Network: "tcp", Addr: addr}})
 
 	ccs := make([]*grpc.ClientConn, conns)
@@ -140,8 +140,8 @@ func TestReconnectHerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp2 := rel.StartControlPlane(t, lis2, countACKs(&acksNew))
-	cp2.SetSnapshot(t, "v2", resources, nodes...)
+	cp2 := xdstest.StartControlPlane(t, lis2, xdstest.WithCallbacks(countACKs(&acksNew)), xdstest.WithoutRecording())
+	cp2.SetSnapshotFor(t, "v2", resources, nodes...)
 	up := time.Since(restart)
 	if !waitGroup(&synced[1], rel.Pick(time.Minute, 3*time.Minute)) {
 		cancel()

@@ -32,15 +32,15 @@ func TestNACKLoopAtFullSpeed(t *testing.T) {
 	leakcheck.Check(t)
 	duration := rel.Pick(3*time.Second, 60*time.Second)
 	const node = "sidecar~10.0.0.8~looping.default~default.svc.cluster.local"
-	cp := rel.StartControlPlane(t, xdstest.ListenTCP(t), nil)
-	cp.SetSnapshot(t, "2026-11-30T10:00:00Z/1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(20, 2000)}, node)
-	tp := rel.StartTap(t, rel.TapOptions{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr}})
+	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t), xdstest.WithoutRecording())
+	cp.SetSnapshot(t, node, "2026-11-30T10:00:00Z/1", map[resource.Type][]types.Resource{resource.ClusterType: xdsconfig.Clusters(20, 2000)})
+	tp := rel.StartTap(t, rel.TapOptions{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*duration+time.Minute)
 	defer cancel()
 
 	// The same loop straight to the control plane first, for the rate
 	// without the tap.
-	directNACKs, directElapsed := nackLoop(t, ctx, cp.Addr, node, min(duration/3, 5*time.Second), nil)
+	directNACKs, directElapsed := nackLoop(t, ctx, cp.Addr(), node, min(duration/3, 5*time.Second), nil)
 
 	const samples = 12
 	var heap []uint64

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
-	"github.com/adstap/adstap/internal/promsum"
+	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -31,19 +30,18 @@ type TapOptions struct {
 	Tracing *export.TracingConfig
 }
 
-// Tap is a tap wired as `adstap run` wires it, by internal/pipeline: the
+// Tap is a tap started as `adstap run` starts it, by pipeline.Start: the
 // tracker feeding the live log, the Prometheus metrics (reading the relay's
 // own counters) and, when asked, the span exporter, with the tracker's clock.
 // An Events sink counts what the tracker emitted, and the live log is kept.
 type Tap struct {
-	Addr     tap.Address
-	Server   *tap.Server
-	Observer *pipeline.Observer
-	Tracker  *track.Tracker
-	Metrics  *export.Metrics
-	Tracing  *export.Tracing // nil without TapOptions.Tracing
-	Events   *Events
-	Log      *LogBuffer
+	Addr    tap.Address
+	Server  *tap.Server
+	Tracker *track.Tracker
+	Metrics *export.Metrics
+	Tracing *export.Tracing // nil without TapOptions.Tracing
+	Events  *Events
+	Log     *LogBuffer
 }
 
 // StartTap starts a tap in front of o.Upstream on a free loopback port. It is
@@ -53,43 +51,32 @@ func StartTap(t testing.TB, o TapOptions) *Tap {
 	logBuf := &LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logBuf, nil))
 	events := &Events{}
-	observing, err := pipeline.New(pipeline.Config{
-		Logger: log, Version: "reliability", Detect: o.Detect, Tracing: o.Tracing, Sinks: []track.Sink{events},
+	running, err := pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap:     tap.Config{Upstream: o.Upstream},
+		Observe: pipeline.Config{Logger: log, Version: "reliability", Detect: o.Detect, Tracing: o.Tracing, Sinks: []track.Sink{events}},
+		Listen:  tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
 	})
 	if err != nil {
 		t.Fatalf("reliability: %v", err)
 	}
-	srv, err := tap.New(tap.Config{Upstream: o.Upstream, Observer: observing.TapObserver(), Logger: log})
-	if err != nil {
-		t.Fatalf("reliability: tap.New: %v", err)
-	}
-	observing.Start(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reliability: listen: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-served; err != nil {
-			t.Errorf("reliability: tap Serve: %v", err)
-		}
-		if err := observing.Close(ctx); err != nil {
+		if err := running.Close(ctx); err != nil {
 			t.Logf("reliability: %v", err)
+		}
+		if err := running.Err(); err != nil {
+			t.Errorf("reliability: tap Serve: %v", err)
 		}
 	})
 	return &Tap{
-		Addr:     tap.Address{Network: "tcp", Addr: lis.Addr().String()},
-		Server:   srv,
-		Observer: observing.Observer,
-		Tracker:  observing.Tracker,
-		Metrics:  observing.Metrics,
-		Tracing:  observing.Tracing,
-		Events:   events,
-		Log:      logBuf,
+		Addr:    running.Addr(),
+		Server:  running.Server,
+		Tracker: running.Tracker,
+		Metrics: running.Metrics,
+		Tracing: running.Tracing,
+		Events:  events,
+		Log:     logBuf,
 	}
 }
 

@@ -8,9 +8,6 @@ package inspecttest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +26,7 @@ import (
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/tap"
+	"github.com/adstap/adstap/track"
 )
 
 // The scenario's facts, for assertions.
@@ -91,12 +89,11 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	tp := StartTap(t, path, cp.Addr(), opts)
 	closed := tp.closed
-	lis := tp.lis
 
 	ca := xdstest.NewCA(t)
 	kp := ca.Issue(t, "productpage", []string{"productpage.default.svc.cluster.local"}, nil, false)
 	sc := &Scenario{Path: path, CertPEM: kp.CertPEM, KeyPEM: kp.KeyPEM}
-	cc := xdstest.DialRaw(t, lis.Addr().String())
+	cc := xdstest.DialRaw(t, tp.Addr)
 
 	// Stream 1: the cluster script.
 	ctx1, cancel1 := context.WithCancel(context.Background())
@@ -192,11 +189,11 @@ func Record(t testing.TB, path string, opts Options) *Scenario {
 // Tap is a real tap writing a capture, wired as adstap run --capture wires
 // it, in front of an upstream.
 type Tap struct {
-	Addr   string // where clients connect, host:port
-	lis    net.Listener
-	closed chan struct{}
-	stop   func()
-	once   sync.Once
+	Addr    string // where clients connect, host:port
+	closed  chan struct{}
+	running *pipeline.Running
+	t       testing.TB
+	once    sync.Once
 }
 
 // StartTap starts a tap in front of upstream (host:port) capturing to
@@ -207,44 +204,25 @@ func StartTap(t testing.TB, path, upstream string, opts Options) *Tap {
 	if err != nil {
 		t.Fatal(err)
 	}
-	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tp := &Tap{closed: make(chan struct{}, 64)}
-	// The capture as adstap run wires it; closing the pipeline writes out
-	// every record it was handed.
-	observing, err := pipeline.New(pipeline.Config{Logger: discard, Capture: w})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := tap.New(tap.Config{
-		Upstream: tap.Address{Network: "tcp", Addr: upstream},
-		Observer: tap.Observers(observing.TapObserver(), tap.ObserverFuncs{
-			StreamCloseFunc: func(tap.StreamInfo, tap.StreamEnd) {
+	tp := &Tap{closed: make(chan struct{}, 64), t: t}
+	// The capture as adstap run wires it; closing the tap writes out every
+	// record it was handed.
+	tp.running, err = pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap: tap.Config{Upstream: tap.Address{Network: "tcp", Addr: upstream}},
+		Observe: pipeline.Config{Capture: w, Sinks: []track.Sink{track.SinkFunc(func(e track.Event) {
+			if _, ok := e.(track.StreamClosed); ok {
 				select {
 				case tp.closed <- struct{}{}:
 				default:
 				}
-			},
-		}),
-		Logger: discard,
+			}
+		})}},
+		Listen: tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp.lis = xdstest.ListenTCP(t)
-	tp.Addr = tp.lis.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(tp.lis) }()
-	tp.stop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-served; err != nil {
-			t.Errorf("tap: %v", err)
-		}
-		if err := observing.Close(ctx); err != nil {
-			t.Errorf("closing the capture: %v", err)
-		}
-	}
+	tp.Addr = tp.running.Addr().Addr
 	t.Cleanup(tp.Stop)
 	if opts.BeforeClients != nil {
 		opts.BeforeClients()
@@ -253,4 +231,15 @@ func StartTap(t testing.TB, path, upstream string, opts Options) *Tap {
 }
 
 // Stop stops the tap and writes out the capture.
-func (tp *Tap) Stop() { tp.once.Do(tp.stop) }
+func (tp *Tap) Stop() {
+	tp.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := tp.running.Close(ctx); err != nil {
+			tp.t.Errorf("closing the capture: %v", err)
+		}
+		if err := tp.running.Err(); err != nil {
+			tp.t.Errorf("tap: %v", err)
+		}
+	})
+}

@@ -10,33 +10,26 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
-	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
-	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/log"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/adstap/adstap/internal/controlplane"
 )
 
 // ControlPlane is a go-control-plane v3 server with an ADS snapshot cache.
 // It records every request it receives so tests can wait for ACKs and NACKs
 // without writing callbacks.
 type ControlPlane struct {
-	srv    *grpc.Server
-	lis    net.Listener
-	cache  cache.SnapshotCache
-	cancel context.CancelFunc
-	served chan struct{}
-	stop   sync.Once
+	*controlplane.ControlPlane
+	lis net.Listener
 
+	forget  bool // WithoutRecording
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a request is recorded
 	sotw    []*discovery.DiscoveryRequest
@@ -60,12 +53,22 @@ func WithCallbacks(cb server.Callbacks) grpc.ServerOption {
 	return callbacksOption{cb: cb}
 }
 
+// withoutRecording is WithoutRecording's option.
+type withoutRecording struct{ grpc.EmptyServerOption }
+
+// WithoutRecording makes StartControlPlane keep nothing of what it
+// receives (Requests and the WaitFor methods then see nothing): in a loop of
+// thousands of NACKs a second, recorded requests are memory a test would
+// blame on the tap.
+func WithoutRecording() grpc.ServerOption { return withoutRecording{} }
+
 // StartControlPlane serves ADS and the per-type LDS/RDS/CDS/EDS/SDS services,
 // SotW and Delta, on lis. opts are passed to grpc.NewServer, except those
 // made by WithCallbacks.
 func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption) *ControlPlane {
 	t.Helper()
 	var user []server.Callbacks
+	forget := false
 	// WaitForHandlers makes Stop block until every stream handler returned,
 	// so no go-control-plane goroutine outlives the test (goleak) and no
 	// callback fires after cleanup.
@@ -75,34 +78,21 @@ func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption
 			user = append(user, c.cb)
 			continue
 		}
+		if _, ok := o.(withoutRecording); ok {
+			forget = true
+			continue
+		}
 		srvOpts = append(srvOpts, o)
 	}
 
-	cp := &ControlPlane{
-		lis:     lis,
-		srv:     grpc.NewServer(srvOpts...),
-		served:  make(chan struct{}),
-		changed: make(chan struct{}),
-	}
+	cp := &ControlPlane{lis: lis, changed: make(chan struct{}), forget: forget}
 	var stopped atomic.Bool
-	cp.cache = cache.NewSnapshotCache(true, cache.IDHash{}, testLogger{t: t, stopped: &stopped})
-	ctx, cancel := context.WithCancel(context.Background())
-	cp.cancel = cancel
-	xds := server.NewServer(ctx, cp.cache, &recorder{cp: cp, user: user})
-
-	discovery.RegisterAggregatedDiscoveryServiceServer(cp.srv, xds)
-	listenerservice.RegisterListenerDiscoveryServiceServer(cp.srv, xds)
-	routeservice.RegisterRouteDiscoveryServiceServer(cp.srv, xds)
-	clusterservice.RegisterClusterDiscoveryServiceServer(cp.srv, xds)
-	endpointservice.RegisterEndpointDiscoveryServiceServer(cp.srv, xds)
-	secretservice.RegisterSecretDiscoveryServiceServer(cp.srv, xds)
-
-	go func() {
-		defer close(cp.served)
-		// Serve returns nil after Stop and an error if the listener broke;
-		// either way the test learns about it through its own RPCs.
-		_ = cp.srv.Serve(lis)
-	}()
+	cp.ControlPlane = controlplane.Start(context.Background(), lis, controlplane.Config{
+		Callbacks:     &recorder{cp: cp, user: user},
+		Log:           testLogger{t: t, stopped: &stopped},
+		ServerOptions: srvOpts,
+		PerType:       true,
+	})
 	t.Cleanup(func() {
 		cp.Stop()
 		stopped.Store(true)
@@ -110,28 +100,9 @@ func StartControlPlane(t testing.TB, lis net.Listener, opts ...grpc.ServerOption
 	return cp
 }
 
-// Stop kills the control plane at once: every stream ends with Unavailable
-// on the client side and the listener is closed. Safe to call repeatedly;
-// cleanup calls it too.
-func (cp *ControlPlane) Stop() {
-	cp.stop.Do(func() {
-		cp.srv.Stop()
-		<-cp.served
-		cp.cancel()
-	})
-}
-
-// Addr is the listener's address: host:port, or the socket path for Unix
-// listeners (see Target for a dialable form).
-func (cp *ControlPlane) Addr() string { return cp.lis.Addr().String() }
-
 // Target is the address in a form grpc.NewClient and grpc-go's bootstrap
 // server_uri accept.
 func (cp *ControlPlane) Target() string { return Target(cp.lis.Addr()) }
-
-// Cache exposes the snapshot cache for tests that need more than
-// SetSnapshot, e.g. ClearSnapshot or per-node status.
-func (cp *ControlPlane) Cache() cache.SnapshotCache { return cp.cache }
 
 // SetSnapshot publishes resources under version to nodeID. Streams already
 // open get the new version pushed; resources of types not in the map are
@@ -139,12 +110,14 @@ func (cp *ControlPlane) Cache() cache.SnapshotCache { return cp.cache }
 // partial or dangling sets on purpose.
 func (cp *ControlPlane) SetSnapshot(t testing.TB, nodeID, version string, resources map[resource.Type][]types.Resource) {
 	t.Helper()
-	snap, err := cache.NewSnapshot(version, resources)
-	if err != nil {
-		t.Fatalf("xdstest: snapshot %s: %v", version, err)
-	}
-	if err := cp.cache.SetSnapshot(context.Background(), nodeID, snap); err != nil {
-		t.Fatalf("xdstest: set snapshot %s for %q: %v", version, nodeID, err)
+	cp.SetSnapshotFor(t, version, resources, nodeID)
+}
+
+// SetSnapshotFor is SetSnapshot of one snapshot for every node of nodeIDs.
+func (cp *ControlPlane) SetSnapshotFor(t testing.TB, version string, resources map[resource.Type][]types.Resource, nodeIDs ...string) {
+	t.Helper()
+	if err := cp.Set(version, resources, nodeIDs...); err != nil {
+		t.Fatalf("xdstest: %v", err)
 	}
 }
 
@@ -200,6 +173,9 @@ func waitFor[R any](t testing.TB, cp *ControlPlane, timeout time.Duration, list 
 }
 
 func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
+	if cp.forget {
+		return
+	}
 	c := proto.Clone(req).(*discovery.DiscoveryRequest)
 	cp.mu.Lock()
 	cp.sotw = append(cp.sotw, c)
@@ -209,6 +185,9 @@ func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
 }
 
 func (cp *ControlPlane) recordDelta(req *discovery.DeltaDiscoveryRequest) {
+	if cp.forget {
+		return
+	}
 	c := proto.Clone(req).(*discovery.DeltaDiscoveryRequest)
 	cp.mu.Lock()
 	cp.delta = append(cp.delta, c)

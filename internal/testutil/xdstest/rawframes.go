@@ -45,6 +45,14 @@ func StartRawUpstream(t testing.TB, handler grpc.StreamHandler, opts ...grpc.Ser
 // ServeRawUpstream is StartRawUpstream on a listener of the caller's.
 func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	t.Helper()
+	u := NewRawUpstream(lis, handler, opts...)
+	t.Cleanup(u.Stop)
+	return u
+}
+
+// NewRawUpstream serves handler on lis until Stop, for a program (the
+// benchmark) rather than a test.
+func NewRawUpstream(lis net.Listener, handler grpc.StreamHandler, opts ...grpc.ServerOption) *RawUpstream {
 	cl := &connListener{Listener: lis, conns: map[string]net.Conn{}}
 	opts = append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(handler),
@@ -62,7 +70,6 @@ func ServeRawUpstream(t testing.TB, lis net.Listener, handler grpc.StreamHandler
 		defer close(u.done)
 		u.srv.Serve(cl)
 	}()
-	t.Cleanup(u.Stop)
 	return u
 }
 
@@ -168,8 +175,8 @@ func MustOpenRaw(t testing.TB, ctx context.Context, cc *grpc.ClientConn, method 
 }
 
 // Frame is b as one message of the pass-through codec.
-func Frame(b []byte) *codec.Frame {
-	return &codec.Frame{Data: mem.BufferSlice{mem.SliceBuffer(b)}}
+func Frame(b []byte) *codec.RawMessage {
+	return &codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}
 }
 
 // Send sends b as one frame.
@@ -177,7 +184,7 @@ func Send(s interface{ SendMsg(any) error }, b []byte) error { return s.SendMsg(
 
 // Recv receives one frame and copies its bytes out.
 func Recv(s interface{ RecvMsg(any) error }) ([]byte, error) {
-	f := &codec.Frame{}
+	f := &codec.RawMessage{}
 	if err := s.RecvMsg(f); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,7 +19,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
-	"github.com/adstap/adstap/internal/promsum"
+	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -49,21 +48,17 @@ type TapOptions struct {
 	OTLPEndpoint string
 }
 
-// Tap is an adstap wired as `adstap run` wires it (internal/pipeline in
-// front of a tap.Server), in the test's process: its live log is captured
-// as JSON lines (--log-format=json), its admin pages are served on a
-// loopback port, and its spans go to an in-memory exporter.
+// Tap is an adstap started as `adstap run` starts it (pipeline.Start), in
+// the test's process: its live log is captured as JSON lines
+// (--log-format=json), its admin pages are served on a loopback port, and
+// its spans go to an in-memory exporter.
 type Tap struct {
-	Addr     string // where clients connect (host:port)
-	Admin    string // the admin pages' base URL, http://host:port
-	Log      *syncbuf.Buffer
-	Pipeline *pipeline.Pipeline
-	Server   *tap.Server
-	Spans    *SpanRecorder
-	events   *eventLog
-	admin    *http.Server
-	served   chan error
-	stopOnce sync.Once
+	Addr    string // where clients connect (host:port)
+	Admin   string // the admin pages' base URL, http://host:port
+	Log     *syncbuf.Buffer
+	Running *pipeline.Running
+	Spans   *SpanRecorder
+	events  *eventLog
 }
 
 // StartTap starts an adstap in front of opts.Upstream. It stops when the
@@ -72,7 +67,7 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 	t.Helper()
 	var logBuf syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	tp := &Tap{Log: &logBuf, Spans: &SpanRecorder{}, events: &eventLog{}, served: make(chan error, 1)}
+	tp := &Tap{Log: &logBuf, Spans: &SpanRecorder{}, events: &eventLog{}}
 	cfg := pipeline.Config{
 		Logger:  log,
 		Version: "istio-compat",
@@ -96,40 +91,24 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		}
 		cfg.Capture = w
 	}
-	p, err := pipeline.New(cfg)
-	if err != nil {
-		t.Fatalf("tap: pipeline: %v", err)
-	}
 	upstream, err := tap.ParseAddress(opts.Upstream)
 	if err != nil {
 		t.Fatalf("tap: upstream %q: %v", opts.Upstream, err)
 	}
-	srv, err := tap.New(tap.Config{Upstream: upstream, Observer: p.TapObserver(), Logger: log, MaxMessageSize: tap.DefaultMaxMessageSize})
-	if err != nil {
-		t.Fatalf("tap: %v", err)
-	}
-	p.Start(srv)
 	listen := opts.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	lis, err := net.Listen("tcp", listen)
+	tp.Running, err = pipeline.Start(context.Background(), pipeline.RunConfig{
+		Tap:     tap.Config{Upstream: upstream, MaxMessageSize: tap.DefaultMaxMessageSize},
+		Observe: cfg,
+		Listen:  tap.Address{Network: "tcp", Addr: listen},
+		Admin:   "127.0.0.1:0",
+	})
 	if err != nil {
-		t.Fatalf("tap: listening on %s: %v", listen, err)
+		t.Fatalf("tap: %v", err)
 	}
-	adminLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("tap: admin listener: %v", err)
-	}
-	mux := http.NewServeMux()
-	for pattern, h := range p.Pages() {
-		mux.Handle(pattern, h)
-	}
-	tp.Addr, tp.Admin = lis.Addr().String(), "http://"+adminLis.Addr().String()
-	tp.Pipeline, tp.Server = p, srv
-	tp.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go tp.admin.Serve(adminLis)
-	go func() { tp.served <- srv.Serve(lis) }()
+	tp.Addr, tp.Admin = tp.Running.Addr().Addr, "http://"+tp.Running.AdminAddr()
 	t.Cleanup(tp.Stop)
 	return tp
 }
@@ -137,14 +116,9 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 // Stop drains the tap as SIGTERM does: open streams end with Unavailable so
 // clients reconnect, then observation stops and the spans are flushed.
 func (tp *Tap) Stop() {
-	tp.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		tp.Server.Shutdown(ctx)
-		<-tp.served
-		tp.Pipeline.Close(ctx)
-		tp.admin.Close()
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tp.Running.Close(ctx)
 }
 
 // Streams reads /debug/streams.
@@ -178,7 +152,7 @@ func (tp *Tap) Page(path string) (string, error) {
 // Metric sums the samples of a metric family whose labels include want
 // (counter, gauge or histogram count).
 func (tp *Tap) Metric(name string, want map[string]string) float64 {
-	sum, err := promsum.Gathered(tp.Pipeline.Metrics.Registry(), name, want)
+	sum, err := promsum.Gathered(tp.Running.Metrics.Registry(), name, want)
 	if err != nil {
 		return -1
 	}
@@ -218,7 +192,7 @@ func (tp *Tap) WaitEvents(ctx context.Context, cond func([]track.Event) bool) ([
 
 // Tick runs the tracker's clock once at now, as its one-second ticker does:
 // a test that must see the end of a window does not wait for it.
-func (tp *Tap) Tick(now time.Time) { tp.Pipeline.Observer.Tick(now) }
+func (tp *Tap) Tick(now time.Time) { tp.Running.Tick(now) }
 
 // eventLog keeps the tracker's events for the test.
 type eventLog struct{ feed[track.Event] }

@@ -1,0 +1,120 @@
+package benchmark
+
+import (
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportTargets(t *testing.T) {
+	leakcheck.Check(t)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	lat := func(p99 time.Duration) []time.Duration {
+		l := make([]time.Duration, 100)
+		for i := range l {
+			l[i] = p99 / 2
+		}
+		l[98], l[99] = p99, p99
+		return l
+	}
+	runs := &Runs{
+		Workloads: []WorkloadInfo{{"W1", "w1", 1}, {"W2", "w2", 1}, {"W3", "w3", 1}, {"W7", "w7", 1}},
+		Results: map[string]map[Path][]Result{
+			"W1": {
+				Direct:  {{Wall: ms(100), Pushes: 10}},
+				Relay:   {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
+				TapOff:  {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
+				TapFull: {{Wall: ms(210), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(120)}}},
+				Typed:   {{Wall: ms(400), Pushes: 10, Middle: Window{CPU: ms(300)}}},
+			},
+			"W2": {
+				Direct:  {{Wall: ms(100), Latencies: lat(ms(1))}},
+				Relay:   {{Wall: ms(100), Latencies: lat(ms(2))}},
+				TapFull: {{Wall: ms(100), Latencies: lat(ms(3))}},
+			},
+			"W3": {
+				TapFull: {{Streams: 1000, Idle: Usage{RSS: 20e6}, Settled: Usage{RSS: 170e6}, Collected: Usage{RSS: 150e6}}},
+			},
+			"W7": {
+				Relay: {{Footprints: []Footprint{
+					{PushBytes: 10e6, Synced: Usage{RSS: 36e6}, Idle: Usage{RSS: 36e6}, Peak: 37e6},
+					{PushBytes: 40e6, Synced: Usage{RSS: 67e6}, Idle: Usage{RSS: 67e6}, Peak: 68e6},
+				}}},
+				Sidecar: {{Footprints: []Footprint{
+					{PushBytes: 10e6, Synced: Usage{RSS: 45e6}, Idle: Usage{RSS: 30e6}, Peak: 50e6},
+					{PushBytes: 40e6, Synced: Usage{RSS: 100e6}, Idle: Usage{RSS: 40e6}, Peak: 110e6},
+				}}},
+			},
+		},
+	}
+	r := &Report{Runs: runs, Codec: &CodecResult{Runs: 1, MBPerSec: 7800, AllocsPerOp: 2, Resources: CodecResources}}
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		got[tg.What] = tg
+	}
+	for what, met := range map[string]bool{
+		"W1 wall time, tap-full / tap-off":                           true, // 1.05
+		"W1 middle CPU, tap-full / tap-off":                          true, // 1.20
+		"W1 middle CPU, typed relay / tap-full":                      true, // 2.5
+		"W2 added p99 latency, tap-full − direct":                    false,
+		"W1 middle CPU per MB pushed, tap-full / pass-through relay": true,  // 1.20
+		"W2 added p99 latency, tap-full / pass-through relay":        false, // 2.0
+		"W2 added p50 latency, tap-full / pass-through relay":        false, // 2.0
+		"W3 RSS per idle synced stream, tap-full":                    true,  // 150 KB
+		"W3 RSS of an idle tap with no streams, tap-full":            true,
+		"W7 RSS after sync, one stream's 10.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 1.25
+		"W7 RSS after sync, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  false, // 1.49
+		"W7 RSS after idle, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 0.60
+		"W7 RSS at the peak, one stream's 10.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay": false, // 1.35
+	} {
+		tg, ok := got[what]
+		if !ok || !tg.Known || tg.Met != met {
+			t.Errorf("%s: %+v, want known and met=%v", what, tg, met)
+		}
+	}
+	md := r.Markdown()
+	for _, want := range []string{"| W1 | tap-full |", "1.05× · 1.20×", "7.80 GB/s", "**missed**", "150 KB per stream", "| 40.0 MB | template's flags | 63.9 MiB · 63.9 MiB | 95.4 MiB · 38.1 MiB | 1.49× · 0.60× | 64.8 MiB · 104.9 MiB | 1.62× |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestWriteDocKeepsTheRest(t *testing.T) {
+	leakcheck.Check(t)
+	path := filepath.Join(t.TempDir(), "performance.md")
+	if err := WriteDoc(path, "first\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	page := strings.Replace(string(b), beginMarker, "Intro.\n\n"+beginMarker, 1) + "\n## Analysis\n\nKept.\n"
+	os.WriteFile(path, []byte(page), 0o644)
+	if err := WriteDoc(path, "second\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	got := string(b)
+	if strings.Contains(got, "first") || !strings.Contains(got, "second") || !strings.Contains(got, "Intro.") || !strings.Contains(got, "Kept.") {
+		t.Errorf("page after the second write:\n%s", got)
+	}
+}
+
+func TestParseCodecBench(t *testing.T) {
+	leakcheck.Check(t)
+	out := []byte(`goos: linux
+BenchmarkDecodeCDS10MB 	     895	   1303117 ns/op	7700.10 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+BenchmarkDecodeCDS10MB 	     902	   1290000 ns/op	7800.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+BenchmarkDecodeCDS10MB 	     900	   1310000 ns/op	7600.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
+PASS
+`)
+	r, err := ParseCodecBench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Runs != 3 || r.MBPerSec != 7700.10 || r.AllocsPerOp != 2 || r.BytesPerOp != 88 {
+		t.Errorf("parsed %+v", r)
+	}
+}

@@ -1,0 +1,45 @@
+package benchmark
+
+import (
+	"time"
+)
+
+// Usage is what a process has used: CPU time since it started, and its
+// resident memory now and at its peak (since the last ResetPeak).
+type Usage struct {
+	CPU        time.Duration `json:"cpu_ns"`   // user + system
+	RSS        int64         `json:"rss"`      // bytes resident now (VmRSS)
+	PeakRSS    int64         `json:"peak_rss"` // bytes, high-water mark (VmHWM)
+	HeapInuse  int64         `json:"heap"`     // Go heap objects, bytes
+	Stacks     int64         `json:"stacks"`   // goroutine stacks, bytes
+	Goroutines int           `json:"goroutines"`
+	FDs        int           `json:"fds"` // open file descriptors
+	// What a full tap's observation produced, to show it was on.
+	Spans    int64 `json:"spans"`
+	LogBytes int64 `json:"log_bytes"`
+}
+
+// Window is what a middle process used during a measured window.
+type Window struct {
+	CPU     time.Duration // CPU time spent in the window
+	PeakRSS int64         // highest resident memory during the window
+	End     Usage         // the process at the window's end
+	Start   Usage         // the process at the window's start
+	// Others is the CPU time the rest of the machine (neither the load
+	// generator nor the middle) used during the window, over Elapsed: on a
+	// shared machine, what may have disturbed the measurement.
+	Others, Elapsed time.Duration
+}
+
+// window subtracts the usage at the start of a window from the one at its end.
+func window(start, end Usage) Window {
+	return Window{CPU: end.CPU - start.CPU, PeakRSS: end.PeakRSS, Start: start, End: end}
+}
+
+// othersShare is the share of a core the rest of the machine used during the window.
+func (w Window) othersShare() float64 {
+	if w.Elapsed <= 0 {
+		return 0
+	}
+	return float64(w.Others) / float64(w.Elapsed)
+}

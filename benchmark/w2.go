@@ -1,0 +1,225 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/testutil/xdstest"
+)
+
+// W2 is many proxies receiving small EDS updates: each of its streams (one
+// per connection, as each proxy has its own) subscribes to one cluster and
+// receives a 1 KB ClusterLoadAssignment every interval, and ACKs each. The
+// streams' pushes are spread evenly over the interval, a steady flow of
+// endpoint changes across the mesh. The latency of a push is the time from
+// the upstream sending it to the upstream receiving its ACK.
+type W2 struct {
+	streams, rounds int
+	interval        time.Duration
+	initial         [][]byte   // per stream
+	pushes          [][]Msg    // per stream, per round; round 0 warms up
+	nonces          []string   // per round
+	acks            [][][]byte // per stream, per round
+	index           map[string]int
+}
+
+// NewW2 builds W2's pushes.
+func NewW2(s Sizes) *W2 {
+	w := &W2{streams: s.W2Streams, rounds: s.W2Rounds, interval: s.W2Interval, index: map[string]int{}}
+	n := 1
+	for proto.Size(endpoints(clusterName(0), n+1, 0)) <= s.W2Size {
+		n++
+	}
+	for r := 0; r <= s.W2Rounds; r++ {
+		w.nonces = append(w.nonces, pushNonce("w2", r))
+	}
+	for i := range s.W2Streams {
+		name := clusterName(i)
+		w.index[name] = i
+		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{
+			Node: node(i), TypeUrl: codec.TypeEndpoint, ResourceNames: []string{name},
+		}))
+		var pushes []Msg
+		var acks [][]byte
+		for r := 0; r <= s.W2Rounds; r++ {
+			v := pushVersion("w2", r)
+			pushes = append(pushes, sotwPush(v, w.nonces[r], codec.TypeEndpoint, sotwBody([]proto.Message{endpoints(name, n, r)})))
+			acks = append(acks, sotwACK(v, w.nonces[r], codec.TypeEndpoint, []string{name}))
+		}
+		w.pushes = append(w.pushes, pushes)
+		w.acks = append(w.acks, acks)
+	}
+	return w
+}
+
+func (*W2) ID() string { return "W2" }
+
+func (w *W2) Describe() string {
+	return fmt.Sprintf("%d streams, one EDS update of %d B each per %v, ACKed, %d rounds",
+		w.streams, w.pushes[0][0].Len, w.interval, w.rounds)
+}
+
+func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	var (
+		errs      = newFirstError()
+		acks      atomic.Int64
+		ready     atomic.Int64
+		allReady  = make(chan struct{})
+		gate      = make(chan struct{})
+		startTime time.Time // written before gate closes
+		opened    = make([]atomic.Bool, w.streams)
+		// Each stream's handler hands its latencies over here before it
+		// ends the stream, so they are all in once every client has seen
+		// its stream end.
+		latencies = make(chan []time.Duration, w.streams)
+	)
+	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
+		if method != MethodSotW {
+			return wrongMethod(errs, method, MethodSotW)
+		}
+		var req discovery.DiscoveryRequest
+		if err := recvRequest(s, &req); err != nil {
+			return upstreamFailed(errs, err)
+		}
+		i, ok := w.index[first(req.ResourceNames)]
+		if !ok || req.TypeUrl != codec.TypeEndpoint || opened[i].Swap(true) {
+			return upstreamFailed(errs, fmt.Errorf("unexpected first request for %q %v", req.TypeUrl, req.ResourceNames))
+		}
+		lat := make([]time.Duration, 0, w.rounds)
+		for r := range w.pushes[i] {
+			if r == 1 {
+				if ready.Add(1) == int64(w.streams) {
+					close(allReady)
+				}
+				if err := waitGate(s, gate); err != nil {
+					return err
+				}
+			}
+			if r >= 1 {
+				at := startTime.Add(w.interval*time.Duration(r-1) + w.interval*time.Duration(i)/time.Duration(w.streams))
+				time.Sleep(time.Until(at))
+			}
+			sent := time.Now()
+			if err := pushAndExpectACK(s, w.pushes[i][r], w.nonces[r]); err != nil {
+				return upstreamFailed(errs, err)
+			}
+			if r >= 1 {
+				lat = append(lat, time.Since(sent))
+			}
+			acks.Add(1)
+		}
+		latencies <- lat
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = firstOf(err, stop()) }()
+
+	var clients sync.WaitGroup
+	clientErrs := newFirstError()
+	for i := range w.streams {
+		cc, err := dialRaw(m.Addr())
+		if err != nil {
+			return res, err
+		}
+		defer cc.Close()
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			clientErrs.set(w.client(ctx, cc, i))
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		clients.Wait()
+		close(done)
+	}()
+	select {
+	case <-allReady:
+	case <-done:
+		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before the measured phase"))
+	case <-clientErrs.failed:
+		cancel()
+		<-done
+		return res, firstOf(clientErrs.get(), errs.get())
+	case <-errs.failed:
+		cancel()
+		<-done
+		return res, firstOf(errs.get(), clientErrs.get())
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not up: %w", ctx.Err()))
+	}
+	if err := m.Begin(); err != nil {
+		cancel()
+		<-done
+		return res, err
+	}
+	startTime = time.Now()
+	close(gate)
+	select {
+	case <-done:
+	case <-clientErrs.failed:
+		cancel()
+		<-done
+	case <-errs.failed:
+		cancel()
+		<-done
+	}
+	res.Wall = time.Since(startTime)
+	if res.Middle, err = m.End(); err != nil {
+		return res, err
+	}
+	if err := firstOf(errs.get(), clientErrs.get()); err != nil {
+		return res, err
+	}
+	res.ACKs, res.Streams = int(acks.Load()), w.streams
+	if want := w.streams * (w.rounds + 1); res.ACKs != want {
+		return res, fmt.Errorf("upstream counted %d ACKs, want %d", res.ACKs, want)
+	}
+	for range w.streams {
+		l := <-latencies
+		res.Latencies = append(res.Latencies, l...)
+		res.Pushes += len(l)
+		res.Bytes += int64(len(l) * w.pushes[0][1].Len)
+	}
+	return res, nil
+}
+
+// client is proxy i: it subscribes, checks each push and ACKs it.
+func (w *W2) client(ctx context.Context, cc *grpc.ClientConn, i int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := xdstest.OpenRaw(ctx, cc, MethodSotW)
+	if err != nil {
+		return err
+	}
+	if err := sendBytes(s, w.initial[i]); err != nil {
+		return err
+	}
+	for r, p := range w.pushes[i] {
+		if err := acceptPush(s, p, w.acks[i][r], fmt.Sprintf("stream %d push %d", i, r)); err != nil {
+			return err
+		}
+	}
+	return expectEnd(s)
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}

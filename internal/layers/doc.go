@@ -1,2 +1,0 @@
-// Package layers holds the test that keeps adstap's imports pointing one way: codec at the bottom, the relay and the tracker side by side on it, the outputs above them, the wiring on top, and test support apart.
-package layers

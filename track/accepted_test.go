@@ -1,0 +1,223 @@
+package track_test
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/track"
+)
+
+// acceptedHarness drives a tracker that hands accepted pushes over, the
+// way pipeline.Observer does: each response in small pieces of a pool that
+// scribbles over what is given back to it, decoded into one Response that
+// is reused — and, right after the tracker has seen a push, used to decode
+// another message, as the next frame would be. Views that outlived what
+// they point into would read garbage.
+type acceptedHarness struct {
+	*keepHarness
+	resp codec.Response
+	gets int // buffers taken from the pool
+}
+
+// pieceSize cuts every cluster across pieces.
+const pieceSize = 64
+
+func newAcceptedHarness(t *testing.T, cfg track.Config, method string) *acceptedHarness {
+	cfg.HandOverAccepted = true
+	return &acceptedHarness{keepHarness: newKeepHarness(t, cfg, method)}
+}
+
+func (h *acceptedHarness) pieces(b []byte) mem.BufferSlice {
+	var data mem.BufferSlice
+	for len(b) > 0 {
+		n := min(len(b), pieceSize)
+		buf := h.pool.Get(n)
+		h.gets++
+		copy(*buf, b[:n])
+		data = append(data, mem.NewBuffer(buf, h.pool))
+		b = b[n:]
+	}
+	return data
+}
+
+func (h *acceptedHarness) send(m proto.Message) []track.Event {
+	h.t.Helper()
+	switch m.(type) {
+	case *discoveryv3.DiscoveryRequest, *discoveryv3.DeltaDiscoveryRequest:
+		return h.keepHarness.send(m)
+	}
+	h.at++
+	b := mustMarshal(h.t, m)
+	_, delta := m.(*discoveryv3.DeltaDiscoveryResponse)
+	data := h.pieces(b)
+	if err := h.resp.DecodeBuffers(data, delta); err != nil {
+		h.t.Fatal(err)
+	}
+	evs := h.tr.ResponseFrame(1, h.now(), &h.resp, len(b), data)
+	data.Free() // the tap's reference
+	// The next frame, decoded into the same Response.
+	other := h.pieces(mustMarshal(h.t, push(cds, 99, cluster("outbound|1||scribble-"+strings.Repeat("x", 200)))))
+	if err := h.resp.DecodeBuffers(other, false); err != nil {
+		h.t.Fatal(err)
+	}
+	other.Free()
+	return evs
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// acceptedIn returns the Accepted of the PushEnded or LateAnswer among evs,
+// and whether there was one.
+func acceptedIn(evs []track.Event) (*track.Accepted, bool) {
+	for _, e := range evs {
+		switch e := e.(type) {
+		case track.PushEnded:
+			return e.Accepted, true
+		case track.LateAnswer:
+			return e.Accepted, true
+		}
+	}
+	return nil, false
+}
+
+// resourceView is what a test expects of an AcceptedResource: the body as
+// the push carried it, or nothing when the push was kept compact and the
+// resource carried unchanged.
+type resourceView struct {
+	name      string
+	body      []byte
+	unchanged bool
+}
+
+func sotwViews(r *discoveryv3.DiscoveryResponse, unchanged ...int) []resourceView {
+	var out []resourceView
+	for i, a := range r.Resources {
+		v := resourceView{body: a.Value}
+		m, _ := a.UnmarshalNew()
+		v.name = nameOf(m)
+		for _, u := range unchanged {
+			if u == i {
+				v.body, v.unchanged = nil, true
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func checkAccepted(t *testing.T, a *track.Accepted, version string, replace bool, want []resourceView, removed ...string) {
+	t.Helper()
+	if a == nil {
+		t.Fatal("an ACK handed nothing over")
+	}
+	if a.NotKept != "" || a.Version != version || a.Replace != replace || len(a.Resources) != len(want) || !slices.Equal(a.Removed, removed) {
+		t.Fatalf("Accepted: not kept %q, version %q, replace %v, %d resources, removed %q; want kept, %q, %v, %d, %q",
+			a.NotKept, a.Version, a.Replace, len(a.Resources), a.Removed, version, replace, len(want), removed)
+	}
+	for i, w := range want {
+		got := a.Resources[i]
+		if got.Name != w.name || got.Unchanged != w.unchanged || !bytes.Equal(got.Body, w.body) || got.TypeURL != cds {
+			t.Errorf("resource %d: %q unchanged %v, %d bytes of %s (equal: %v); want %q unchanged %v, %d bytes",
+				i, got.Name, got.Unchanged, len(got.Body), got.TypeURL, bytes.Equal(got.Body, w.body), w.name, w.unchanged, len(w.body))
+		}
+	}
+}
+
+// An ACK hands its push over as the tap decoded it: every resource whole
+// for a push held by reference, only those it changed for one kept compact;
+// a Delta push with its removals; a late ACK too. Nothing else does (a
+// NACK, a newer push, the stream's end). Once released, nothing is kept
+// and every buffer is back in the pool.
+func TestAcceptedIsThePushAsDecoded(t *testing.T) {
+	leakcheck.Check(t)
+	t.Run("SotW", func(t *testing.T) {
+		h := newAcceptedHarness(t, track.Config{}, adsSotW)
+		h.send(initial(cds))
+		v1 := push(cds, 1, shopClusters(false)...)
+		h.send(v1)
+		a, _ := acceptedIn(h.send(ack(cds, 1)))
+		checkAccepted(t, a, ver(1), true, sotwViews(v1))
+		a.Release()
+
+		v2 := push(cds, 2, shopClusters(false, 3)...) // one cluster of eight changed: kept compact
+		h.send(v2)
+		a, _ = acceptedIn(h.send(ack(cds, 2)))
+		checkAccepted(t, a, ver(2), true, sotwViews(v2, 0, 1, 2, 4, 5, 6, 7))
+		a.Release()
+
+		h.send(push(cds, 3, shopClusters(false, 4)...))
+		nacked := h.send(nack(cds, 3, 2, "bad"))
+		h.send(push(cds, 4, shopClusters(false, 5)...))
+		superseded := h.send(push(cds, 5, shopClusters(false, 6)...))
+		closed := h.tr.CloseStream(1, h.now(), 0, "")
+		for name, evs := range map[string][]track.Event{"a NACK": nacked, "a newer push": superseded, "the stream's end": closed} {
+			if a, ok := acceptedIn(evs); !ok || a != nil {
+				t.Errorf("%s: the push ended (%v) with an Accepted %v, want none", name, ok, a)
+			}
+		}
+		if got := h.tr.Kept().Bytes; got != 0 {
+			t.Errorf("%d bytes still kept", got)
+		}
+		if got := h.pool.returned(); got != h.gets {
+			t.Errorf("%d buffers of %d back in the pool", got, h.gets)
+		}
+	})
+	t.Run("Delta", func(t *testing.T) {
+		h := newAcceptedHarness(t, track.Config{}, adsDelta)
+		h.send(dinitial(cds))
+		all := shopClusters(false)
+		v1 := dpush(cds, 1, []string{"gone"}, all[:3]...)
+		h.send(v1)
+		a, _ := acceptedIn(h.send(dack(cds, 1)))
+		var want []resourceView
+		for _, r := range v1.Resources {
+			want = append(want, resourceView{name: r.Name, body: r.Resource.Value})
+		}
+		checkAccepted(t, a, ver(1), false, want, "gone")
+		a.Release()
+	})
+	t.Run("late ACK", func(t *testing.T) {
+		h := newAcceptedHarness(t, track.Config{PushTimeout: time.Second}, adsSotW)
+		h.send(initial(cds))
+		v1 := push(cds, 1, shopClusters(false)...)
+		h.send(v1)
+		h.at += 200 // 2s
+		h.tr.Tick(h.now())
+		evs := h.send(ack(cds, 1))
+		if _, ok := evs[len(evs)-1].(track.LateAnswer); !ok {
+			t.Fatalf("the ACK after the timeout gave %T, want a LateAnswer", evs[len(evs)-1])
+		}
+		a, _ := acceptedIn(evs)
+		checkAccepted(t, a, ver(1), true, sotwViews(v1))
+		a.Release()
+		if got := h.tr.Kept().Bytes; got != 0 {
+			t.Errorf("%d bytes still kept", got)
+		}
+	})
+	t.Run("over the bound", func(t *testing.T) {
+		h := newAcceptedHarness(t, track.Config{KeepBytes: 100}, adsSotW)
+		h.send(initial(cds))
+		h.send(push(cds, 1, shopClusters(false)...))
+		a, _ := acceptedIn(h.send(ack(cds, 1)))
+		if a == nil || a.NotKept == "" || a.Resources != nil {
+			t.Fatalf("an ACK of a push over --nack-keep-bytes handed %+v, want an Accepted that says why it holds nothing", a)
+		}
+		a.Release()
+	})
+}
