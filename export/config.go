@@ -310,13 +310,13 @@ func (c *ConfigStore) Handler() http.Handler {
 	})
 }
 
-// RetentionOff is what GET /debug/config says without --retain-resources.
-const RetentionOff = "resources are not retained: start adstap with --retain-resources (it keeps what each proxy accepted, up to --retain-max-bytes)"
+// retentionOff is what GET /debug/config says without --retain-resources.
+const retentionOff = "resources are not retained: start adstap with --retain-resources (it keeps what each proxy accepted, up to --retain-max-bytes)"
 
 // ConfigOff serves GET /debug/config when resources are not retained.
 func ConfigOff() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, RetentionOff, http.StatusNotFound)
+		http.Error(w, retentionOff, http.StatusNotFound)
 	})
 }
 

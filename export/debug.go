@@ -134,8 +134,8 @@ func DebugStreams(t *track.Tracker, up *UpstreamHealth, refs ...*References) htt
 	})
 }
 
-// PushesPage is the body of GET /debug/pushes?stream=ID.
-type PushesPage struct {
+// pushesPage is the body of GET /debug/pushes?stream=ID.
+type pushesPage struct {
 	Now    time.Time          `json:"now"`
 	Stream uint64             `json:"stream"`
 	Pushes []track.PushRecord `json:"pushes"` // oldest first, at most track.RecentPushes
@@ -155,7 +155,7 @@ func DebugPushes(t *track.Tracker) http.Handler {
 			http.Error(w, fmt.Sprintf("no stream %d (it may have ended)", id), http.StatusNotFound)
 			return
 		}
-		writeJSON(w, PushesPage{Now: time.Now(), Stream: id, Pushes: pushes})
+		writeJSON(w, pushesPage{Now: time.Now(), Stream: id, Pushes: pushes})
 	})
 }
 

@@ -11,11 +11,11 @@ import (
 )
 
 // Latency is short and keeps sub-millisecond answers visible: 0.31ms, 14ms, 1.2s.
-func Latency(d time.Duration) string { return string(AppendLatency(nil, d)) }
+func Latency(d time.Duration) string { return string(appendLatency(nil, d)) }
 
-// AppendLatency appends Latency(d) to b, without allocating for the common
+// appendLatency appends Latency(d) to b, without allocating for the common
 // cases: the live log writes one per push.
-func AppendLatency(b []byte, d time.Duration) []byte {
+func appendLatency(b []byte, d time.Duration) []byte {
 	switch {
 	case d < time.Millisecond:
 		b = strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 2, 64)
@@ -33,10 +33,10 @@ func AppendLatency(b []byte, d time.Duration) []byte {
 }
 
 // Size is a size with one decimal in KB or MB (binary): 850B, 1.2KB, 9.8MB.
-func Size(n int) string { return string(AppendSize(nil, n)) }
+func Size(n int) string { return string(appendSize(nil, n)) }
 
-// AppendSize appends Size(n) to b.
-func AppendSize(b []byte, n int) []byte {
+// appendSize appends Size(n) to b.
+func appendSize(b []byte, n int) []byte {
 	switch {
 	case n >= 1<<20:
 		b = strconv.AppendFloat(b, float64(n)/(1<<20), 'f', 1, 64)

@@ -59,15 +59,15 @@ type repeat struct {
 	suppressed       int
 }
 
-// DefaultRepeatEvery is how often an identical NACK is written again.
-const DefaultRepeatEvery = 5 * time.Second
+// defaultRepeatEvery is how often an identical NACK is written again.
+const defaultRepeatEvery = 5 * time.Second
 
 var _ track.Sink = (*LiveLog)(nil)
 
 // NewLiveLog logs to l.
 func NewLiveLog(l *slog.Logger) *LiveLog {
 	_, human := l.Handler().(*Pretty)
-	return &LiveLog{log: l, detail: !human, repeatEvery: DefaultRepeatEvery}
+	return &LiveLog{log: l, detail: !human, repeatEvery: defaultRepeatEvery}
 }
 
 // DecodeLater makes the lines that name the Istio objects a NACK rejected
@@ -310,7 +310,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	b = append(b, " ="...)
 	b = strconv.AppendInt(b, int64(d.Unchanged), 10)
 	b = append(b, ' ')
-	b = AppendSize(b, p.Bytes)
+	b = appendSize(b, p.Bytes)
 	if p.FullSync {
 		if p.Initial {
 			b = append(b, " full"...)
@@ -328,10 +328,10 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	switch e.Result {
 	case track.ResultACK:
 		b = append(b, " ACK "...)
-		b = AppendLatency(b, e.Latency)
+		b = appendLatency(b, e.Latency)
 	case track.ResultNACK:
 		b = append(b, " NACK "...)
-		b = AppendLatency(b, e.Latency)
+		b = appendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
 		if s := origin.Of(e.Rejected).Summary(); s != "" {

@@ -134,7 +134,7 @@ func (s *Scanner) errorDetail(f field) (int, error) {
 		if !bytes.Contains(text, []byte("PRIVATE KEY")) {
 			continue
 		}
-		red := Text(string(text))
+		red := redactText(string(text))
 		if red == string(text) {
 			continue
 		}

@@ -25,10 +25,10 @@ const Marker = "[redacted by adstap: "
 // prints it inside a quoted string (newlines as \n).
 var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----`)
 
-// Text replaces PEM private keys in free text with their fingerprints. A
+// redactText replaces PEM private keys in free text with their fingerprints. A
 // client's NACK message may quote the resource it rejects in full (grpc-go
 // does), inline TLS key included.
-func Text(s string) string {
+func redactText(s string) string {
 	if !strings.Contains(s, "PRIVATE KEY") {
 		return s
 	}
@@ -41,7 +41,7 @@ func Text(s string) string {
 func DecodeRequest(b []byte, delta bool) (*codec.Request, error) {
 	req, err := codec.DecodeRequest(b, delta)
 	if err == nil && req.ErrorDetail != nil {
-		req.ErrorDetail.Message = Text(req.ErrorDetail.Message)
+		req.ErrorDetail.Message = redactText(req.ErrorDetail.Message)
 	}
 	return req, err
 }

@@ -124,10 +124,10 @@ func contiguous(data mem.BufferSlice) ([]byte, func()) {
 	return buf.ReadOnlyData(), buf.Free
 }
 
-// StartClock calls Tick every interval until stop is called, so push
+// startClock calls Tick every interval until stop is called, so push
 // timeouts and the end of storms are noticed even when no frame arrives. The
 // Tracker itself keeps no clock; this adapter gives it one.
-func (o *Observer) StartClock(every time.Duration) (stop func()) {
+func (o *Observer) startClock(every time.Duration) (stop func()) {
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)

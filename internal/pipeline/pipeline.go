@@ -189,7 +189,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 func (p *Pipeline) watch(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.Metrics.WatchObserveQueue(func() int64 { return srv.ObserveQueue().Bytes }, func() uint64 { return srv.ObserveQueue().OverBound })
-	p.stop = p.tracking.StartClock(time.Second)
+	p.stop = p.tracking.startClock(time.Second)
 }
 
 // Tick runs the time-based rules once at now, as the one-second clock does
