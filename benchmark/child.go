@@ -74,7 +74,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 		// istio-agent does.
 		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second)()
 	}
-	srv, err := Serve(p, *up, *listen)
+	srv, err := serve(p, *up, *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", subcommand, err)
 		return 1
@@ -88,7 +88,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	for in.Scan() {
 		switch cmd := strings.TrimSpace(in.Text()); cmd {
 		case "begin":
-			if err := ResetPeakRSS(); err != nil {
+			if err := resetPeakRSS(); err != nil {
 				fmt.Fprintf(stderr, "%s: %v\n", subcommand, err)
 			}
 			if *execTrace != "" && tracing == nil {
@@ -131,7 +131,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 			fmt.Fprintf(stderr, "%s: unknown command %q\n", subcommand, cmd)
 			continue
 		}
-		u, err := SelfUsage()
+		u, err := selfUsage()
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", subcommand, err)
 			code = 1

@@ -22,8 +22,8 @@ type CodecResult struct {
 	Output      string
 }
 
-// CodecResources is the number of resources in the benchmark's push.
-const CodecResources = 10_000
+// codecResources is the number of resources in the benchmark's push.
+const codecResources = 10_000
 
 // RunCodecBench runs codec.BenchmarkDecodeCDS10MB count times on one core
 // (GOMAXPROCS=1) with `go test` from dir, the module's root.
@@ -35,12 +35,12 @@ func RunCodecBench(goCmd, dir string, count int) (CodecResult, error) {
 	if err != nil {
 		return CodecResult{Output: string(out)}, fmt.Errorf("go test -bench ./codec/: %v\n%s", err, out)
 	}
-	return ParseCodecBench(out)
+	return parseCodecBench(out)
 }
 
-// ParseCodecBench reads `go test -bench` output of BenchmarkDecodeCDS10MB.
-func ParseCodecBench(out []byte) (CodecResult, error) {
-	r := CodecResult{Output: string(out), Resources: CodecResources}
+// parseCodecBench reads `go test -bench` output of BenchmarkDecodeCDS10MB.
+func parseCodecBench(out []byte) (CodecResult, error) {
+	r := CodecResult{Output: string(out), Resources: codecResources}
 	var mbs, ns, bop, aop []float64
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {

@@ -34,8 +34,8 @@ const (
 	SidecarNoCapture Path = "sidecar-nocapture"
 )
 
-// StandardPaths are the five paths every workload but W7 runs over.
-var StandardPaths = []Path{Direct, Relay, TapOff, TapFull, Typed}
+// standardPaths are the five paths every workload but W7 runs over.
+var standardPaths = []Path{Direct, Relay, TapOff, TapFull, Typed}
 
 // Paths are all the paths, in the order the report shows them.
 var Paths = []Path{Direct, Relay, TapOff, TapFull, Typed, Sidecar, SidecarNoCapture}
@@ -84,7 +84,7 @@ func InProcess(p Path) StartMiddle {
 		}
 	}
 	return func(up string) (Middle, error) {
-		s, err := Serve(p, up, "127.0.0.1:0")
+		s, err := serve(p, up, "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func InProcess(p Path) StartMiddle {
 }
 
 // inProcess reports only what the middle itself counts (spans, log bytes).
-type inProcess struct{ s *Server }
+type inProcess struct{ s *server }
 
 func (m inProcess) Addr() string                  { return m.s.Addr() }
 func (inProcess) Begin() error                    { return nil }
@@ -102,9 +102,9 @@ func (m inProcess) Sample() (Usage, error)        { return m.s.counts(), nil }
 func (m inProcess) SampleAfterGC() (Usage, error) { return m.s.counts(), nil }
 func (m inProcess) Close() error                  { return m.s.Close() }
 
-// Server is a running middle: a tap (observation off or full), the
+// server is a running middle: a tap (observation off or full), the
 // pass-through relay or the typed relay.
-type Server struct {
+type server struct {
 	addr  string
 	close func() error
 	// spans and logBytes count what a full tap's tracing and live log
@@ -112,19 +112,19 @@ type Server struct {
 	spans, logBytes atomic.Int64
 }
 
-func (s *Server) counts() Usage {
+func (s *server) counts() Usage {
 	return Usage{Spans: s.spans.Load(), LogBytes: s.logBytes.Load()}
 }
 
 // Addr is the address clients connect to.
-func (s *Server) Addr() string { return s.addr }
+func (s *server) Addr() string { return s.addr }
 
 // Close ends every stream and stops the middle.
-func (s *Server) Close() error { return s.close() }
+func (s *server) Close() error { return s.close() }
 
-// Serve starts path's middle in front of upstream, listening on listen.
-func Serve(p Path, upstream, listen string) (*Server, error) {
-	s := &Server{}
+// serve starts path's middle in front of upstream, listening on listen.
+func serve(p Path, upstream, listen string) (*server, error) {
+	s := &server{}
 	if p == TapOff || p == TapFull {
 		var err error
 		if s.close, err = s.serveTap(upstream, listen, p == TapFull); err != nil {
@@ -178,7 +178,7 @@ func (c countingWriter) Write(p []byte) (int, error) {
 // everything: the tracker, the live log, Prometheus metrics served on a
 // loopback admin port, tracing to a discarding exporter, and the tracker's
 // one-second tick; without, it is the relay alone, with no observer.
-func (s *Server) serveTap(upstream, listen string, full bool) (func() error, error) {
+func (s *server) serveTap(upstream, listen string, full bool) (func() error, error) {
 	addr, err := tap.ParseAddress(upstream)
 	if err != nil {
 		return nil, err

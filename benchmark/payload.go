@@ -20,34 +20,34 @@ import (
 
 // The gRPC methods of ADS.
 const (
-	MethodSotW  = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
-	MethodDelta = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
+	methodSotW  = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+	methodDelta = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 )
 
 // controlPlaneID is the identifier every response of the bench upstream carries.
 const controlPlaneID = "adstap-bench-upstream"
 
-// Msg is one pre-encoded message. Its parts, concatenated, are the message;
+// msg is one pre-encoded message. Its parts, concatenated, are the message;
 // parts may be shared between messages (a large body with a small header and
 // trailer of its own) and are never written after they are built.
-type Msg struct {
+type msg struct {
 	Parts [][]byte
 	Len   int
 	Hash  uint64 // xxhash64 of the whole message
 }
 
-func newMsg(parts ...[]byte) Msg {
+func newMsg(parts ...[]byte) msg {
 	d := xxhash.New()
 	n := 0
 	for _, p := range parts {
 		d.Write(p)
 		n += len(p)
 	}
-	return Msg{Parts: parts, Len: n, Hash: d.Sum64()}
+	return msg{Parts: parts, Len: n, Hash: d.Sum64()}
 }
 
 // Bytes returns the message in one slice (a copy when it has several parts).
-func (m Msg) Bytes() []byte {
+func (m msg) Bytes() []byte {
 	if len(m.Parts) == 1 {
 		return m.Parts[0]
 	}
@@ -60,7 +60,7 @@ func (m Msg) Bytes() []byte {
 
 // frame wraps the message for the pass-through codec. The buffers are not
 // pooled, so gRPC's Free after the write leaves them as they are.
-func (m Msg) frame() *codec.RawMessage {
+func (m msg) frame() *codec.RawMessage {
 	data := make(mem.BufferSlice, len(m.Parts))
 	for i, p := range m.Parts {
 		data[i] = mem.SliceBuffer(p)
@@ -137,7 +137,7 @@ func sotwBody(resources []proto.Message) []byte {
 // body (resources) and a trailer (type_url, nonce, control_plane), in field
 // order: exactly the bytes proto.Marshal gives for the same message, so a
 // typed relay that re-marshals it sends the same bytes on.
-func sotwPush(version, nonce, typeURL string, body []byte) Msg {
+func sotwPush(version, nonce, typeURL string, body []byte) msg {
 	head := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), version)
 	tail := protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), typeURL)
 	tail = protowire.AppendString(protowire.AppendTag(tail, 5, protowire.BytesType), nonce)

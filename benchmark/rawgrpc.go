@@ -87,9 +87,9 @@ type msgStream interface {
 	RecvMsg(any) error
 }
 
-func sendMsg(s msgStream, m Msg) error { return s.SendMsg(m.frame()) }
+func sendMsg(s msgStream, m msg) error { return s.SendMsg(m.frame()) }
 
-func sendBytes(s msgStream, b []byte) error { return sendMsg(s, Msg{Parts: [][]byte{b}, Len: len(b)}) }
+func sendBytes(s msgStream, b []byte) error { return sendMsg(s, msg{Parts: [][]byte{b}, Len: len(b)}) }
 
 // recvHash receives one message and returns its xxhash64 and size, reading
 // it in place.
@@ -125,7 +125,7 @@ func expectDeltaACK(s msgStream, nonce string) error {
 }
 
 // expectPush receives a response and checks it is want, byte for byte (by hash).
-func expectPush(s msgStream, want Msg, what string) error {
+func expectPush(s msgStream, want msg, what string) error {
 	h, n, err := recvHash(s)
 	if err != nil {
 		return fmt.Errorf("receiving %s: %w", what, err)
@@ -138,7 +138,7 @@ func expectPush(s msgStream, want Msg, what string) error {
 
 // pushAndExpectACK is the upstream's half of one push: it sends m and
 // waits for the request that accepts nonce.
-func pushAndExpectACK(s msgStream, m Msg, nonce string) error {
+func pushAndExpectACK(s msgStream, m msg, nonce string) error {
 	if err := sendMsg(s, m); err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func pushAndExpectACK(s msgStream, m Msg, nonce string) error {
 
 // acceptPush is a client's half of one push: it checks the push arrived as
 // want and sends ack.
-func acceptPush(s msgStream, want Msg, ack []byte, what string) error {
+func acceptPush(s msgStream, want msg, ack []byte, what string) error {
 	if err := expectPush(s, want, what); err != nil {
 		return err
 	}

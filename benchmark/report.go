@@ -28,15 +28,15 @@ type Target struct {
 	Known           bool // false when the run did not measure it
 }
 
-func (r *Report) summary(id string, p Path) (Summary, bool) {
+func (r *Report) summary(id string, p Path) (summary, bool) {
 	if r.Runs == nil {
-		return Summary{}, false
+		return summary{}, false
 	}
 	res := r.Runs.Results[id][p]
 	if len(res) == 0 {
-		return Summary{}, false
+		return summary{}, false
 	}
-	return Summarize(res), true
+	return summarize(res), true
 }
 
 // paired is the median, over the repetitions, of metric on path a over
@@ -118,8 +118,8 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// Targets checks the run against the performance targets.
-func (r *Report) Targets() []Target {
+// targets checks the run against the performance targets.
+func (r *Report) targets() []Target {
 	var ts []Target
 	add := func(what, want string, known bool, got string, met bool) {
 		if !known {
@@ -235,7 +235,7 @@ func (r *Report) Markdown() string {
 	}
 
 	b.WriteString("### Targets\n\n| target | want | measured | |\n|---|---|---|---|\n")
-	for _, t := range r.Targets() {
+	for _, t := range r.targets() {
 		verdict := "**missed**"
 		switch {
 		case !t.Known:
@@ -318,7 +318,7 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
-func (r *Report) detail(id string, p Path, s Summary) string {
+func (r *Report) detail(id string, p Path, s summary) string {
 	switch id {
 	case "W1", "W4":
 		return fmt.Sprintf("%s per push", fmtDur(s.PerPush))
@@ -348,7 +348,7 @@ func (r *Report) detail(id string, p Path, s Summary) string {
 
 // footprintTable is W7 as the sidecar's cost: per push size, the relay's
 // RSS against adstap's, with and without its capture.
-func (r *Report) footprintTable(relay Summary) string {
+func (r *Report) footprintTable(relay summary) string {
 	var b strings.Builder
 	b.WriteString("\n### W7: the sidecar's footprint\n\n")
 	b.WriteString("One proxy's stream, synced with one CDS push and ACKed, then idle; a middle started afresh for each push. adstap is the binary itself, with the injection template's flags and environment and GOMEMLIMIT as the template's memory limit gives it (internal/gctune). RSS after sync is read once the upstream has the ACK (adstap may still be observing the push then); the peak is the highest RSS from the middle's start to the end of the idle time (VmHWM), what a container's memory limit is judged against; after idle, once the stream has been idle for the workload's idle time. Ratios are medians of the ratios within each repetition.\n\n")

@@ -50,9 +50,9 @@ func TestReportTargets(t *testing.T) {
 			},
 		},
 	}
-	r := &Report{Runs: runs, Codec: &CodecResult{Runs: 1, MBPerSec: 7800, AllocsPerOp: 2, Resources: CodecResources}}
+	r := &Report{Runs: runs, Codec: &CodecResult{Runs: 1, MBPerSec: 7800, AllocsPerOp: 2, Resources: codecResources}}
 	got := map[string]Target{}
-	for _, tg := range r.Targets() {
+	for _, tg := range r.targets() {
 		got[tg.What] = tg
 	}
 	for what, met := range map[string]bool{
@@ -110,7 +110,7 @@ BenchmarkDecodeCDS10MB 	     902	   1290000 ns/op	7800.00 MB/s	      1003 B/reso
 BenchmarkDecodeCDS10MB 	     900	   1310000 ns/op	7600.00 MB/s	      1003 B/resource	      88 B/op	       2 allocs/op
 PASS
 `)
-	r, err := ParseCodecBench(out)
+	r, err := parseCodecBench(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,8 +160,8 @@ func spread[T int64 | float64 | time.Duration](v []T) float64 {
 	return float64(slices.Max(v)-slices.Min(v)) / 2 / float64(m)
 }
 
-// Summary is the median of a workload's runs over one path.
-type Summary struct {
+// summary is the median of a workload's runs over one path.
+type summary struct {
 	N                     int
 	Wall, CPU             time.Duration
 	WallSpread, CPUSpread float64
@@ -174,22 +174,22 @@ type Summary struct {
 	PerStreamGoroutines   float64            // W3
 	PerStreamFDs          float64            // W3
 	SettledHeap           int64              // W3
-	Footprints            []FootprintSummary // W7, one per push size
+	Footprints            []footprintSummary // W7, one per push size
 	Pushes, Streams       int
 	// Others is the median and the largest share of a core the rest of the
 	// machine used during the windows.
 	OthersMedian, OthersMax float64
 }
 
-// FootprintSummary is the median of W7's footprints of one push size.
-type FootprintSummary struct {
+// footprintSummary is the median of W7's footprints of one push size.
+type footprintSummary struct {
 	PushBytes          int
 	Synced, Idle, Peak int64 // RSS after sync, after idle, and the peak
 }
 
-// Summarize takes the medians of a workload's runs over a path.
-func Summarize(results []Result) Summary {
-	s := Summary{N: len(results)}
+// summarize takes the medians of a workload's runs over a path.
+func summarize(results []Result) summary {
+	s := summary{N: len(results)}
 	var wall, cpu, perPush, p50, p99 []time.Duration
 	var peak, idle, settled, heap []int64
 	var perStream, perStreamLive, goroutines, fds, others []float64
@@ -230,7 +230,7 @@ func Summarize(results []Result) Summary {
 				synced, idle, peak = append(synced, f.Synced.RSS), append(idle, f.Idle.RSS), append(peak, f.Peak)
 			}
 		}
-		s.Footprints = append(s.Footprints, FootprintSummary{PushBytes: results[0].Footprints[i].PushBytes,
+		s.Footprints = append(s.Footprints, footprintSummary{PushBytes: results[0].Footprints[i].PushBytes,
 			Synced: median(synced), Idle: median(idle), Peak: median(peak)})
 	}
 	if len(others) > 0 {
@@ -283,14 +283,14 @@ func watch(start StartMiddle) StartMiddle {
 }
 
 func (w *watched) Begin() error {
-	w.all0, w.gen0, _ = MachineCPU()
+	w.all0, w.gen0, _ = machineCPU()
 	w.t0 = time.Now()
 	return w.Middle.Begin()
 }
 
 func (w *watched) End() (Window, error) {
 	win, err := w.Middle.End()
-	all, gen, _ := MachineCPU()
+	all, gen, _ := machineCPU()
 	win.Elapsed = time.Since(w.t0)
 	win.Others = max(0, (all-w.all0)-(gen-w.gen0)-win.CPU)
 	return win, err
@@ -298,13 +298,13 @@ func (w *watched) End() (Window, error) {
 
 // othersBusy is the share of a core the rest of the machine uses now, over d.
 func othersBusy(d time.Duration) float64 {
-	all0, gen0, err := MachineCPU()
+	all0, gen0, err := machineCPU()
 	if err != nil {
 		return 0
 	}
 	t0 := time.Now()
 	time.Sleep(d)
-	all, gen, _ := MachineCPU()
+	all, gen, _ := machineCPU()
 	return float64((all-all0)-(gen-gen0)) / float64(time.Since(t0))
 }
 

@@ -21,7 +21,7 @@ import (
 type pushSequence struct {
 	method       string
 	initial      []byte
-	pushes       []Msg
+	pushes       []msg
 	nonces       []string
 	acks         [][]byte
 	warmUp       string // what pushes[0] is called in errors

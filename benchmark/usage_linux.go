@@ -14,9 +14,9 @@ import (
 	"github.com/adstap/adstap/internal/testutil/sidecar"
 )
 
-// SelfUsage reads this process's usage: CPU from getrusage (microseconds),
+// selfUsage reads this process's usage: CPU from getrusage (microseconds),
 // memory from /proc/self/status.
-func SelfUsage() (Usage, error) {
+func selfUsage() (Usage, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return Usage{}, err
@@ -53,19 +53,19 @@ func SelfUsage() (Usage, error) {
 	return u, nil
 }
 
-// ResetPeakRSS sets this process's resident high-water mark (VmHWM) back to
+// resetPeakRSS sets this process's resident high-water mark (VmHWM) back to
 // its current resident size, so the next peak is the peak of what follows.
-func ResetPeakRSS() error {
+func resetPeakRSS() error {
 	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
 
 // userHZ is the unit of /proc/stat's CPU times (sysconf(_SC_CLK_TCK), 100 on Linux).
 const userHZ = 100
 
-// MachineCPU is the CPU time every process on the machine has used since
+// machineCPU is the CPU time every process on the machine has used since
 // boot (user, nice, system and steal from /proc/stat), and the
 // load generator's own (this process's, from getrusage).
-func MachineCPU() (all, self time.Duration, err error) {
+func machineCPU() (all, self time.Duration, err error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0, err

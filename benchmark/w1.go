@@ -14,22 +14,22 @@ import (
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
-// W1 is a large SotW CDS push, repeated: the upstream sends it, the client
+// w1 is a large SotW CDS push, repeated: the upstream sends it, the client
 // receives it whole and ACKs, and the upstream sends the next one on the
 // ACK. Consecutive pushes alternate between two bodies that differ in 2 %
 // of the clusters, and every push has a version and nonce of its own, so
 // the tracker diffs every push as it would istiod's.
-type W1 struct {
+type w1 struct {
 	clusters int
 	pushSequence
 }
 
 // NewW1 builds W1's pushes.
-func NewW1(s Sizes) *W1 {
+func NewW1(s Sizes) *w1 {
 	a, b := clusterVersions(s.W1Clusters, s.W1PadTo)
 	bodies := [2][]byte{sotwBody(a), sotwBody(b)}
-	w := &W1{clusters: s.W1Clusters, pushSequence: pushSequence{
-		method:       MethodSotW,
+	w := &w1{clusters: s.W1Clusters, pushSequence: pushSequence{
+		method:       methodSotW,
 		initial:      mustMarshal(&discovery.DiscoveryRequest{Node: node(0), TypeUrl: codec.TypeCluster}),
 		warmUp:       "push 0", // warms the connection up; the rest are measured
 		checkInitial: checkW1Initial,
@@ -62,13 +62,13 @@ func clusterVersions(n, padTo int) (a, b []proto.Message) {
 	return a, b
 }
 
-func (*W1) ID() string { return "W1" }
+func (*w1) ID() string { return "W1" }
 
-func (w *W1) Describe() string {
+func (w *w1) Describe() string {
 	return fmt.Sprintf("SotW CDS push of %d clusters (%s), ACKed, %d times", w.clusters, sizeMB(w.pushes[0].Len), len(w.pushes)-1)
 }
 
-func (w *W1) Run(ctx context.Context, start StartMiddle) (Result, error) { return w.run(ctx, start) }
+func (w *w1) Run(ctx context.Context, start StartMiddle) (Result, error) { return w.run(ctx, start) }
 
 // checkW1Initial wants the client's first CDS request, with its node.
 func checkW1Initial(s msgStream) error {

@@ -15,25 +15,25 @@ import (
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
-// W2 is many proxies receiving small EDS updates: each of its streams (one
+// w2 is many proxies receiving small EDS updates: each of its streams (one
 // per connection, as each proxy has its own) subscribes to one cluster and
 // receives a 1 KB ClusterLoadAssignment every interval, and ACKs each. The
 // streams' pushes are spread evenly over the interval, a steady flow of
 // endpoint changes across the mesh. The latency of a push is the time from
 // the upstream sending it to the upstream receiving its ACK.
-type W2 struct {
+type w2 struct {
 	streams, rounds int
 	interval        time.Duration
 	initial         [][]byte   // per stream
-	pushes          [][]Msg    // per stream, per round; round 0 warms up
+	pushes          [][]msg    // per stream, per round; round 0 warms up
 	nonces          []string   // per round
 	acks            [][][]byte // per stream, per round
 	index           map[string]int
 }
 
-// NewW2 builds W2's pushes.
-func NewW2(s Sizes) *W2 {
-	w := &W2{streams: s.W2Streams, rounds: s.W2Rounds, interval: s.W2Interval, index: map[string]int{}}
+// newW2 builds W2's pushes.
+func newW2(s Sizes) *w2 {
+	w := &w2{streams: s.W2Streams, rounds: s.W2Rounds, interval: s.W2Interval, index: map[string]int{}}
 	n := 1
 	for proto.Size(endpoints(clusterName(0), n+1, 0)) <= s.W2Size {
 		n++
@@ -47,7 +47,7 @@ func NewW2(s Sizes) *W2 {
 		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{
 			Node: node(i), TypeUrl: codec.TypeEndpoint, ResourceNames: []string{name},
 		}))
-		var pushes []Msg
+		var pushes []msg
 		var acks [][]byte
 		for r := 0; r <= s.W2Rounds; r++ {
 			v := pushVersion("w2", r)
@@ -60,14 +60,14 @@ func NewW2(s Sizes) *W2 {
 	return w
 }
 
-func (*W2) ID() string { return "W2" }
+func (*w2) ID() string { return "W2" }
 
-func (w *W2) Describe() string {
+func (w *w2) Describe() string {
 	return fmt.Sprintf("%d streams, one EDS update of %d B each per %v, ACKed, %d rounds",
 		w.streams, w.pushes[0][0].Len, w.interval, w.rounds)
 }
 
-func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	var (
@@ -84,8 +84,8 @@ func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		latencies = make(chan []time.Duration, w.streams)
 	)
 	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
-		if method != MethodSotW {
-			return wrongMethod(errs, method, MethodSotW)
+		if method != methodSotW {
+			return wrongMethod(errs, method, methodSotW)
 		}
 		var req discovery.DiscoveryRequest
 		if err := recvRequest(s, &req); err != nil {
@@ -199,10 +199,10 @@ func (w *W2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 }
 
 // client is proxy i: it subscribes, checks each push and ACKs it.
-func (w *W2) client(ctx context.Context, cc *grpc.ClientConn, i int) error {
+func (w *w2) client(ctx context.Context, cc *grpc.ClientConn, i int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := xdstest.OpenRaw(ctx, cc, MethodSotW)
+	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
 	if err != nil {
 		return err
 	}

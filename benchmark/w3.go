@@ -16,18 +16,18 @@ import (
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
-// W3 is many idle, synced proxies: each stream (one per connection) gets
+// w3 is many idle, synced proxies: each stream (one per connection) gets
 // its clusters and their endpoints, ACKs both, and then nothing happens.
 // What it measures is the middle's resident memory, goroutines and file
 // descriptors: with no stream, and with every stream synced and left idle
 // for a while. W5 is the same with more streams.
-type W3 struct {
+type w3 struct {
 	id         string
 	streams    int
 	sources    int // client source addresses, 127.0.0.1 onwards
 	settle     time.Duration
 	initial    [][]byte // per stream
-	cds, eds   Msg
+	cds, eds   msg
 	cdsNonce   string
 	edsNonce   string
 	ackCDS     []byte
@@ -35,15 +35,15 @@ type W3 struct {
 	ackEDS     []byte
 }
 
-// NewW3 builds W3's pushes: every stream receives the same ones.
-func NewW3(s Sizes) *W3 { return newIdle("W3", s.W3Streams, s.W3Clusters, 1, s.W3Settle) }
+// newW3 builds W3's pushes: every stream receives the same ones.
+func newW3(s Sizes) *w3 { return newIdle("W3", s.W3Streams, s.W3Clusters, 1, s.W3Settle) }
 
-// NewW5 is W3 with W5's number of streams, spread over W5Sources client
+// newW5 is W3 with W5's number of streams, spread over W5Sources client
 // addresses (each address has its own ephemeral ports towards the middle).
-func NewW5(s Sizes) *W3 { return newIdle("W5", s.W5Streams, s.W3Clusters, s.W5Sources, s.W3Settle) }
+func newW5(s Sizes) *w3 { return newIdle("W5", s.W5Streams, s.W3Clusters, s.W5Sources, s.W3Settle) }
 
-func newIdle(id string, streams, clusterCount, sources int, settle time.Duration) *W3 {
-	w := &W3{id: id, streams: streams, sources: max(1, sources), settle: settle}
+func newIdle(id string, streams, clusterCount, sources int, settle time.Duration) *w3 {
+	w := &w3{id: id, streams: streams, sources: max(1, sources), settle: settle}
 	clusters := xdsconfig.Clusters(clusterCount, 1000)
 	var cds, eds []proto.Message
 	var names []string
@@ -64,13 +64,13 @@ func newIdle(id string, streams, clusterCount, sources int, settle time.Duration
 	return w
 }
 
-func (w *W3) ID() string { return w.id }
+func (w *w3) ID() string { return w.id }
 
-func (w *W3) Describe() string {
+func (w *w3) Describe() string {
 	return fmt.Sprintf("%d streams, one connection each, synced (CDS %s + EDS %s, ACKed) then idle %v", w.streams, sizeMB(w.cds.Len), sizeMB(w.eds.Len), w.settle)
 }
 
-func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+func (w *w3) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	var (
@@ -83,8 +83,8 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 	)
 	defer released()
 	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
-		if method != MethodSotW {
-			return wrongMethod(errs, method, MethodSotW)
+		if method != methodSotW {
+			return wrongMethod(errs, method, methodSotW)
 		}
 		var req discovery.DiscoveryRequest
 		if err := recvRequest(s, &req); err != nil {
@@ -164,8 +164,8 @@ func (w *W3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 
 // client is proxy i: it syncs CDS and EDS, says so with ready, and waits
 // for the upstream to end its stream.
-func (w *W3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
-	s, err := xdstest.OpenRaw(ctx, cc, MethodSotW)
+func (w *w3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
+	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
 	if err != nil {
 		return err
 	}

@@ -11,19 +11,19 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
-// W4 is Delta xDS with a large state and small changes: the client
+// w4 is Delta xDS with a large state and small changes: the client
 // subscribes to N EDS resources, receives them all, then receives pushes
 // that each update 1 % of them (a rolling window over the names), and ACKs
 // every push.
-type W4 struct {
+type w4 struct {
 	resources, churn int
 	pushSequence
 }
 
-// NewW4 builds W4's pushes.
-func NewW4(s Sizes) *W4 {
-	w := &W4{resources: s.W4Resources, churn: s.W4Churn, pushSequence: pushSequence{
-		method:    MethodDelta,
+// newW4 builds W4's pushes.
+func newW4(s Sizes) *w4 {
+	w := &w4{resources: s.W4Resources, churn: s.W4Churn, pushSequence: pushSequence{
+		method:    methodDelta,
 		warmUp:    "the initial state", // not measured
 		expectACK: expectDeltaACK,
 	}}
@@ -67,18 +67,18 @@ func NewW4(s Sizes) *W4 {
 	return w
 }
 
-func (*W4) ID() string { return "W4" }
+func (*w4) ID() string { return "W4" }
 
-func (w *W4) Describe() string {
+func (w *w4) Describe() string {
 	return fmt.Sprintf("Delta EDS: %d resources (%s), then %d pushes of %d changed (%s each), ACKed",
 		w.resources, sizeMB(w.pushes[0].Len), len(w.pushes)-1, w.churn, sizeKB(w.pushes[1].Len))
 }
 
-func (w *W4) Run(ctx context.Context, start StartMiddle) (Result, error) { return w.run(ctx, start) }
+func (w *w4) Run(ctx context.Context, start StartMiddle) (Result, error) { return w.run(ctx, start) }
 
 // checkInitialRequest wants the client's Delta EDS subscription to every
 // resource.
-func (w *W4) checkInitialRequest(s msgStream) error {
+func (w *w4) checkInitialRequest(s msgStream) error {
 	var req discovery.DeltaDiscoveryRequest
 	if err := recvRequest(s, &req); err != nil {
 		return err

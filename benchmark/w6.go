@@ -13,7 +13,7 @@ import (
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
-// W6 is a fan-out: many synced proxies, one connection each, and a config
+// w6 is a fan-out: many synced proxies, one connection each, and a config
 // change that makes the control plane push a new CDS to all of them at the
 // same instant, as istiod's full push does. Every stream is first synced on
 // one version; then every upstream handler, released at once, sends the next
@@ -21,20 +21,20 @@ import (
 // the time from the first send to the last ACK (how long the mesh takes to
 // converge), each stream's time from its send to its ACK, and the middle's
 // CPU during the push.
-type W6 struct {
+type w6 struct {
 	streams          int
 	settle           time.Duration
 	initial          [][]byte       // per stream
 	index            map[string]int // stream by node id
-	sync, push       Msg
+	sync, push       msg
 	syncNonce, next  string
 	ackSync, ackPush []byte
 }
 
-// NewW6 builds W6's two versions of the clusters.
-func NewW6(s Sizes) *W6 {
+// newW6 builds W6's two versions of the clusters.
+func newW6(s Sizes) *w6 {
 	a, b := clusterVersions(s.W6Clusters, 1000)
-	w := &W6{streams: s.W6Streams, settle: s.W6Settle, index: map[string]int{}}
+	w := &w6{streams: s.W6Streams, settle: s.W6Settle, index: map[string]int{}}
 	w.syncNonce, w.next = pushNonce("w6", 1), pushNonce("w6", 2)
 	w.sync = sotwPush(pushVersion("w6", 1), w.syncNonce, codec.TypeCluster, sotwBody(a))
 	w.push = sotwPush(pushVersion("w6", 2), w.next, codec.TypeCluster, sotwBody(b))
@@ -48,9 +48,9 @@ func NewW6(s Sizes) *W6 {
 	return w
 }
 
-func (*W6) ID() string { return "W6" }
+func (*w6) ID() string { return "W6" }
 
-func (w *W6) Describe() string {
+func (w *w6) Describe() string {
 	return fmt.Sprintf("%d streams, one connection each, synced on a CDS of %s, then all pushed the next version (%s) at the same instant, ACKed",
 		w.streams, sizeKB(w.sync.Len), sizeKB(w.push.Len))
 }
@@ -58,7 +58,7 @@ func (w *W6) Describe() string {
 // pushTimes are one stream's push: when the upstream sent it, when the ACK came back.
 type pushTimes struct{ sent, acked time.Time }
 
-func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+func (w *w6) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	var (
@@ -73,8 +73,8 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		times    = make([]pushTimes, w.streams)
 	)
 	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
-		if method != MethodSotW {
-			return wrongMethod(errs, method, MethodSotW)
+		if method != methodSotW {
+			return wrongMethod(errs, method, methodSotW)
 		}
 		var req discovery.DiscoveryRequest
 		if err := recvRequest(s, &req); err != nil {
@@ -171,8 +171,8 @@ func (w *W6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 
 // client is proxy i: it syncs, says so with ready, then receives the push,
 // ACKs it and waits for the upstream to end the stream.
-func (w *W6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
-	s, err := xdstest.OpenRaw(ctx, cc, MethodSotW)
+func (w *w6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
+	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
 	if err != nil {
 		return err
 	}

@@ -15,15 +15,15 @@ import (
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
-// W7 is a sidecar's footprint: one proxy's stream synced with one large
+// w7 is a sidecar's footprint: one proxy's stream synced with one large
 // CDS push, then idle, through a middle started afresh for each push size.
 // Its paths are the pass-through relay (the floor) and adstap itself, the
 // binary, started with the injection template's flags (capture on, to a
 // file), with and without the capture. The resident memory is read right
 // after the upstream received the ACK (synced) and after the stream stayed
 // idle for a while (idle).
-type W7 struct {
-	pushes []Msg
+type w7 struct {
+	pushes []msg
 	nonces []string
 	acks   [][]byte
 	idle   time.Duration
@@ -37,8 +37,8 @@ type Footprint struct {
 }
 
 // NewW7 builds W7's pushes, one per size of Sizes.W7Clusters.
-func NewW7(s Sizes) *W7 {
-	w := &W7{idle: s.W7Idle}
+func NewW7(s Sizes) *w7 {
+	w := &w7{idle: s.W7Idle}
 	for i, n := range s.W7Clusters {
 		var clusters []proto.Message
 		for _, c := range xdsconfig.Clusters(n, s.W1PadTo) {
@@ -52,13 +52,13 @@ func NewW7(s Sizes) *W7 {
 	return w
 }
 
-func (*W7) ID() string { return "W7" }
+func (*w7) ID() string { return "W7" }
 
-// Paths are the relay and adstap with the template's flags, with and
+// paths are the relay and adstap with the template's flags, with and
 // without its capture.
-func (*W7) Paths() []Path { return []Path{Relay, Sidecar, SidecarNoCapture} }
+func (*w7) paths() []Path { return []Path{Relay, Sidecar, SidecarNoCapture} }
 
-func (w *W7) Describe() string {
+func (w *w7) Describe() string {
 	var sizes string
 	for i, p := range w.pushes {
 		if i > 0 {
@@ -69,7 +69,7 @@ func (w *W7) Describe() string {
 	return fmt.Sprintf("one stream, a middle started afresh for each SotW CDS push (%s), ACKed, then idle %v", sizes, w.idle)
 }
 
-func (w *W7) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
+func (w *w7) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -89,14 +89,14 @@ func (w *W7) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 }
 
 // one runs push i through a fresh middle.
-func (w *W7) one(ctx context.Context, start StartMiddle, i int) (f Footprint, window Window, err error) {
+func (w *w7) one(ctx context.Context, start StartMiddle, i int) (f Footprint, window Window, err error) {
 	errs := newFirstError()
 	var acked atomic.Bool
 	ackSeen, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	m, stop, err := startPath(start, func(method string, s grpc.ServerStream) error {
-		if method != MethodSotW {
-			return wrongMethod(errs, method, MethodSotW)
+		if method != methodSotW {
+			return wrongMethod(errs, method, methodSotW)
 		}
 		if err := checkW1Initial(s); err != nil {
 			return upstreamFailed(errs, err)
@@ -122,7 +122,7 @@ func (w *W7) one(ctx context.Context, start StartMiddle, i int) (f Footprint, wi
 	defer cc.Close()
 	sctx, endStream := context.WithCancel(ctx)
 	defer endStream()
-	s, err := xdstest.OpenRaw(sctx, cc, MethodSotW)
+	s, err := xdstest.OpenRaw(sctx, cc, methodSotW)
 	if err != nil {
 		return f, window, err
 	}

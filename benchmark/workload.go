@@ -27,7 +27,7 @@ func PathsOf(w Workload) []Path {
 	if o, ok := w.(interface{ Paths() []Path }); ok {
 		return o.Paths()
 	}
-	return StandardPaths
+	return standardPaths
 }
 
 // Result is one run of a workload over one path.
@@ -112,15 +112,15 @@ func NewWorkload(id string, s Sizes) Workload {
 	case "W1":
 		return NewW1(s)
 	case "W2":
-		return NewW2(s)
+		return newW2(s)
 	case "W3":
-		return NewW3(s)
+		return newW3(s)
 	case "W4":
-		return NewW4(s)
+		return newW4(s)
 	case "W5":
-		return NewW5(s)
+		return newW5(s)
 	case "W6":
-		return NewW6(s)
+		return newW6(s)
 	case "W7":
 		return NewW7(s)
 	}

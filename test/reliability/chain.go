@@ -43,12 +43,12 @@ func (c *Chain) Add(frame []byte) {
 // Len is the number of frames in the chain.
 func (c *Chain) Len() int { return c.n }
 
-// Link is the chain's current link.
-func (c *Chain) Link() [32]byte { return c.link }
+// currentLink is the chain's current link.
+func (c *Chain) currentLink() [32]byte { return c.link }
 
-// LinkAt is the link after the first n frames; ok is false when n is past
+// linkAtIndex is the link after the first n frames; ok is false when n is past
 // the end or the links were not kept.
-func (c *Chain) LinkAt(n int) (link [32]byte, ok bool) {
+func (c *Chain) linkAtIndex(n int) (link [32]byte, ok bool) {
 	if n < 0 || n >= len(c.links) {
 		return link, false
 	}
@@ -58,6 +58,6 @@ func (c *Chain) LinkAt(n int) (link [32]byte, ok bool) {
 // IsPrefixOf reports whether the frames received (c) are exactly the first
 // c.Len() frames sent (sent, which keeps its links).
 func (c *Chain) IsPrefixOf(sent *Chain) bool {
-	link, ok := sent.LinkAt(c.n)
+	link, ok := sent.linkAtIndex(c.n)
 	return ok && link == c.link
 }

@@ -48,10 +48,10 @@ func RunChildIfAsked() {
 	os.Exit(0)
 }
 
-// ChildPush is the push a child upstream of pushBytes answers every stream
+// pushInChild is the push a child upstream of pushBytes answers every stream
 // with: a CDS DiscoveryResponse of Istio-shaped clusters, deterministically
 // encoded so that parent and child agree on its bytes.
-func ChildPush(pushBytes int) []byte {
+func pushInChild(pushBytes int) []byte {
 	const per = 100_000
 	n := max(1, pushBytes/per)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&discovery.DiscoveryResponse{
@@ -66,7 +66,7 @@ func ChildPush(pushBytes int) []byte {
 func runChildUpstream() error {
 	pushBytes, _ := strconv.Atoi(os.Getenv(childPush))
 	rate, _ := strconv.Atoi(os.Getenv(childRate))
-	push := ChildPush(pushBytes)
+	push := pushInChild(pushBytes)
 	out := &lineWriter{}
 	lis, err := net.Listen("tcp", os.Getenv(childAddr))
 	if err != nil {
@@ -163,8 +163,8 @@ type ChildOptions struct {
 	BytesPerSecond int    // 0: as fast as loopback goes
 }
 
-// Child is a control plane in a process of its own.
-type Child struct {
+// child is a control plane in a process of its own.
+type child struct {
 	Addr     string
 	PushSize int
 	PushHash [32]byte
@@ -178,7 +178,7 @@ type Child struct {
 
 // StartChild starts a child upstream and waits until it listens. It is
 // killed at cleanup if the test has not killed it.
-func StartChild(t testing.TB, o ChildOptions) *Child {
+func StartChild(t testing.TB, o ChildOptions) *child {
 	t.Helper()
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:0"
@@ -203,7 +203,7 @@ func StartChild(t testing.TB, o ChildOptions) *Child {
 		t.Fatalf("reliability: start child upstream: %v", err)
 	}
 	pw.Close()
-	c := &Child{cmd: cmd, lines: make(chan string, 1024), read: make(chan struct{}), exited: make(chan struct{})}
+	c := &child{cmd: cmd, lines: make(chan string, 1024), read: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
 		defer close(c.read)
 		defer pr.Close()
@@ -242,7 +242,7 @@ func StartChild(t testing.TB, o ChildOptions) *Child {
 
 // WaitLine returns the next line of the child's output that starts with one
 // of prefixes, skipping others, or false after d or when the child exits.
-func (c *Child) WaitLine(d time.Duration, prefixes ...string) (string, bool) {
+func (c *child) WaitLine(d time.Duration, prefixes ...string) (string, bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
@@ -263,7 +263,7 @@ func (c *Child) WaitLine(d time.Duration, prefixes ...string) (string, bool) {
 
 // Kill sends SIGKILL and waits for the process to be gone; it returns when
 // the kill was sent.
-func (c *Child) Kill() time.Time {
+func (c *child) Kill() time.Time {
 	var at time.Time
 	c.once.Do(func() {
 		at = time.Now()

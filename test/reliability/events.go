@@ -6,16 +6,16 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// Events is a track.Sink that counts what the tracker emitted.
-type Events struct {
+// events is a track.Sink that counts what the tracker emitted.
+type events struct {
 	mu sync.Mutex
-	c  EventCounts
+	c  eventCounts
 }
 
-var _ track.Sink = (*Events)(nil)
+var _ track.Sink = (*events)(nil)
 
-// EventCounts are the tracker's events, counted by kind.
-type EventCounts struct {
+// eventCounts are the tracker's events, counted by kind.
+type eventCounts struct {
 	StreamsOpened, StreamsClosed int
 	Requests                     map[track.RequestKind]int
 	PushesSent                   int
@@ -31,7 +31,7 @@ type EventCounts struct {
 }
 
 // RequestsTotal is every request the tracker classified.
-func (c EventCounts) RequestsTotal() int {
+func (c eventCounts) RequestsTotal() int {
 	n := 0
 	for _, v := range c.Requests {
 		n += v
@@ -40,7 +40,7 @@ func (c EventCounts) RequestsTotal() int {
 }
 
 // PushesEndedTotal is every push that got an outcome.
-func (c EventCounts) PushesEndedTotal() int {
+func (c eventCounts) PushesEndedTotal() int {
 	n := 0
 	for _, v := range c.PushesEnded {
 		n += v
@@ -49,7 +49,7 @@ func (c EventCounts) PushesEndedTotal() int {
 }
 
 // OnEvent counts e.
-func (ev *Events) OnEvent(e track.Event) {
+func (ev *events) OnEvent(e track.Event) {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	c := &ev.c
@@ -88,7 +88,7 @@ func (ev *Events) OnEvent(e track.Event) {
 }
 
 // Counts returns a copy of the counts so far.
-func (ev *Events) Counts() EventCounts {
+func (ev *events) Counts() eventCounts {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	c := ev.c

@@ -18,8 +18,8 @@ func HeapAfterGC() uint64 {
 	return m.HeapAlloc
 }
 
-// MiB formats bytes as mebibytes.
-func MiB(b uint64) float64 { return float64(b) / (1 << 20) }
+// mebibytes formats bytes as mebibytes.
+func mebibytes(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // Latencies collects durations from several goroutines, each with the time
 // it was taken at.
@@ -29,8 +29,8 @@ type Latencies struct {
 	at []time.Time
 }
 
-// Add records one duration, taken now.
-func (l *Latencies) Add(d time.Duration) { l.AddAt(time.Now(), d) }
+// add records one duration, taken now.
+func (l *Latencies) add(d time.Duration) { l.AddAt(time.Now(), d) }
 
 // AddAt records one duration taken at at.
 func (l *Latencies) AddAt(at time.Time, d time.Duration) {

@@ -12,8 +12,8 @@ import (
 // SoakEnv turns on the long form of every test in this package.
 const SoakEnv = "ADSTAP_SOAK"
 
-// FiguresEnv names a file the figures are appended to, one JSON object a line.
-const FiguresEnv = "ADSTAP_FIGURES"
+// figuresEnv names a file the figures are appended to, one JSON object a line.
+const figuresEnv = "ADSTAP_FIGURES"
 
 // Long reports whether the long form runs (ADSTAP_SOAK=1).
 func Long() bool {
@@ -32,8 +32,8 @@ func Pick[T any](short, long T) T {
 	return short
 }
 
-// Form names the form that runs: "short" or "long".
-func Form() string { return Pick("short", "long") }
+// formFigure names the form that runs: "short" or "long".
+func formFigure() string { return Pick("short", "long") }
 
 var figuresMu sync.Mutex
 
@@ -42,13 +42,13 @@ var figuresMu sync.Mutex
 func Figure(t testing.TB, name string, format string, args ...any) {
 	t.Helper()
 	value := fmt.Sprintf(format, args...)
-	t.Logf("FIGURE %s [%s]: %s", name, Form(), value)
-	path := os.Getenv(FiguresEnv)
+	t.Logf("FIGURE %s [%s]: %s", name, formFigure(), value)
+	path := os.Getenv(figuresEnv)
 	if path == "" {
 		return
 	}
 	line, _ := json.Marshal(map[string]string{
-		"test": t.Name(), "form": Form(), "name": name, "value": value, "time": time.Now().UTC().Format(time.RFC3339),
+		"test": t.Name(), "form": formFigure(), "name": name, "value": value, "time": time.Now().UTC().Format(time.RFC3339),
 	})
 	figuresMu.Lock()
 	defer figuresMu.Unlock()

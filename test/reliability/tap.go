@@ -40,17 +40,17 @@ type Tap struct {
 	Tracker *track.Tracker
 	Metrics *export.Metrics
 	Tracing *export.Tracing // nil without TapOptions.Tracing
-	Events  *Events
-	Log     *LogBuffer
+	Events  *events
+	Log     *logBuffer
 }
 
 // StartTap starts a tap in front of o.Upstream on a free loopback port. It is
 // shut down at cleanup, as SIGTERM would: streams end, spans are flushed.
 func StartTap(t testing.TB, o TapOptions) *Tap {
 	t.Helper()
-	logBuf := &LogBuffer{}
+	logBuf := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logBuf, nil))
-	events := &Events{}
+	events := &events{}
 	running, err := pipeline.Start(context.Background(), pipeline.RunConfig{
 		Tap:     tap.Config{Upstream: o.Upstream},
 		Observe: pipeline.Config{Logger: log, Version: "reliability", Detect: o.Detect, Tracing: o.Tracing, Sinks: []track.Sink{events}},
@@ -117,9 +117,9 @@ func OpenADS(t testing.TB, ctx context.Context, cc *grpc.ClientConn) grpc.Client
 // SotW is what the relay counted on SotW streams.
 func (tp *Tap) SotW() codec.ProtocolStats { return tp.Server.Stats()[codec.SotW] }
 
-// LogBuffer is the live log of a tap: every line counted, the first 4 MiB
+// logBuffer is the live log of a tap: every line counted, the first 4 MiB
 // kept, and every warning and error kept (up to 4 MiB more).
-type LogBuffer struct {
+type logBuffer struct {
 	mu       sync.Mutex
 	head     bytes.Buffer
 	warnings bytes.Buffer
@@ -129,7 +129,7 @@ type LogBuffer struct {
 
 const logKeep = 4 << 20
 
-func (l *LogBuffer) Write(p []byte) (int, error) {
+func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines += bytes.Count(p, []byte{'\n'})
@@ -153,8 +153,8 @@ func (l *LogBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Lines is how many lines the tap logged.
-func (l *LogBuffer) Lines() int {
+// allLines is how many lines the tap logged.
+func (l *logBuffer) allLines() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lines
@@ -162,7 +162,7 @@ func (l *LogBuffer) Lines() int {
 
 // Count is how many kept lines contain s: lines of the first 4 MiB, and
 // warnings and errors after them.
-func (l *LogBuffer) Count(s string) int {
+func (l *logBuffer) Count(s string) int {
 	n := 0
 	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, s) {
@@ -174,7 +174,7 @@ func (l *LogBuffer) Count(s string) int {
 
 // String is the kept log: its first 4 MiB, then the warnings and errors
 // that came after.
-func (l *LogBuffer) String() string {
+func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.head.Len() < logKeep {
