@@ -249,12 +249,16 @@ func TestCollectorDownOrSilent(t *testing.T) {
 	until, resumed := r.resumed("back", resumeLimit)
 	back := r.run("back", rel.Forward, phaseLength, until)
 
+	// On a machine too loaded for either tap to keep pace, the twin falls
+	// short too: a phase fails when the tap misses the pace and does worse
+	// than its twin, which the collector's outage never reaches.
+	pace := int(phaseLength / r.pinger.interval)
 	for _, res := range []phaseResult{working, down, silent, back} {
-		if res.n < int(phaseLength/r.pinger.interval) || res.controlN < int(phaseLength/r.pinger.interval) {
-			t.Errorf("%s: only %d (%d on the control tap) pushes ACKed in %v", res.phase, res.n, res.controlN, phaseLength)
+		if res.n == 0 || (res.n < pace && res.n < res.controlN*9/10) {
+			t.Errorf("%s: only %d pushes ACKed in %v (%d on the twin tap, %d at the pace sent)", res.phase, res.n, phaseLength, res.controlN, pace)
 		}
-		if res.p99 > time.Second {
-			t.Errorf("%s: push→ACK p99 %v through the tap; want far under a second", res.phase, res.p99)
+		if res.p99 > time.Second && res.p99 > 2*res.controlP99 {
+			t.Errorf("%s: push→ACK p99 %v through the tap (%v through its twin); want far under a second", res.phase, res.p99, res.controlP99)
 		}
 		// The twins' ratio with the collector up is the floor the other
 		// phases are compared with.
