@@ -32,7 +32,7 @@ type acceptedHarness struct {
 const pieceSize = 64
 
 func newAcceptedHarness(t *testing.T, cfg track.Config, method string) *acceptedHarness {
-	cfg.HandOverAccepted = true
+	cfg.HandOverAccepted = 1
 	return &acceptedHarness{keepHarness: newKeepHarness(t, cfg, method)}
 }
 
