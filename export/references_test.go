@@ -233,7 +233,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 		}
 		return out
 	}
-	s.pushAndACK(codec.TypeCluster, "c1", clusters("")...) // held whole
+	s.pushAndACK(codec.TypeCluster, "c1", clusters("")...)                                          // held whole
 	s.pushAndACK(codec.TypeCluster, "c2", clusters("outbound|80||svc-3.shop.svc.cluster.local")...) // kept compact
 	s.push(codec.TypeCluster, "c3", clusters("outbound|80||svc-4.shop.svc.cluster.local")...)
 	s.pushAndACK(codec.TypeCluster, "c4", clusters("outbound|80||svc-5.shop.svc.cluster.local")...) // supersedes c3
