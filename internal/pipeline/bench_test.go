@@ -318,56 +318,30 @@ func BenchmarkObserverLargePush(b *testing.B) {
 // cluster in fifty differs between the versions, as in a config change;
 // in "all-changed" every cluster does.
 func BenchmarkRetainPush(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		every int // one cluster in every changes
-	}{{"2%-changed", 50}, {"all-changed", 1}} {
-		b.Run(bc.name, func(b *testing.B) {
-			var v1, v2 []proto.Message
-			for i, r := range xdsconfig.Clusters(1000, 1000) {
-				v1 = append(v1, r)
-				if i%bc.every == 0 {
-					c := proto.Clone(r).(*clusterv3.Cluster)
-					c.ConnectTimeout = durationpb.New(7 * time.Second)
-					r = c
-				}
-				v2 = append(v2, r)
-			}
-			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { closePipeline(b, p) })
-			o, s, at := p.Tracking(), benchStream(1), benchT0
-			page := p.Pages()["GET /debug/config"]
-			pushes := [][]byte{benchPush(b, codec.TypeCluster, 1, v1), benchPush(b, codec.TypeCluster, 2, v2)}
-			acks := [][]byte{benchACK(b, codec.TypeCluster, 1, nil), benchACK(b, codec.TypeCluster, 2, nil)}
-			o.OnStreamOpen(s)
-			o.OnFrame(s, request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, 0), TypeUrl: codec.TypeCluster})))
-			n := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				at = at.Add(time.Millisecond)
-				o.OnFrame(s, response(at, pushes[n%2]))
-				o.OnFrame(s, request(at, acks[n%2]))
-				n++
-				rec := httptest.NewRecorder()
-				page.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=none", nil))
-				if rec.Code != http.StatusNotFound {
-					b.Fatalf("/debug/config?type=none: %d, want 404", rec.Code)
-				}
-			}
-		})
-	}
+	benchCDSVersions(b, pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20}, func(p *pipeline.Pipeline) {
+		rec := httptest.NewRecorder()
+		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=none", nil))
+		if rec.Code != http.StatusNotFound {
+			b.Fatalf("/debug/config?type=none: %d, want 404", rec.Code)
+		}
+	})
 }
 
 // BenchmarkReferencesPush is the reference check's path
-// (--check-references) for one stream synced on a CDS of 1,000 clusters:
-// one op is a push of the other of two versions, its ACK, and
-// /debug/streams' wait for the check to have applied it. In "2%-changed"
-// one cluster in fifty differs between the versions, as in a config
-// change; in "all-changed" every cluster does.
+// (--check-references), as BenchmarkRetainPush: one op is a push, its ACK,
+// and /debug/streams' wait for the check to have applied it.
 func BenchmarkReferencesPush(b *testing.B) {
+	benchCDSVersions(b, pipeline.Config{Logger: slog.New(slog.DiscardHandler), CheckReferences: true}, func(p *pipeline.Pipeline) {
+		p.References.Dangling(context.Background(), "")
+	})
+}
+
+// benchCDSVersions runs, on a pipeline made with cfg, one stream synced on a
+// CDS of 1,000 clusters: one op is a push of the other of two versions, its
+// ACK, and wait for the output's work. In "2%-changed" one cluster in fifty
+// differs between the versions, as in a config change; in "all-changed"
+// every cluster does.
+func benchCDSVersions(b *testing.B, cfg pipeline.Config, wait func(*pipeline.Pipeline)) {
 	for _, bc := range []struct {
 		name  string
 		every int // one cluster in every changes
@@ -383,7 +357,7 @@ func BenchmarkReferencesPush(b *testing.B) {
 				}
 				v2 = append(v2, r)
 			}
-			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(slog.DiscardHandler), CheckReferences: true})
+			p, err := pipeline.NewUnstarted(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -400,7 +374,7 @@ func BenchmarkReferencesPush(b *testing.B) {
 				o.OnFrame(s, response(at, pushes[n%2]))
 				o.OnFrame(s, request(at, acks[n%2]))
 				n++
-				p.References.Dangling(context.Background(), "")
+				wait(p)
 			}
 		})
 	}
