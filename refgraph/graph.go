@@ -270,20 +270,6 @@ func (g *Graph) has(typeURL string, n name) bool {
 	return ok
 }
 
-// touchKept marks for a check a resource the client keeps as it was, as
-// storing it again would.
-func (g *Graph) touchKept(typeURL string, n name, ch *changeSet) {
-	switch typeURL {
-	case codec.TypeCluster:
-		ch.touch(owner{'c', n})
-	case codec.TypeListener:
-		ch.touch(owner{'l', n})
-	case codec.TypeRoute:
-		ch.touch(owner{'r', n})
-	case codec.TypeEndpoint:
-		g.touchUsers(n, ch)
-	}
-}
 
 // Requested applies what a request says of the client's subscription: in
 // SotW its names are what it wants (others of the type are dropped, but for
@@ -391,7 +377,7 @@ func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
 	}
 	for _, r := range p.resources {
 		if r.kept && g.has(typeURL, r.name) {
-			g.touchKept(typeURL, r.name, ch)
+			// As it was: what it refers to is checked when that changes.
 			continue
 		}
 		// A resource kept that the graph lacks is kept by its name alone.

@@ -362,7 +362,7 @@ func benchCDSVersions(b *testing.B, cfg pipeline.Config, wait func(*pipeline.Pip
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { closePipeline(b, p) })
-			o, s, at := p.Tracking(), benchStream(1), benchT0
+			o, s, at := p.TapObserver(), benchStream(1), benchT0
 			pushes := [][]byte{benchPush(b, codec.TypeCluster, 1, v1), benchPush(b, codec.TypeCluster, 2, v2)}
 			acks := [][]byte{benchACK(b, codec.TypeCluster, 1, nil), benchACK(b, codec.TypeCluster, 2, nil)}
 			o.OnStreamOpen(s)
