@@ -270,7 +270,6 @@ func (g *Graph) has(typeURL string, n name) bool {
 	return ok
 }
 
-
 // Requested applies what a request says of the client's subscription: in
 // SotW its names are what it wants (others of the type are dropped, but for
 // a wildcard); in Delta it drops what it unsubscribes from.
