@@ -255,3 +255,22 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 		t.Errorf("%d buffers of %d back in the pool", puts, gets)
 	}
 }
+
+// TestReferencesApplyAnACKBeforeItsSubscriptionChange: a request that ACKs
+// a push and drops a name from the subscription leaves the client with the
+// push applied, then without what it dropped: the route configuration it
+// no longer wants, whose route leads nowhere, is gone, and nothing dangles.
+func TestReferencesApplyAnACKBeforeItsSubscriptionChange(t *testing.T) {
+	leakcheck.Check(t)
+	r := export.NewReferences(export.ReferencesConfig{})
+	defer r.Close(context.Background())
+	s := openRefStream(t, track.Config{}, r)
+	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("y", false)))
+	s.asked[codec.TypeRoute] = true
+	s.request(&codec.Request{TypeURL: codec.TypeRoute, ResourceNames: []string{"a", "b"}})
+	s.push(codec.TypeRoute, "r1", xdstest.MustAny(xdsconfig.Route("a", "greeter", "x")), xdstest.MustAny(xdsconfig.Route("b", "greeter", "y")))
+	s.request(&codec.Request{TypeURL: codec.TypeRoute, VersionInfo: "1", ResponseNonce: "r1", ResourceNames: []string{"b"}})
+	if got := r.Dangling(context.Background(), ""); len(got) != 0 {
+		t.Errorf("Dangling() = %+v, want nothing: the route configuration to x was dropped after the ACK", got)
+	}
+}
