@@ -127,7 +127,14 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 	case track.StreamClosed:
 		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
-		c.ended(e.Push, e.Accepted)
+		a := e.Accepted
+		if e.Result == track.ResultSuperseded {
+			// Retained once acknowledged only: the tracker hands a push
+			// it assumes applied over for the reference check.
+			a.Release()
+			a = nil
+		}
+		c.ended(e.Push, a)
 	case track.LateAnswer:
 		c.ended(e.Push, e.Accepted)
 	}

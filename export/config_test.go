@@ -54,7 +54,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 				}()
 				sinks = append(sinks, tr)
 			}
-			tk := track.New(track.Config{HandOverAccepted: true, HandOverChanged: tracing})
+			tk := track.New(track.Config{HandOverAccepted: 1, HandOverChanged: tracing})
 			at := t0
 			feed := func(evs []track.Event) {
 				for _, e := range evs {

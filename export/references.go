@@ -7,14 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/mem"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/origin"
-	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
 )
@@ -31,23 +30,29 @@ const DefaultReferencesGrace = 15 * time.Second
 // it starts and when it ends, in the live log, on /debug/streams, as metrics
 // and on spans.
 //
-// It reads pushes off the relay and off the tracker's lock: the wiring hands
-// it each frame's bytes by reference (Response, Request), which it scans on a
-// goroutine of its own, behind a bounded queue, and lets go of at once; the
-// tracker's verdicts (OnEvent) come through the same queue, so a push is
-// scanned before its answer is applied. What does not fit in the queue is
-// dropped and counted (adstap_output_dropped_total{output="references"}), and
-// the stream it belonged to is no longer checked, since its graph would be
-// wrong.
+// It is a track.Sink fed by the tracker alone: the tracker keeps each push
+// until its answer and hands an accepted one over (track.Accepted, with
+// track.Config.HandOverAccepted), its resources as the tap decoded them, by
+// reference; the requests come with RequestSeen. References never sees a
+// push awaiting its answer and never decodes one. It scans what was
+// accepted into the graph on a goroutine of its own, behind a bounded
+// queue, and then lets go of it. Beyond the bound the queue holds one
+// hand-over larger than the whole bound, so a push bigger than the queue (a
+// 40 MB CDS push, the queue 16 MiB) is checked rather than lost, one at a
+// time. What does not fit is let go of and counted
+// (adstap_output_dropped_total{output="references"}), and the stream it
+// belonged to is no longer checked, since its graph would be wrong.
 type References struct {
 	grace   time.Duration
 	log     *slog.Logger
 	detail  bool
 	tracing *Tracing
 	q       *queue[refOp]
+	// large is set while the hand-over held beyond the queue's bound waits.
+	large atomic.Bool
 
-	// resp and req are reused by the queue's goroutine.
-	resp codec.Response
+	// res is the queue goroutine's scratch space for a push's resources.
+	res []refgraph.Resource
 
 	mu      sync.Mutex
 	streams map[uint64]*refStream
@@ -63,27 +68,42 @@ type refStream struct {
 	ref   *track.StreamRef // from its first verdict, for the spans
 	// off says why the stream's references are no longer checked.
 	off string
+	// answering is a request that answers the latest push of its type,
+	// applied once that push's answer is: the client applies the push
+	// before what its request changes of the subscription.
+	answering *refOp
 }
 
 type refOp struct {
-	kind     uint8
-	stream   uint64
-	delta    bool
-	data     mem.BufferSlice
+	kind   uint8
+	stream uint64
+	delta  bool
+	// refAnswer: the push that ended, and what the client accepted of it
+	// (nil when nothing: a NACK, the stream's end).
 	push     track.Push
-	accepted bool
-	at       time.Time
+	accepted *track.Accepted
+	// large: accepted is the hand-over held beyond the queue's bound.
+	large bool
+	// refRequest: the request, and whether it answers the latest push.
+	req     *codec.Request
+	answers bool
+	// refLost: why the stream is no longer checked.
+	why string
+	at  time.Time
 }
 
 const (
 	refOpen = iota
-	refResponse
 	refRequest
 	refAnswer
 	refClose
-	refLost // a frame of the stream was not checked
+	refLost // something of the stream was not checked
 	refTick
 )
+
+// unchecked says why a stream is no longer checked when a push or a request
+// of it was lost.
+const unchecked = "pushes or requests of the stream went unchecked (a full queue or skipped observation): its reference graph would be wrong"
 
 var _ track.Sink = (*References)(nil)
 
@@ -91,8 +111,8 @@ var _ track.Sink = (*References)(nil)
 type ReferencesConfig struct {
 	// Grace is DefaultReferencesGrace when 0.
 	Grace time.Duration
-	// QueueBytes bounds the bytes of frames waiting to be scanned
-	// (DefaultOutputQueueBytes when 0).
+	// QueueBytes bounds the bytes of accepted pushes waiting to be scanned
+	// (DefaultOutputQueueBytes when 0), but for one larger than that.
 	QueueBytes int64
 	Logger     *slog.Logger
 	// Registry, when set, gets the metrics.
@@ -131,62 +151,103 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "frames (their streams are no longer checked)"),
-		func(op refOp) { op.data.Free() }) // a frame dropped at Close's deadline gives its buffers back
+	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "accepted pushes and requests (their streams are no longer checked)"),
+		r.release) // a push dropped at Close's deadline is let go of
 	return r
 }
 
 // Tick reports the references that have waited past the grace by now; call
 // it about once a second (the pipeline's clock does), so they are noticed
-// when no frame arrives.
+// when no push is accepted.
 func (r *References) Tick(now time.Time) { r.q.put(refOp{kind: refTick, at: now}, 16, true) }
 
-// OpenStream starts checking a stream.
-func (r *References) OpenStream(id uint64, p codec.Protocol) {
-	if p != codec.Opaque {
-		r.q.put(refOp{kind: refOpen, stream: id, delta: p == codec.Delta}, 64, true)
-	}
-}
-
-// CloseStream forgets a stream.
-func (r *References) CloseStream(id uint64) { r.q.put(refOp{kind: refClose, stream: id}, 64, true) }
-
-// Response hands over a push's bytes, which References references (Ref) until
-// it has scanned them. It never waits.
-func (r *References) Response(id uint64, at time.Time, data mem.BufferSlice) {
-	r.frame(refResponse, id, at, data)
-}
-
-// Request hands over a request's bytes, as Response does.
-func (r *References) Request(id uint64, at time.Time, data mem.BufferSlice) {
-	r.frame(refRequest, id, at, data)
-}
-
-func (r *References) frame(kind uint8, id uint64, at time.Time, data mem.BufferSlice) {
-	data.Ref()
-	if !r.q.put(refOp{kind: kind, stream: id, at: at, data: data}, data.Len(), false) {
-		data.Free()
-		r.q.put(refOp{kind: refLost, stream: id}, 64, true)
-	}
-}
-
-// OnEvent takes the tracker's verdicts on pushes, and its gaps.
+// OnEvent follows the streams, their requests and the tracker's verdicts on
+// their pushes, and takes each accepted push the tracker hands over. It
+// never waits.
 func (r *References) OnEvent(e track.Event) {
 	switch e := e.(type) {
-	case track.PushEnded:
-		accepted := e.Result == track.ResultACK || e.Result == track.ResultSuperseded
-		if e.Result == track.ResultTimeout {
-			return // kept for a late answer
+	case track.StreamOpened:
+		if e.Stream.Protocol != codec.Opaque {
+			r.q.put(refOp{kind: refOpen, stream: e.Stream.ID, delta: e.Stream.Protocol == codec.Delta}, 64, true)
 		}
-		r.q.put(refOp{kind: refAnswer, stream: e.Push.StreamID, push: e.Push, accepted: accepted, at: e.At}, 256, true)
+	case track.StreamClosed:
+		r.q.put(refOp{kind: refClose, stream: e.Stream.ID}, 64, true)
+	case track.RequestSeen:
+		if e.Request != nil {
+			r.request(e)
+		}
+	case track.PushEnded:
+		switch e.Result {
+		case track.ResultTimeout:
+			// Kept for a late answer.
+		case track.ResultACK, track.ResultSuperseded:
+			r.ended(e.Push, e.Accepted, e.At)
+		default:
+			r.ended(e.Push, nil, e.At)
+		}
 	case track.LateAnswer:
-		r.q.put(refOp{kind: refAnswer, stream: e.Push.StreamID, push: e.Push, accepted: e.Result == track.ResultACK, at: e.At}, 256, true)
+		r.ended(e.Push, e.Accepted, e.At)
 	case track.ObservationGap:
-		r.q.put(refOp{kind: refLost, stream: e.StreamID}, 64, true)
+		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
 }
 
-// Dropped counts the frames dropped because the queue was full.
+// request queues what a request says of the client's subscription.
+func (r *References) request(e track.RequestSeen) {
+	req := e.Request
+	size := 256
+	for _, names := range [][]string{req.ResourceNames, req.Subscribe, req.Unsubscribe} {
+		for _, n := range names {
+			size += len(n) + 16
+		}
+	}
+	if !r.q.put(refOp{kind: refRequest, stream: e.StreamID, req: req, answers: e.Answers, at: e.At}, size, false) {
+		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
+	}
+}
+
+// ended queues the end of a push, with what the client accepted of it (a
+// nil a: nothing). An accepted push that does not fit is let go of, and its
+// stream is no longer checked.
+func (r *References) ended(p track.Push, a *track.Accepted, at time.Time) {
+	op := refOp{kind: refAnswer, stream: p.StreamID, push: p, at: at}
+	if a == nil || a.NotKept != "" {
+		if a != nil {
+			op.why = "the tracker did not keep a push the client accepted: " + a.NotKept
+		}
+		r.q.put(op, 256, true)
+		return
+	}
+	op.accepted = a
+	var queued bool
+	if a.Bytes > r.q.maxBytes && r.large.CompareAndSwap(false, true) {
+		// Larger than the whole queue: held beyond it, alone.
+		op.large = true
+		if queued = r.q.put(op, 256, true); !queued {
+			r.large.Store(false)
+		}
+	} else {
+		queued = r.q.put(op, int(a.Bytes)+256, false)
+	}
+	if !queued {
+		a.Release()
+		r.q.put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
+	}
+}
+
+// release lets go of what an op holds, done or dropped.
+func (r *References) release(op refOp) {
+	if op.accepted == nil {
+		return
+	}
+	op.accepted.Release()
+	if op.large {
+		r.large.Store(false)
+	}
+}
+
+// Dropped counts the accepted pushes and requests dropped because the queue
+// was full.
 func (r *References) Dropped() uint64 { return r.q.Dropped() }
 
 // Close stops checking, once what waits is done or ctx is done.
@@ -195,9 +256,7 @@ func (r *References) Close(ctx context.Context) error {
 }
 
 func (r *References) do(op refOp) {
-	if op.data != nil {
-		defer op.data.Free()
-	}
+	defer r.release(op)
 	if op.kind == refTick {
 		r.mu.Lock()
 		for id, st := range r.streams {
@@ -226,22 +285,15 @@ func (r *References) do(op refOp) {
 		return
 	}
 	switch op.kind {
-	case refResponse:
-		// Decoded again, here rather than on the tracker's goroutine: the
-		// envelope is a scan, and the resources are read only here.
-		if err := r.resp.DecodeBuffers(op.data, st.graph.Delta()); err == nil {
-			st.graph.Sent(&r.resp)
-		}
 	case refRequest:
-		var b []byte
-		if len(op.data) == 1 {
-			b = op.data[0].ReadOnlyData()
-		} else {
-			b = op.data.Materialize()
+		if st.answering != nil {
+			r.requested(op.stream, st, st.answering)
 		}
-		if req, err := redact.DecodeRequest(b, st.graph.Delta()); err == nil {
-			r.report(op.stream, st, nil, st.graph.Requested(req, op.at, 0))
+		if op.answers {
+			st.answering = &op
+			return
 		}
+		r.requested(op.stream, st, &op)
 	case refAnswer:
 		if op.push.Node.ID != "" {
 			st.node = op.push.Node.ID
@@ -249,12 +301,48 @@ func (r *References) do(op refOp) {
 		if op.push.Ref != nil {
 			st.ref = op.push.Ref
 		}
-		r.report(op.stream, st, &op.push, st.graph.Answered(op.push.TypeURL, op.push.Nonce, op.accepted, op.at, op.push.Round))
+		switch {
+		case op.why != "":
+			r.stop(op.stream, st, op.why)
+			return
+		case op.accepted != nil:
+			res := r.resources(op.accepted)
+			changes := st.graph.Accepted(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
+			clear(res) // the bodies are not to be read once the push is let go of
+			r.report(op.stream, st, &op.push, changes)
+		}
+		if req := st.answering; req != nil {
+			st.answering = nil
+			r.requested(op.stream, st, req)
+		}
 	case refLost:
-		st.off = "frames of the stream went unchecked (a full queue or skipped observation): its reference graph would be wrong"
-		r.log.Warn(fmt.Sprintf("stream %d: references no longer checked: %s", op.stream, st.off), "stream", op.stream)
-		r.forget(st)
+		r.stop(op.stream, st, op.why)
 	}
+}
+
+// resources are an accepted push's resources as the graph reads them, in
+// scratch space reused from push to push.
+func (r *References) resources(a *track.Accepted) []refgraph.Resource {
+	res := r.res[:0]
+	for i := range a.Resources {
+		v := &a.Resources[i]
+		res = append(res, refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged})
+	}
+	r.res = res[:0]
+	return res
+}
+
+// requested applies what a request says of the client's subscription.
+// r.mu is held.
+func (r *References) requested(id uint64, st *refStream, op *refOp) {
+	r.report(id, st, nil, st.graph.Requested(op.req, op.at, 0))
+}
+
+// stop stops checking a stream, for why. r.mu is held.
+func (r *References) stop(id uint64, st *refStream, why string) {
+	st.off, st.answering = why, nil
+	r.log.Warn(fmt.Sprintf("stream %d: references no longer checked: %s", id, st.off), "stream", id)
+	r.forget(st)
 }
 
 // forget takes a stream's findings out of the metrics. r.mu is held.

@@ -138,7 +138,10 @@ type sentPush struct {
 }
 
 type scanned struct {
-	name       name
+	name name
+	// kept: the client keeps what it had under the name (the push carried
+	// it unchanged, its body not at hand, or as a heartbeat).
+	kept       bool
 	cluster    clusterRefs
 	listener   listenerRefs
 	routes     []routeRef
@@ -175,21 +178,7 @@ func (g *Graph) Sent(resp *codec.Response) {
 			continue
 		}
 		s := scanned{name: intern(r.Name)}
-		// What cannot be read is kept by name, with the references read
-		// before the fault: the name alone keeps what refers to it from
-		// dangling.
-		switch resp.TypeURL {
-		case codec.TypeCluster:
-			s.cluster, _ = scanCluster(r.Body, s.name)
-		case codec.TypeListener:
-			s.listener, _ = scanListener(r.Body)
-			s.listener.clip()
-		case codec.TypeRoute:
-			s.routes, _ = scanRouteConfig(r.Body, s.name, nil)
-			s.routes = slices.Clip(s.routes)
-		case codec.TypeEndpoint:
-			s.assignment, _ = scanAssignment(r.Body)
-		}
+		s.scan(resp.TypeURL, r.Body)
 		p.resources = append(p.resources, s)
 	}
 	q := append(g.pending[resp.TypeURL], p)
@@ -200,6 +189,86 @@ func (g *Graph) Sent(resp *codec.Response) {
 }
 
 func unique1(s string) name { return intern([]byte(s)) }
+
+// Resource is one resource of a push the client accepted.
+type Resource struct {
+	Name string
+	// Body is the serialized resource; it must stay valid only during
+	// Accepted. Without one, a resource Unchanged is what the graph has
+	// under its name.
+	Body []byte
+	// Unchanged: the push carried the resource as the client had accepted
+	// it before, or as a heartbeat.
+	Unchanged bool
+}
+
+// Accepted applies a push of a type that the client accepted (an ACK, or a
+// newer push superseding it, which the tracker assumes applied), as Sent
+// then Answered would, and returns what the change started and resolved.
+// removed are a Delta push's removals.
+func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
+	if !checked(typeURL) {
+		return nil
+	}
+	p := &sentPush{replace: !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster)}
+	for _, n := range removed {
+		p.removed = append(p.removed, unique1(n))
+	}
+	p.resources = make([]scanned, 0, len(resources))
+	for i := range resources {
+		r := &resources[i]
+		if r.Name == "" {
+			continue
+		}
+		s := scanned{name: unique1(r.Name)}
+		if r.Unchanged && len(r.Body) == 0 {
+			s.kept = true
+		} else {
+			s.scan(typeURL, r.Body)
+		}
+		p.resources = append(p.resources, s)
+	}
+	var ch changeSet
+	g.apply(typeURL, p, &ch)
+	g.recheck(&ch, at, round)
+	return ch.out
+}
+
+// scan reads what the body of a resource of typeURL refers to. What cannot
+// be read is kept by name, with the references read before the fault: the
+// name alone keeps what refers to it from dangling.
+func (s *scanned) scan(typeURL string, body []byte) {
+	switch typeURL {
+	case codec.TypeCluster:
+		s.cluster, _ = scanCluster(body, s.name)
+	case codec.TypeListener:
+		s.listener, _ = scanListener(body)
+		s.listener.clip()
+	case codec.TypeRoute:
+		s.routes, _ = scanRouteConfig(body, s.name, nil)
+		s.routes = slices.Clip(s.routes)
+	case codec.TypeEndpoint:
+		s.assignment, _ = scanAssignment(body)
+	}
+}
+
+// has reports whether the graph holds a resource of typeURL named n.
+func (g *Graph) has(typeURL string, n name) bool {
+	switch typeURL {
+	case codec.TypeCluster:
+		return g.nodes[n].flags&isCluster != 0
+	case codec.TypeEndpoint:
+		return g.nodes[n].flags&hasAssignment != 0
+	case codec.TypeListener:
+		_, ok := g.listeners[n]
+		return ok
+	case codec.TypeRoute:
+		_, ok := g.routes[n]
+		return ok
+	}
+	_, ok := g.secrets[n]
+	return ok
+}
 
 // Requested applies what a request says of the client's subscription: in
 // SotW its names are what it wants (others of the type are dropped, but for
@@ -306,6 +375,11 @@ func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
 		g.remove(typeURL, func(n name) bool { return gone[n] }, ch)
 	}
 	for _, r := range p.resources {
+		if r.kept && g.has(typeURL, r.name) {
+			// As it was: what it refers to is checked when that changes.
+			continue
+		}
+		// A resource kept that the graph lacks is kept by its name alone.
 		switch typeURL {
 		case codec.TypeCluster:
 			n := g.nodes[r.name]

@@ -1,6 +1,9 @@
 package refgraph_test
 
 import (
+	"bytes"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,19 +263,152 @@ func findingBriefs(fs []refgraph.Finding) []brief {
 	return briefs(cs)
 }
 
+// graphCase is a stream's steps and what the graph makes of them.
+type graphCase struct {
+	name  string
+	delta bool
+	steps []step
+	// want is what the last step started and ended; open what is
+	// reported after it; all, when set, what every step did.
+	want, open, all []brief
+}
+
 func TestGraph(t *testing.T) {
 	leakcheck.Check(t)
+	for _, tt := range graphCases(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			g, got, all := runAll(t, tt.delta, tt.steps)
+			if tt.all != nil {
+				if diff := cmp.Diff(tt.all, briefs(all)); diff != "" {
+					t.Errorf("every step's changes (-want +got):\n%s", diff)
+				}
+			}
+			if diff := cmp.Diff(tt.want, briefs(got)); diff != "" {
+				t.Errorf("the last step's changes (-want +got):\n%s", diff)
+			}
+			if tt.open != nil {
+				if diff := cmp.Diff(tt.open, findingBriefs(g.Findings())); diff != "" {
+					t.Errorf("open findings (-want +got):\n%s", diff)
+				}
+			}
+			if n := len(g.Findings()); n != g.Reported() {
+				t.Errorf("Reported() = %d, Findings() has %d", g.Reported(), n)
+			}
+		})
+	}
+}
+
+// TestGraphAcceptedIsSentThenAnswered: every case of TestGraph, each push
+// handed over once accepted as the tracker does (Accepted), and kept
+// compact: a resource the push carries byte for byte as last accepted comes
+// without its body. Every step changes what Sent then Answered change, and
+// the same findings stay open.
+func TestGraphAcceptedIsSentThenAnswered(t *testing.T) {
+	leakcheck.Check(t)
+	// And resources carried unchanged whose references dangle.
+	unchanged := []graphCase{{
+		name: "an EDS cluster without endpoints, carried unchanged, still waits",
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR)), {tick: grace + time.Second},
+			cds(2, edsCluster(v1, reviewDR), staticCluster("other")), {tick: 2*grace + time.Second},
+		},
+	}, {
+		name: "a listener waiting for its route configuration, carried unchanged, still waits",
+		steps: []step{
+			rds(1, routeConfig("other")), lds(1, rdsListener(t, "l", "9080")), {tick: grace + time.Second},
+			lds(2, rdsListener(t, "l", "9080"), tcpListener(t, "t", "x")), {tick: 2*grace + time.Second},
+			rds(3, routeConfig("9080")),
+		},
+	}, {
+		name:  "Delta: a route configuration carried unchanged still routes to nowhere, until the cluster comes",
+		delta: true,
+		steps: []step{
+			cds(1, edsCluster(v1, reviewDR)), rds(2, routeConfig("9080", routeTo("r", v2, splitVS))),
+			rds(3, routeConfig("9080", routeTo("r", v2, splitVS)), routeConfig("other")),
+			cds(4, edsCluster(v2, reviewDR)),
+		},
+	}}
+	for _, tt := range append(graphCases(t), unchanged...) {
+		t.Run(tt.name, func(t *testing.T) {
+			want, _, wantAll := runAll(t, tt.delta, tt.steps)
+			got, gotAll := runAccepted(t, tt.delta, tt.steps)
+			if diff := cmp.Diff(briefs(wantAll), briefs(gotAll)); diff != "" {
+				t.Errorf("every step's changes (-Sent and Answered +Accepted):\n%s", diff)
+			}
+			if diff := cmp.Diff(findingBriefs(want.Findings()), findingBriefs(got.Findings())); diff != "" {
+				t.Errorf("open findings (-Sent and Answered +Accepted):\n%s", diff)
+			}
+		})
+	}
+}
+
+// runAccepted is runAll with each accepted push handed over by Accepted, a
+// resource unchanged since it was last accepted without its body.
+func runAccepted(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Change) {
+	t.Helper()
+	g := refgraph.New(delta, grace)
+	accepted := map[string]map[string][]byte{} // by type, by name
+	var all []refgraph.Change
+	for i, s := range steps {
+		at := start.Add(s.at)
+		if s.at == 0 {
+			at = start.Add(time.Duration(i) * time.Millisecond)
+		}
+		bodies := accepted[s.typeURL]
+		if bodies == nil {
+			bodies = map[string][]byte{}
+			accepted[s.typeURL] = bodies
+		}
+		switch {
+		case s.tick > 0:
+			all = append(all, g.Tick(start.Add(s.tick))...)
+		case s.request != nil:
+			req := &codec.Request{Delta: delta, TypeURL: s.typeURL}
+			if delta {
+				req.Unsubscribe = s.request
+				for _, n := range s.request {
+					delete(bodies, n)
+				}
+			} else {
+				req.ResourceNames = s.request
+				for n := range bodies {
+					if !slices.Contains(s.request, n) && len(s.request) > 0 {
+						delete(bodies, n)
+					}
+				}
+			}
+			all = append(all, g.Requested(req, at, s.round)...)
+		case s.nack:
+		default:
+			resp := response(t, delta, s.typeURL, "n", s.removed, s.res)
+			var res []refgraph.Resource
+			next := map[string][]byte{}
+			for _, r := range resp.Resources {
+				v := refgraph.Resource{Name: string(r.Name), Body: r.Body}
+				if b, ok := bodies[v.Name]; ok && bytes.Equal(b, r.Body) {
+					v.Body, v.Unchanged = nil, true
+				}
+				res = append(res, v)
+				next[v.Name] = r.Body
+			}
+			if !delta && (s.typeURL == codec.TypeCluster || s.typeURL == codec.TypeListener) {
+				clear(bodies)
+			}
+			for _, n := range s.removed {
+				delete(bodies, n)
+			}
+			maps.Copy(bodies, next)
+			all = append(all, g.Accepted(s.typeURL, res, s.removed, at, s.round)...)
+		}
+	}
+	return g, all
+}
+
+func graphCases(t *testing.T) []graphCase {
 	reviews := func() []proto.Message {
 		return []proto.Message{edsCluster(v1, reviewDR)}
 	}
-	tests := []struct {
-		name  string
-		delta bool
-		steps []step
-		// want is what the last step started and ended; open what is
-		// reported after it; all, when set, what every step did.
-		want, open, all []brief
-	}{{
+	return []graphCase{{
 		name: "a weighted route to a cluster never sent: its share and VirtualService",
 		steps: []step{
 			cds(1, reviews()...), eds(1, cla(v1, core.HealthStatus_HEALTHY)),
@@ -493,27 +629,6 @@ func TestGraph(t *testing.T) {
 			rds(2, routeConfig("9080", routeTo("r", v2, splitVS))),
 		},
 	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g, got, all := runAll(t, tt.delta, tt.steps)
-			if tt.all != nil {
-				if diff := cmp.Diff(tt.all, briefs(all)); diff != "" {
-					t.Errorf("every step's changes (-want +got):\n%s", diff)
-				}
-			}
-			if diff := cmp.Diff(tt.want, briefs(got)); diff != "" {
-				t.Errorf("the last step's changes (-want +got):\n%s", diff)
-			}
-			if tt.open != nil {
-				if diff := cmp.Diff(tt.open, findingBriefs(g.Findings())); diff != "" {
-					t.Errorf("open findings (-want +got):\n%s", diff)
-				}
-			}
-			if n := len(g.Findings()); n != g.Reported() {
-				t.Errorf("Reported() = %d, Findings() has %d", g.Reported(), n)
-			}
-		})
-	}
 }
 
 // TestGraphTimedOutPushIsAppliedOnItsLateACK: a push that timed out is kept

@@ -32,7 +32,9 @@ type acceptedHarness struct {
 const pieceSize = 64
 
 func newAcceptedHarness(t *testing.T, cfg track.Config, method string) *acceptedHarness {
-	cfg.HandOverAccepted = true
+	if cfg.HandOverAccepted == 0 {
+		cfg.HandOverAccepted = 1
+	}
 	return &acceptedHarness{keepHarness: newKeepHarness(t, cfg, method)}
 }
 
@@ -220,4 +222,68 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		}
 		a.Release()
 	})
+}
+
+// TestAcceptedHasAnOwnerPerOutput: an ACK's push taken by two outputs
+// (Config.HandOverAccepted 2: the retained configuration and the reference
+// check) and by tracing (its Changed) is kept until the last of the three
+// lets go, whoever that is: before, its views read the push as it came (the
+// pool scribbles over what is given back). A push superseded
+// (Config.HandOverSuperseded) is handed over the same way. Then nothing is
+// kept and every buffer is back in the pool.
+func TestAcceptedHasAnOwnerPerOutput(t *testing.T) {
+	leakcheck.Check(t)
+	h := newAcceptedHarness(t, track.Config{HandOverAccepted: 2, HandOverChanged: true, HandOverSuperseded: true}, adsSotW)
+	h.send(initial(cds))
+	v1 := push(cds, 1, shopClusters(false)...)
+	h.send(v1)
+	acked := ended(t, h.send(ack(cds, 1)))
+	v2 := push(cds, 2, shopClusters(true, 2, 3, 4, 5, 6, 7)...) // most changed: held whole
+	h.send(v2)
+	superseded := ended(t, h.send(push(cds, 3, shopClusters(false, 4)...)))
+	if superseded.Result != track.ResultSuperseded {
+		t.Fatalf("the newer push ended the previous one with %s", superseded.Result)
+	}
+	v2Views := sotwViews(v2)
+	v2Views[1].unchanged = true // held whole: with its body
+	for _, c := range []struct {
+		e       track.PushEnded
+		views   []resourceView
+		release []func()
+	}{
+		{acked, sotwViews(v1), []func(){acked.Accepted.Release, acked.Changed.Release, acked.Accepted.Release}},
+		{superseded, v2Views, []func(){superseded.Changed.Release, superseded.Accepted.Release, superseded.Accepted.Release}},
+	} {
+		for _, release := range c.release[:2] {
+			release()
+			checkAccepted(t, c.e.Accepted, c.e.Push.Version, true, c.views)
+		}
+		c.release[2]()
+	}
+	for _, e := range h.tr.CloseStream(1, h.now(), 0, "") {
+		if e, ok := e.(track.PushEnded); ok {
+			e.Changed.Release()
+		}
+	}
+	if got := h.tr.Kept().Bytes; got != 0 {
+		t.Errorf("%d bytes still kept", got)
+	}
+	if got := h.pool.returned(); got != h.gets {
+		t.Errorf("%d buffers of %d back in the pool", got, h.gets)
+	}
+}
+
+// ended is the PushEnded of evs.
+func ended(t *testing.T, evs []track.Event) track.PushEnded {
+	t.Helper()
+	for _, e := range evs {
+		if e, ok := e.(track.PushEnded); ok {
+			if e.Accepted == nil || e.Changed == nil {
+				t.Fatalf("a push ended (%s) with Accepted %v and Changed %v, want both", e.Result, e.Accepted != nil, e.Changed != nil)
+			}
+			return e
+		}
+	}
+	t.Fatal("no push ended")
+	return track.PushEnded{}
 }

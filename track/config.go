@@ -25,13 +25,19 @@ type Config struct {
 	// resources it changed came from. Whoever takes a Changed must release
 	// it. Set it only when such an output is there (tracing).
 	HandOverChanged bool
-	// HandOverAccepted makes an ACK hand what its push kept, with its
-	// resources as decoded, to its PushEnded or LateAnswer (Accepted), for
-	// an output to keep what each client accepted; a push is then kept
-	// whole or compact as ever, within KeepBytes. Whoever takes an Accepted
-	// must release it. Set it only when such an output is there (the
-	// retained configuration).
-	HandOverAccepted bool
+	// HandOverAccepted, when positive, makes an ACK hand what its push
+	// kept, with its resources as decoded, to its PushEnded or LateAnswer
+	// (Accepted), for the outputs that follow what each client accepted; a
+	// push is then kept whole or compact as ever, within KeepBytes. It is
+	// how many outputs take each Accepted: each must release it once, and
+	// the last release lets go of the bytes. Set it only when such outputs
+	// are there (the retained configuration, the reference check).
+	HandOverAccepted int
+	// HandOverSuperseded makes a push superseded before its answer, which
+	// the tracker assumes the client applied, hand an Accepted to its
+	// PushEnded as an ACK would (with HandOverAccepted), for an output
+	// that applies what the tracker assumes (the reference check).
+	HandOverSuperseded bool
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.

@@ -139,8 +139,14 @@ type RequestSeen struct {
 	// SubscriptionChanged is set when the request also changed the
 	// subscription (with an ACK, a NACK, a stale nonce or alone).
 	SubscriptionChanged bool
-	Nonce               string
-	At                  time.Time
+	// Answers is set when the request is the answer to the type's latest
+	// push: its PushEnded or LateAnswer follows at once.
+	Answers bool
+	Nonce   string
+	At      time.Time
+	// Request is the request as decoded, for an output that follows the
+	// subscription (the reference check); it is not to be changed.
+	Request *codec.Request
 }
 
 // PushSent: a response went to the client. Push is a copy.
@@ -168,7 +174,8 @@ type PushEnded struct {
 	Changed *Changed
 	// Accepted is what an acknowledged push kept of its resources, for an
 	// output to keep what the client accepted and release (an ACK's, with
-	// Config.HandOverAccepted; nil otherwise).
+	// Config.HandOverAccepted, and a superseded push's, which the tracker
+	// assumes applied, with Config.HandOverSuperseded too; nil otherwise).
 	Accepted *Accepted
 }
 

@@ -50,8 +50,12 @@ type keeper struct {
 	handsOver bool
 	// accepts: an ACK hands what its push kept, with the views of its
 	// resources, to its PushEnded or LateAnswer (Accepted) rather than
-	// letting go of it (Config.HandOverAccepted).
+	// letting go of it, to takers outputs (Config.HandOverAccepted).
 	accepts bool
+	takers  int32
+	// supersedes: a push superseded before its answer hands an Accepted
+	// too (Config.HandOverSuperseded).
+	supersedes bool
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
 }
@@ -262,11 +266,13 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 	return c
 }
 
-// accept hands what slot holds over for an ACK of its push: to an Accepted
-// when the keeper accepts (Config.HandOverAccepted), and to a Changed too
-// when changed is set and the keeper hands over (Config.HandOverChanged),
-// which then share the bytes. Either is nil when not handed over. What slot
-// says of the acknowledged state stays, as after handOver.
+// accept hands what slot holds over for an ACK of its push, or for a newer
+// push superseding it (Config.HandOverSuperseded): to an Accepted when the keeper accepts
+// (Config.HandOverAccepted), and to a Changed too when changed is set and
+// the keeper hands over (Config.HandOverChanged). Every holder of the
+// bytes, the Changed and each of the Accepted's takers, counts as an
+// owner, and the last to let go frees them. Either is nil when not handed
+// over. What slot says of the acknowledged state stays, as after handOver.
 func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted) {
 	if !k.accepts {
 		if changed {
@@ -281,13 +287,20 @@ func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted)
 	}
 	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
 	a.kept = keptBytes{data: slot.data, size: slot.size, keeper: k}
+	owners := k.takers
 	var c *Changed
 	if changed && k.handsOver {
 		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
 			keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
-		owners := new(atomic.Int32)
-		owners.Store(2)
-		a.kept.owners, c.owners = owners, owners
+		owners++
+	}
+	if owners > 1 {
+		count := new(atomic.Int32)
+		count.Store(owners)
+		a.kept.owners = count
+		if c != nil {
+			c.owners = count
+		}
 	}
 	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
 	return c, a
@@ -587,12 +600,19 @@ type AcceptedResource struct {
 	Unchanged bool
 }
 
-// Release lets go of the push's bytes; the views are not to be read after.
-// A nil Accepted is fine.
+// Release lets go of the push's bytes for one of the outputs that took the
+// Accepted (Config.HandOverAccepted counts them): each calls it once, and
+// then reads the views no more. The last release frees the bytes. A nil
+// Accepted is fine.
 func (a *Accepted) Release() {
-	if a != nil {
-		a.kept.once.Do(a.kept.free)
+	if a == nil || a.kept.data == nil {
+		return
 	}
+	if a.kept.owners == nil {
+		a.kept.once.Do(a.kept.free)
+		return
+	}
+	a.kept.release(a.kept.data)
 }
 
 // keptBytes are the bytes of a push a keeper let go of to a Rejected, a
@@ -604,8 +624,9 @@ type keptBytes struct {
 	keeper        *keeper // nil when data is nil
 	unchangedBits []uint64
 	read          any
-	// owners counts the holders of data when an ACK handed it to both a
-	// Changed and an Accepted; nil when there is one.
+	// owners counts the holders of data when an ACK handed it to more than
+	// one (a Changed, and each output taking the Accepted); nil when there
+	// is one.
 	owners *atomic.Int32
 }
 
@@ -636,8 +657,13 @@ func (b *keptBytes) free() {
 		return
 	}
 	b.data = nil
+	b.release(data)
+}
+
+// release lets go of one holder's share of data, and of data with the last.
+func (b *keptBytes) release(data mem.BufferSlice) {
 	if b.owners != nil && b.owners.Add(-1) > 0 {
-		return // the other holder lets go
+		return // another holder lets go
 	}
 	data.Free()
 	b.keeper.held.Add(-b.size)

@@ -119,8 +119,13 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p := &ts.p
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
-		evs = append(evs, PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt),
-			Changed: ts.keep.handOver(&ts.held, p.delta)})
+		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
+		if ts.keep.supersedes {
+			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true)
+		} else {
+			e.Changed = ts.keep.handOver(&ts.held, p.delta)
+		}
+		evs = append(evs, e)
 		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if ts.pending() {

@@ -34,7 +34,9 @@ type Tracker struct {
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults()}
-	t.keep.limit, t.keep.handsOver, t.keep.accepts = t.cfg.KeepBytes, t.cfg.HandOverChanged, t.cfg.HandOverAccepted
+	t.keep.limit, t.keep.handsOver = t.cfg.KeepBytes, t.cfg.HandOverChanged
+	t.keep.accepts, t.keep.takers = t.cfg.HandOverAccepted > 0, int32(t.cfg.HandOverAccepted)
+	t.keep.supersedes = t.keep.accepts && t.cfg.HandOverSuperseded
 	t.det = newDetectors(&t.cfg)
 	return t
 }
@@ -106,6 +108,8 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 }
 
 // Request tracks a request of a stream. size is the frame's size on the wire.
+// req is handed to the outputs (RequestSeen.Request): the caller does not
+// change it once Request returns.
 func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, size int) []Event {
 	s := t.lockTracked(streamID, req != nil)
 	if s == nil {
@@ -130,7 +134,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Ref: s.ref, Node: s.node, TypeURL: ts.url, Kind: c.kind,
-		SubscriptionChanged: c.changed, Nonce: req.ResponseNonce, At: at,
+		SubscriptionChanged: c.changed, Answers: c.answers, Nonce: req.ResponseNonce, At: at, Request: req,
 	})
 	if c.answers {
 		evs = ts.answer(at, req, t.cfg.MaxNames, evs)

@@ -78,7 +78,7 @@ func runCommand(f *runFlags) *command {
 	c.Var(&f.observeQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
 	c.Var(intValue{&f.observeWorkers}, "observe-workers", "goroutines (`count`) that observe the frames of every stream, each stream by one at a time; 0: as many as the cores Go runs on (GOMAXPROCS)")
 	f.nackKeepBytes = track.DefaultKeepBytes
-	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected, and with --retain-resources until /debug/config has what an ACK accepted; past it such a NACK says its push was not kept, and /debug/config that it is incomplete; 0 keeps none")
+	c.Var(&f.nackKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected, and with --retain-resources or --check-references until /debug/config and the reference check have what an ACK accepted; past it such a NACK says its push was not kept, /debug/config that it is incomplete, and the reference check stops checking the push's stream; 0 keeps none")
 	f.maxConcurrentStreams = tap.DefaultMaxConcurrentStreams
 	c.Var(intValue{&f.maxConcurrentStreams}, "max-concurrent-streams", "streams (`count`) open at once over every connection; more end with ResourceExhausted, counted in adstap_refused_total")
 	f.maxStreamsPerConnection = tap.DefaultMaxStreamsPerConnection

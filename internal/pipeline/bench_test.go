@@ -318,6 +318,30 @@ func BenchmarkObserverLargePush(b *testing.B) {
 // cluster in fifty differs between the versions, as in a config change;
 // in "all-changed" every cluster does.
 func BenchmarkRetainPush(b *testing.B) {
+	benchCDSVersions(b, pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20}, func(p *pipeline.Pipeline) {
+		rec := httptest.NewRecorder()
+		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=none", nil))
+		if rec.Code != http.StatusNotFound {
+			b.Fatalf("/debug/config?type=none: %d, want 404", rec.Code)
+		}
+	})
+}
+
+// BenchmarkReferencesPush is the reference check's path
+// (--check-references), as BenchmarkRetainPush: one op is a push, its ACK,
+// and /debug/streams' wait for the check to have applied it.
+func BenchmarkReferencesPush(b *testing.B) {
+	benchCDSVersions(b, pipeline.Config{Logger: slog.New(slog.DiscardHandler), CheckReferences: true}, func(p *pipeline.Pipeline) {
+		p.References.Dangling(context.Background(), "")
+	})
+}
+
+// benchCDSVersions runs, on a pipeline made with cfg, one stream synced on a
+// CDS of 1,000 clusters: one op is a push of the other of two versions, its
+// ACK, and wait for the output's work. In "2%-changed" one cluster in fifty
+// differs between the versions, as in a config change; in "all-changed"
+// every cluster does.
+func benchCDSVersions(b *testing.B, cfg pipeline.Config, wait func(*pipeline.Pipeline)) {
 	for _, bc := range []struct {
 		name  string
 		every int // one cluster in every changes
@@ -333,13 +357,12 @@ func BenchmarkRetainPush(b *testing.B) {
 				}
 				v2 = append(v2, r)
 			}
-			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(slog.DiscardHandler), RetainMaxBytes: 64 << 20})
+			p, err := pipeline.NewUnstarted(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { closePipeline(b, p) })
-			o, s, at := p.Tracking(), benchStream(1), benchT0
-			page := p.Pages()["GET /debug/config"]
+			o, s, at := p.TapObserver(), benchStream(1), benchT0
 			pushes := [][]byte{benchPush(b, codec.TypeCluster, 1, v1), benchPush(b, codec.TypeCluster, 2, v2)}
 			acks := [][]byte{benchACK(b, codec.TypeCluster, 1, nil), benchACK(b, codec.TypeCluster, 2, nil)}
 			o.OnStreamOpen(s)
@@ -351,11 +374,7 @@ func BenchmarkRetainPush(b *testing.B) {
 				o.OnFrame(s, response(at, pushes[n%2]))
 				o.OnFrame(s, request(at, acks[n%2]))
 				n++
-				rec := httptest.NewRecorder()
-				page.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=none", nil))
-				if rec.Code != http.StatusNotFound {
-					b.Fatalf("/debug/config?type=none: %d, want 404", rec.Code)
-				}
+				wait(p)
 			}
 		})
 	}

@@ -39,26 +39,3 @@ func (o captureObserver) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
 }
 
 func (captureObserver) OnUpstreamConnect(codec.UpstreamConnect) {}
-
-// referencesObserver hands each frame's bytes, by reference, to
-// export.References.
-type referencesObserver struct{ r *export.References }
-
-var _ tap.Observer = referencesObserver{}
-
-func (o referencesObserver) OnStreamOpen(s tap.StreamInfo) { o.r.OpenStream(s.ID, s.Protocol) }
-
-func (o referencesObserver) OnFrame(s tap.StreamInfo, f tap.Frame) {
-	if s.Protocol == codec.Opaque {
-		return
-	}
-	if f.Direction == tap.Response {
-		o.r.Response(s.ID, f.Time, f.Data)
-	} else {
-		o.r.Request(s.ID, f.Time, f.Data)
-	}
-}
-
-func (o referencesObserver) OnStreamClose(s tap.StreamInfo, _ tap.StreamEnd) { o.r.CloseStream(s.ID) }
-
-func (referencesObserver) OnUpstreamConnect(codec.UpstreamConnect) {}

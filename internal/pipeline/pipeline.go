@@ -162,9 +162,17 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	detect := cfg.Detect
 	// Tracing reads the Istio objects of what each push changed from what
 	// the tracker kept of it, on its own goroutine; the retained
-	// configuration keeps what each ACK accepted, from the same.
+	// configuration keeps what each ACK accepted, from the same, and the
+	// reference check scans it, and what the tracker assumes applied.
 	detect.HandOverChanged = p.Tracing != nil
-	detect.HandOverAccepted = p.Retained != nil
+	detect.HandOverAccepted = 0
+	if p.Retained != nil {
+		detect.HandOverAccepted++
+	}
+	if p.References != nil {
+		detect.HandOverAccepted++
+		detect.HandOverSuperseded = true
+	}
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
@@ -173,10 +181,6 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.tracking.tickers = append(p.tracking.tickers, p.References.Tick)
 	}
 	observers := []tap.Observer{p.tracking}
-	if p.References != nil {
-		// After the tracker: a push is queued before its answer.
-		observers = append(observers, referencesObserver{p.References})
-	}
 	if p.Capture != nil {
 		observers = append(observers, captureObserver{p.Capture})
 	}
