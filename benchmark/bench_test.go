@@ -3,6 +3,7 @@ package benchmark_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,6 +128,10 @@ func TestSidecarPaths(t *testing.T) {
 	cfg := benchmark.ChildConfig{Adstap: adstapbin.Build(t)}
 	sizes := benchmark.TinySizes()
 	w := benchmark.NewW7(sizes)
+	// make bench runs W7 over the paths it names, the relay and the sidecar's.
+	if got, want := benchmark.PathsOf(benchmark.NewWorkload("W7", sizes)), []benchmark.Path{benchmark.Relay, benchmark.Sidecar, benchmark.SidecarNoCapture}; !slices.Equal(got, want) {
+		t.Errorf("W7 runs over %v, want %v", got, want)
+	}
 	for _, p := range []benchmark.Path{benchmark.Sidecar, benchmark.SidecarNoCapture} {
 		t.Run(string(p), func(t *testing.T) {
 			res, err := w.Run(context.Background(), benchmark.Child(cfg, p, func() string { return "W7-" + string(p) }))

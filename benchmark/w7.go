@@ -56,7 +56,7 @@ func (*w7) ID() string { return "W7" }
 
 // paths are the relay and adstap with the template's flags, with and
 // without its capture.
-func (*w7) paths() []Path { return []Path{Relay, Sidecar, SidecarNoCapture} }
+func (*w7) Paths() []Path { return []Path{Relay, Sidecar, SidecarNoCapture} }
 
 func (w *w7) Describe() string {
 	var sizes string
