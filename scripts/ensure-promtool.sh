@@ -7,6 +7,7 @@
 # to do when none of them works.
 set -u
 cd "$(dirname "$0")/.."
+. scripts/apt-install.sh
 # github.com/prometheus/prometheus v0.42.0 is Prometheus 2.42.0, the promtool
 # of Debian 12's prometheus package, which the rules' unit tests are written
 # against (3.x extrapolates rates differently).
@@ -26,21 +27,9 @@ if [ -x "$cached" ]; then
 	echo "$cached"
 	exit 0
 fi
-if command -v apt-get >/dev/null 2>&1; then
-	sudo=""
-	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-		sudo="sudo -n"
-	fi
-	if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
-		say "installing promtool (Debian's prometheus package)"
-		if $sudo apt-get update -qq >&2 &&
-			DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 &&
-			command -v promtool >/dev/null 2>&1; then
-			command -v promtool
-			exit 0
-		fi
-		say "installing Debian's prometheus package failed; building promtool instead"
-	fi
+if apt_install prometheus "(promtool, in Debian's prometheus package)" && command -v promtool >/dev/null 2>&1; then
+	command -v promtool
+	exit 0
 fi
 if command -v go >/dev/null 2>&1; then
 	say "building promtool $version from the Go module proxy into $cached (a few minutes, once)"
