@@ -1,16 +1,11 @@
 package deploy_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,62 +79,11 @@ func startListeners(t *testing.T, l listeners) listeners {
 	if l.metrics != "" {
 		args = append(args, "--metrics-listen="+anyPort(t, l.metrics))
 	}
-	cmd := exec.Command(adstapbin.Build(t), args...)
-	stderr, err := cmd.StderrPipe()
+	p, err := adstapbin.Start(t, adstapbin.Build(t), args, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", l.where, err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan listeners, 1)
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec struct{ Msg, Listen, Admin, Metrics string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "adstap relaying" {
-				got <- listeners{where: l.where, listen: rec.Listen, admin: strings.TrimPrefix(rec.Admin, "http://"),
-					metrics: strings.TrimSuffix(strings.TrimPrefix(rec.Metrics, "http://"), "/metrics")}
-			}
-		}
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	select {
-	case a := <-got:
-		return a
-	case <-exited:
-		t.Fatalf("%s: adstap %s exited", l.where, strings.Join(args, " "))
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: adstap %s did not start", l.where, strings.Join(args, " "))
-	}
-	return listeners{}
-}
-
-// hostAddresses are this host's addresses beyond loopback.
-func hostAddresses(t *testing.T) []net.IP {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []net.IP
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			out = append(out, n.IP)
-		}
-	}
-	return out
+	return listeners{where: l.where, listen: p.Listen, admin: p.Admin, metrics: p.Metrics}
 }
 
 // TestOnlyMetricsBeyondLoopback: in every manifest and the injection
@@ -158,7 +102,7 @@ func TestOnlyMetricsBeyondLoopback(t *testing.T) {
 	for _, tp := range taps(t) {
 		all = append(all, listeners{where: tp.cfg.where, listen: tp.cfg.get("listen"), admin: tp.cfg.get("admin"), metrics: tp.cfg.get("metrics-listen")})
 	}
-	others := hostAddresses(t)
+	others := adstapbin.HostAddresses(t)
 	for _, l := range all {
 		t.Run(l.where, func(t *testing.T) {
 			a := startListeners(t, l)

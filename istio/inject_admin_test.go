@@ -1,9 +1,7 @@
 package istio
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net"
@@ -13,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +21,6 @@ import (
 	"istio.io/istio/pkg/model"
 
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
-	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
@@ -99,65 +95,14 @@ func startInjectedTap(t *testing.T, pod *corev1.PodTemplateSpec) *runningTap {
 		for i, a := range c.Args {
 			args[i] = rt.remap.of(a)
 		}
-		log, err := rt.start(t, args)
+		p, err := adstapbin.Start(t, bin, args, rt.env)
 		if err == nil {
+			rt.admin = p.Admin
 			return rt
 		}
-		if attempt == 3 || !strings.Contains(log, "address already in use") {
-			t.Fatalf("adstap run %s: %v\n%s", strings.Join(args, " "), err, log)
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
 		}
-	}
-}
-
-func (rt *runningTap) start(t *testing.T, args []string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(rt.bin, args...)
-	cmd.Env = rt.env
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	logged := make(chan string, 1)
-	var log syncbuf.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			log.Write([]byte(line + "\n"))
-			if strings.Contains(line, `"adstap relaying"`) {
-				logged <- line
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("adstap did not stop within 15s of SIGTERM")
-		}
-	}
-	select {
-	case line := <-logged:
-		t.Cleanup(stop)
-		_, after, ok := strings.Cut(line, `"admin":"http://`)
-		if !ok {
-			t.Fatalf("adstap's start line names no admin address: %s", line)
-		}
-		rt.admin, _, _ = strings.Cut(after, `"`)
-		return log.String(), nil
-	case err := <-exited:
-		return log.String(), fmt.Errorf("exited: %v", err)
-	case <-time.After(30 * time.Second):
-		stop()
-		return log.String(), fmt.Errorf("did not start within 30s")
 	}
 }
 
@@ -180,23 +125,6 @@ func (rt *runningTap) probe(t *testing.T, p *corev1.Probe) (int, string) {
 		t.Fatal(err)
 	}
 	return 0, string(out)
-}
-
-// hostAddresses are this host's addresses other than loopback: the pod's
-// own IP, in a pod.
-func hostAddresses(t *testing.T) []net.IP {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []net.IP
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
-			out = append(out, ipn.IP)
-		}
-	}
-	return out
 }
 
 // TestAdstapTemplateAdminStaysOnLoopback: started with the template's args
@@ -270,7 +198,7 @@ func TestAdstapTemplateAdminStaysOnLoopback(t *testing.T) {
 			} else {
 				conn.Close()
 			}
-			others := hostAddresses(t)
+			others := adstapbin.HostAddresses(t)
 			if len(others) == 0 {
 				t.Log("this host has no address but loopback: the bound address above is the check")
 			}

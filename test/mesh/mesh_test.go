@@ -1,7 +1,6 @@
 package mesh_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,58 +38,16 @@ func startTap(t *testing.T, bin, upstream string, flags ...string) *tapProcess {
 	t.Helper()
 	args := append([]string{"run", "--listen=127.0.0.1:0", "--admin=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
 		"--upstream=" + upstream, "--log-format=json", "--drain-timeout=2s"}, flags...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "OTEL_BSP_SCHEDULE_DELAY=200")
-	stderr, err := cmd.StderrPipe()
+	p, err := adstapbin.Start(t, bin, args, append(os.Environ(), "OTEL_BSP_SCHEDULE_DELAY=200"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	tp := &tapProcess{log: new(syncbuf.Buffer)}
-	started := make(chan map[string]any, 1)
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			tp.log.Write(append(line, '\n'))
-			var rec map[string]any
-			if json.Unmarshal(line, &rec) == nil && rec["msg"] == "adstap relaying" {
-				started <- rec
-			}
-		}
-		cmd.Wait()
-		close(exited)
-	}()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("adstap run did not stop within 10s of SIGTERM")
-		}
 		if t.Failed() {
-			t.Logf("adstap run %s:\n%s", strings.Join(args, " "), tp.log.String())
+			t.Logf("adstap %s:\n%s", strings.Join(args, " "), p.Log.String())
 		}
 	})
-	select {
-	case rec := <-started:
-		tp.listen, _ = rec["listen"].(string)
-		tp.admin, _ = rec["admin"].(string)
-		tp.metrics, _ = rec["metrics"].(string)
-		tp.admin = strings.TrimPrefix(tp.admin, "http://")
-		tp.metrics = strings.TrimSuffix(strings.TrimPrefix(tp.metrics, "http://"), "/metrics")
-	case <-exited:
-		t.Fatalf("adstap run exited:\n%s", tp.log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("adstap run did not start within 30s:\n%s", tp.log.String())
-	}
-	return tp
+	return &tapProcess{listen: p.Listen, admin: p.Admin, metrics: p.Metrics, log: p.Log}
 }
 
 // status runs `adstap status` of the built binary.

@@ -1,4 +1,4 @@
-// Package adstapbin builds the adstap that ships (./cmd/adstap, as make build does), once per test binary, for tests that run it as a process.
+// Package adstapbin builds the adstap that ships (./cmd/adstap, as make build does), once per test binary, and starts it as a process for the tests that run it so.
 package adstapbin
 
 import (
