@@ -16,19 +16,8 @@ import (
 
 // The articles' 90/10 split of reviews between subsets v1 and v2, and the
 // most common Istio mistake: a DestinationRule that defines v1 only.
-const (
-	reviewsEntry = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata:
-  name: reviews
-  namespace: default
-spec:
-  hosts: [reviews.default.svc.cluster.local]
-  ports:
-  - {number: 9080, name: http, protocol: HTTP}
-  resolution: STATIC
-  location: MESH_INTERNAL
-  endpoints:
+var (
+	reviewsEntry = serviceEntryHead("reviews") + `  endpoints:
   - {address: 10.1.0.1, labels: {version: v1}}
   - {address: 10.1.0.2, labels: {version: v2}}
 `
@@ -59,18 +48,7 @@ spec:
 	reviewsBoth = reviewsV1Only + `  - {name: v2, labels: {version: v2}}
 `
 	// ratings has no endpoint: every request to it fails with 503 UH.
-	ratingsEmpty = `apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata:
-  name: ratings
-  namespace: default
-spec:
-  hosts: [ratings.default.svc.cluster.local]
-  ports:
-  - {number: 9080, name: http, protocol: HTTP}
-  resolution: STATIC
-  location: MESH_INTERNAL
-  workloadSelector:
+	ratingsEmpty = serviceEntryHead("ratings") + `  workloadSelector:
     labels: {app: ratings}
 ---
 apiVersion: networking.istio.io/v1
@@ -84,6 +62,23 @@ spec:
     connectionPool: {tcp: {maxConnections: 10}}
 `
 )
+
+// serviceEntryHead is a mesh-internal ServiceEntry of name.default on port
+// 9080, with static resolution; its endpoints or selector follow.
+func serviceEntryHead(name string) string {
+	return `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: ` + name + `
+  namespace: default
+spec:
+  hosts: [` + name + `.default.svc.cluster.local]
+  ports:
+  - {number: 9080, name: http, protocol: HTTP}
+  resolution: STATIC
+  location: MESH_INTERNAL
+`
+}
 
 const (
 	missingV2    = "outbound|9080|v2|reviews.default.svc.cluster.local"
