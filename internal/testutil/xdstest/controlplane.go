@@ -203,76 +203,55 @@ type recorder struct {
 	user                 []server.Callbacks
 }
 
-func (r *recorder) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+// each calls call with every user callback in turn, and joins their errors.
+func (r *recorder) each(call func(server.Callbacks) error) error {
 	var errs []error
 	for _, u := range r.user {
-		errs = append(errs, u.OnStreamOpen(ctx, id, typeURL))
+		errs = append(errs, call(u))
 	}
 	return errors.Join(errs...)
+}
+
+func (r *recorder) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	return r.each(func(u server.Callbacks) error { return u.OnStreamOpen(ctx, id, typeURL) })
 }
 
 func (r *recorder) OnStreamClosed(id int64, node *core.Node) {
-	for _, u := range r.user {
-		u.OnStreamClosed(id, node)
-	}
+	r.each(func(u server.Callbacks) error { u.OnStreamClosed(id, node); return nil })
 }
 
 func (r *recorder) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	var errs []error
-	for _, u := range r.user {
-		errs = append(errs, u.OnDeltaStreamOpen(ctx, id, typeURL))
-	}
-	return errors.Join(errs...)
+	return r.each(func(u server.Callbacks) error { return u.OnDeltaStreamOpen(ctx, id, typeURL) })
 }
 
 func (r *recorder) OnDeltaStreamClosed(id int64, node *core.Node) {
-	for _, u := range r.user {
-		u.OnDeltaStreamClosed(id, node)
-	}
+	r.each(func(u server.Callbacks) error { u.OnDeltaStreamClosed(id, node); return nil })
 }
 
 func (r *recorder) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	r.cp.recordSotW(req)
-	var errs []error
-	for _, u := range r.user {
-		errs = append(errs, u.OnStreamRequest(id, req))
-	}
-	return errors.Join(errs...)
+	return r.each(func(u server.Callbacks) error { return u.OnStreamRequest(id, req) })
 }
 
 func (r *recorder) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	for _, u := range r.user {
-		u.OnStreamResponse(ctx, id, req, resp)
-	}
+	r.each(func(u server.Callbacks) error { u.OnStreamResponse(ctx, id, req, resp); return nil })
 }
 
 func (r *recorder) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	r.cp.recordDelta(req)
-	var errs []error
-	for _, u := range r.user {
-		errs = append(errs, u.OnStreamDeltaRequest(id, req))
-	}
-	return errors.Join(errs...)
+	return r.each(func(u server.Callbacks) error { return u.OnStreamDeltaRequest(id, req) })
 }
 
 func (r *recorder) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	for _, u := range r.user {
-		u.OnStreamDeltaResponse(id, req, resp)
-	}
+	r.each(func(u server.Callbacks) error { u.OnStreamDeltaResponse(id, req, resp); return nil })
 }
 
 func (r *recorder) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
-	var errs []error
-	for _, u := range r.user {
-		errs = append(errs, u.OnFetchRequest(ctx, req))
-	}
-	return errors.Join(errs...)
+	return r.each(func(u server.Callbacks) error { return u.OnFetchRequest(ctx, req) })
 }
 
 func (r *recorder) OnFetchResponse(req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	for _, u := range r.user {
-		u.OnFetchResponse(req, resp)
-	}
+	r.each(func(u server.Callbacks) error { u.OnFetchResponse(req, resp); return nil })
 }
 
 // testLogger surfaces go-control-plane's warnings and errors in the test
