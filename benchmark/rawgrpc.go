@@ -147,6 +147,19 @@ func pushAndExpectACK(s msgStream, m msg, nonce string) error {
 
 // acceptPush is a client's half of one push: it checks the push arrived as
 // want and sends ack.
+// openSynced opens a SotW stream on cc, sends initial and accepts the
+// first push, want, with ack: a proxy synced, as W3 and W6 start theirs.
+func openSynced(ctx context.Context, cc *grpc.ClientConn, initial []byte, want msg, ack []byte, what string) (grpc.ClientStream, error) {
+	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
+	if err != nil {
+		return nil, err
+	}
+	if err := sendBytes(s, initial); err != nil {
+		return nil, err
+	}
+	return s, acceptPush(s, want, ack, what)
+}
+
 func acceptPush(s msgStream, want msg, ack []byte, what string) error {
 	if err := expectPush(s, want, what); err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
 
@@ -165,14 +164,8 @@ func (w *w3) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 // client is proxy i: it syncs CDS and EDS, says so with ready, and waits
 // for the upstream to end its stream.
 func (w *w3) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
-	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
+	s, err := openSynced(ctx, cc, w.initial[i], w.cds, w.ackCDS, fmt.Sprintf("stream %d CDS", i))
 	if err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.initial[i]); err != nil {
-		return err
-	}
-	if err := acceptPush(s, w.cds, w.ackCDS, fmt.Sprintf("stream %d CDS", i)); err != nil {
 		return err
 	}
 	if err := sendBytes(s, w.edsRequest); err != nil {

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/internal/testutil/xdstest"
 )
 
 // w6 is a fan-out: many synced proxies, one connection each, and a config
@@ -172,14 +171,8 @@ func (w *w6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 // client is proxy i: it syncs, says so with ready, then receives the push,
 // ACKs it and waits for the upstream to end the stream.
 func (w *w6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
-	s, err := xdstest.OpenRaw(ctx, cc, methodSotW)
+	s, err := openSynced(ctx, cc, w.initial[i], w.sync, w.ackSync, fmt.Sprintf("stream %d sync", i))
 	if err != nil {
-		return err
-	}
-	if err := sendBytes(s, w.initial[i]); err != nil {
-		return err
-	}
-	if err := acceptPush(s, w.sync, w.ackSync, fmt.Sprintf("stream %d sync", i)); err != nil {
 		return err
 	}
 	ready()
