@@ -173,24 +173,21 @@ func waitFor[R any](t testing.TB, cp *ControlPlane, timeout time.Duration, list 
 }
 
 func (cp *ControlPlane) recordSotW(req *discovery.DiscoveryRequest) {
-	if cp.forget {
-		return
-	}
-	c := proto.Clone(req).(*discovery.DiscoveryRequest)
-	cp.mu.Lock()
-	cp.sotw = append(cp.sotw, c)
-	close(cp.changed)
-	cp.changed = make(chan struct{})
-	cp.mu.Unlock()
+	cp.record(func() { cp.sotw = append(cp.sotw, proto.Clone(req).(*discovery.DiscoveryRequest)) })
 }
 
 func (cp *ControlPlane) recordDelta(req *discovery.DeltaDiscoveryRequest) {
+	cp.record(func() { cp.delta = append(cp.delta, proto.Clone(req).(*discovery.DeltaDiscoveryRequest)) })
+}
+
+// record runs add under the lock, unless recording is off, and wakes
+// whoever waits for a change.
+func (cp *ControlPlane) record(add func()) {
 	if cp.forget {
 		return
 	}
-	c := proto.Clone(req).(*discovery.DeltaDiscoveryRequest)
 	cp.mu.Lock()
-	cp.delta = append(cp.delta, c)
+	add()
 	close(cp.changed)
 	cp.changed = make(chan struct{})
 	cp.mu.Unlock()

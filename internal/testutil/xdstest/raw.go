@@ -37,24 +37,24 @@ func DialRaw(t testing.TB, target string, opts ...grpc.DialOption) *grpc.ClientC
 // cancellation.
 func OpenSotW(t testing.TB, ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, opts...)
-	if err != nil {
-		t.Fatalf("xdstest: open SotW ADS stream: %v", err)
-	}
-	return s
+	return openADS(t, ctx, cc, "SotW", discovery.AggregatedDiscoveryServiceClient.StreamAggregatedResources, opts)
 }
 
 // OpenDelta opens an ADS DeltaAggregatedResources stream, cancelled at
 // cleanup.
 func OpenDelta(t testing.TB, ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
 	t.Helper()
+	return openADS(t, ctx, cc, "Delta", discovery.AggregatedDiscoveryServiceClient.DeltaAggregatedResources, opts)
+}
+
+// openADS opens one of ADS's two streams with open, cancelled at cleanup.
+func openADS[S any](t testing.TB, ctx context.Context, cc grpc.ClientConnInterface, kind string, open func(discovery.AggregatedDiscoveryServiceClient, context.Context, ...grpc.CallOption) (S, error), opts []grpc.CallOption) S {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, opts...)
+	s, err := open(discovery.NewAggregatedDiscoveryServiceClient(cc), ctx, opts...)
 	if err != nil {
-		t.Fatalf("xdstest: open Delta ADS stream: %v", err)
+		t.Fatalf("xdstest: open %s ADS stream: %v", kind, err)
 	}
 	return s
 }
