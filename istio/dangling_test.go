@@ -17,7 +17,7 @@ import (
 // The articles' 90/10 split of reviews between subsets v1 and v2, and the
 // most common Istio mistake: a DestinationRule that defines v1 only.
 var (
-	reviewsEntry = serviceEntryHead("reviews") + `  endpoints:
+	reviewsEntry = serviceEntryHead("reviews", 9080) + `  endpoints:
   - {address: 10.1.0.1, labels: {version: v1}}
   - {address: 10.1.0.2, labels: {version: v2}}
 `
@@ -48,7 +48,7 @@ spec:
 	reviewsBoth = reviewsV1Only + `  - {name: v2, labels: {version: v2}}
 `
 	// ratings has no endpoint: every request to it fails with 503 UH.
-	ratingsEmpty = serviceEntryHead("ratings") + `  workloadSelector:
+	ratingsEmpty = serviceEntryHead("ratings", 9080) + `  workloadSelector:
     labels: {app: ratings}
 ---
 apiVersion: networking.istio.io/v1
@@ -63,21 +63,21 @@ spec:
 `
 )
 
-// serviceEntryHead is a mesh-internal ServiceEntry of name.default on port
-// 9080, with static resolution; its endpoints or selector follow.
-func serviceEntryHead(name string) string {
-	return `apiVersion: networking.istio.io/v1
+// serviceEntryHead is a mesh-internal ServiceEntry of name.default on an
+// HTTP port, with static resolution; its endpoints or selector follow.
+func serviceEntryHead(name string, port int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata:
-  name: ` + name + `
+  name: %[1]s
   namespace: default
 spec:
-  hosts: [` + name + `.default.svc.cluster.local]
+  hosts: [%[1]s.default.svc.cluster.local]
   ports:
-  - {number: 9080, name: http, protocol: HTTP}
+  - {number: %[2]d, name: http, protocol: HTTP}
   resolution: STATIC
   location: MESH_INTERNAL
-`
+`, name, port)
 }
 
 const (
@@ -172,18 +172,7 @@ func TestNoDanglingReferencesInAHealthyMesh(t *testing.T) {
 	var config []string
 	for i := range 50 {
 		host := fmt.Sprintf("svc-%02d.default.svc.cluster.local", i)
-		config = append(config, fmt.Sprintf(`apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata:
-  name: svc-%02[1]d
-  namespace: default
-spec:
-  hosts: [%[2]s]
-  ports:
-  - {number: 8080, name: http, protocol: HTTP}
-  resolution: STATIC
-  location: MESH_INTERNAL
-  endpoints:
+		config = append(config, serviceEntryHead(fmt.Sprintf("svc-%02d", i), 8080)+fmt.Sprintf(`  endpoints:
   - {address: 10.3.%[1]d.1, labels: {version: v1}}
   - {address: 10.3.%[1]d.2, labels: {version: v2}}
 ---
