@@ -25,6 +25,10 @@ import (
 	"log/slog"
 )
 
+// DefaultRetainMaxBytes bounds the resources a ConfigStore keeps unless told
+// otherwise (--retain-max-bytes): a few full configurations of a large mesh.
+const DefaultRetainMaxBytes = 128 << 20
+
 // ConfigStore keeps, per stream and type, the resources the client has
 // accepted, for GET /debug/config. The tap otherwise keeps only hashes, so
 // this is opt-in (--retain-resources) and bounded by a byte budget; past it

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/demo"
+	"github.com/adstap/adstap/internal/runconfig"
 )
 
 type demoFlags struct {
@@ -29,7 +30,7 @@ func demoCommand(f *demoFlags) *command {
 		"adstap demo [flags]")
 	c.group("Demo")
 	f.interval = 3 * time.Second
-	c.Var(durationValue{&f.interval}, "interval", "change the configuration every `duration`")
+	c.Var(runconfig.Duration(&f.interval), "interval", "change the configuration every `duration`")
 	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (the live page at /, /debug/streams, /metrics, /healthz, /readyz)")
 	c.group("Logging")
 	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
@@ -43,12 +44,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, done := cmd.parseArgs(args, stdout, stderr); done {
 		return code
 	}
-	log, logOut, err := newLog(stderr, f.logLevel, f.logFormat)
+	log, logOut, err := runconfig.NewLog(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)
 		return exitUsage
 	}
-	defer closeLog(logOut, time.Second)
+	defer runconfig.CloseLog(logOut, time.Second)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -69,10 +70,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The tap itself is exactly what `adstap run` starts.
 	var rf runFlags
 	runCommand(&rf).parse(nil, func(string) string { return "" })
-	rf.listen = "127.0.0.1:0"
-	rf.upstream = cp.Addr()
-	rf.admin = f.admin
-	rf.retainResources = true // so that adstap config has something to show
+	rf.Listen = "127.0.0.1:0"
+	rf.Upstream = cp.Addr()
+	rf.Admin = f.admin
+	rf.RetainResources = true // so that adstap config has something to show
 	t, err := startTap(rf, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap demo: %v\n", err)

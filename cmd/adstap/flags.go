@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 )
 
@@ -39,6 +38,9 @@ func newCommand(name, summary, usage string) *command {
 
 // group starts a help section; flags defined after it belong to it.
 func (c *command) group(title string) { c.groups = append(c.groups, flagGroup{title: title}) }
+
+// Group is group, for runconfig.Define: a command is a runconfig.Table.
+func (c *command) Group(title string) { c.group(title) }
 
 func (c *command) add(name string) {
 	g := &c.groups[len(c.groups)-1]
@@ -170,42 +172,6 @@ func (c *command) help(w io.Writer) {
 
 // twoDashes respells the flag package's messages with the dashes users type.
 var twoDashes = strings.NewReplacer("defined: -", "defined: --", "for flag -", "for flag --", "argument: -", "argument: --")
-
-// byteSize is a flag holding a size in bytes, written plainly or with a
-// binary suffix: 512MiB, 64Ki, 1GiB.
-type byteSize int64
-
-func (b *byteSize) String() string {
-	n := int64(*b)
-	for _, u := range []struct {
-		suffix string
-		size   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-func (b *byteSize) Set(s string) error {
-	num, mult := s, int64(1)
-	for _, u := range []struct {
-		suffix string
-		size   int64
-	}{{"GiB", 1 << 30}, {"Gi", 1 << 30}, {"MiB", 1 << 20}, {"Mi", 1 << 20}, {"KiB", 1 << 10}, {"Ki", 1 << 10}, {"B", 1}} {
-		if cut, ok := strings.CutSuffix(s, u.suffix); ok {
-			num, mult = cut, u.size
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 {
-		return fmt.Errorf("want a positive size such as 536870912 or 512MiB")
-	}
-	*b = byteSize(n * mult)
-	return nil
-}
 
 // osEnv is os.Getenv, named for the tests that pass their own.
 var osEnv = os.Getenv

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect"
+	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/track"
 )
 
@@ -43,7 +44,7 @@ func inspectCommand(f *inspectFlags) *command {
 	c.Var(timeValue{&f.filter.Until}, "until", "only what happened at or before this `time`: RFC 3339 or a duration before now")
 	c.group("Live captures")
 	c.Bool(&f.follow, "follow", false, "keep reading the last FILE as the tap writes it (and across its rotation), printing the timeline as it comes, until Ctrl-C; then the summary")
-	addDetectorFlags(c, &f.detect)
+	runconfig.DefineDetectors(c, &f.detect)
 	c.epilog = strings.TrimPrefix(inspectExamples, "\n")
 	return c
 }

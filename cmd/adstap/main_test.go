@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -128,6 +129,32 @@ func TestRunHelpListsEveryFlagWithItsEnvironmentTwin(t *testing.T) {
 	cmd.fs.VisitAll(func(*flag.Flag) { total++ })
 	if listed != total {
 		t.Errorf("help groups list %d flags, the flag set has %d", listed, total)
+	}
+}
+
+// adstap run's flags are runconfig's table, with the same defaults, and
+// nothing more: the benchmark builds its tap from that table
+// (runconfig.Defaults), so a flag defined here alone would not reach it.
+func TestRunFlagsAreTheTable(t *testing.T) {
+	leakcheck.Check(t)
+	var f runFlags
+	cmd := runCommand(&f)
+	table := flag.NewFlagSet("run", flag.ContinueOnError)
+	runconfig.Define(runconfig.FlagSet(table), new(runconfig.Flags))
+	seen := 0
+	cmd.fs.VisitAll(func(fl *flag.Flag) {
+		seen++
+		if tf := table.Lookup(fl.Name); tf == nil || tf.DefValue != fl.DefValue || tf.Usage != fl.Usage {
+			t.Errorf("--%s (default %q) is not runconfig's: %+v", fl.Name, fl.DefValue, tf)
+		}
+	})
+	total := 0
+	table.VisitAll(func(*flag.Flag) { total++ })
+	if seen != total {
+		t.Errorf("adstap run has %d flags, runconfig's table %d", seen, total)
+	}
+	if f != runconfig.Defaults() {
+		t.Errorf("adstap run's flags before parsing are not runconfig.Defaults():\n%+v\n%+v", f, runconfig.Defaults())
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/adstap/adstap/internal/runconfig"
 )
 
 // runProbe asks a running tap's admin server whether it is healthy or ready
@@ -22,7 +24,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		"adstap probe [--admin=HOST:PORT] [healthz|readyz]")
 	c.group("Probe")
 	c.String(&admin, "admin", "127.0.0.1:15101", "the tap's admin `host:port` (the same ADSTAP_ADMIN as adstap run's, so one variable sets both)")
-	c.Var(durationValue{&timeout}, "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
+	c.Var(runconfig.Duration(&timeout), "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
 	c.String(&alsoReady, "also-ready", "", "then also require this `URL` to answer 200: as a native sidecar's startup probe, it holds the containers after it until, say, Envoy is ready (http://127.0.0.1:15021/healthz/ready)")
 	check, rest := "readyz", args
 	if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") {

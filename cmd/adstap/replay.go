@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect"
+	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -37,8 +38,8 @@ func replayCommand(f *replayFlags) *command {
 	f.settle, f.answerTimeout = inspect.DefaultSettle, inspect.DefaultAnswerTimeout
 	c.String(&f.bisect, "bisect", "", "on a NACK of this `type` (cds, lds, rds, eds, ... or a type URL), push halves of the rejected resources until the smallest set the client still rejects")
 	c.Bool(&f.printBootstrap, "print-bootstrap", false, "print an Envoy bootstrap (YAML) with the captured node's id, cluster and metadata and --listen as its ADS server, and exit: envoy -c it while adstap replay serves")
-	c.Var(durationValue{&f.settle}, "settle", "once the client has answered every push, wait this `duration` for it to ask for the types it has not asked for yet")
-	c.Var(durationValue{&f.answerTimeout}, "answer-timeout", "give up on a client that leaves a push unanswered, or asks for nothing, for this `duration`")
+	c.Var(runconfig.Duration(&f.settle), "settle", "once the client has answered every push, wait this `duration` for it to ask for the types it has not asked for yet")
+	c.Var(runconfig.Duration(&f.answerTimeout), "answer-timeout", "give up on a client that leaves a push unanswered, or asks for nothing, for this `duration`")
 	c.epilog = strings.TrimPrefix(replayExamples, "\n")
 	return c
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/rollout"
+	"github.com/adstap/adstap/internal/runconfig"
 )
 
 type rolloutFlags struct {
@@ -32,11 +33,11 @@ func rolloutCommand(f *rolloutFlags) *command {
 	c.group("Which rounds")
 	c.String(&f.object, "object", "", "every push round that changed this Istio `object`, KIND/NAMESPACE/NAME: destination-rule/shop/reviews (or DestinationRule/shop/reviews)")
 	f.since = time.Hour
-	c.Var(durationValue{&f.since}, "since", "look at the spans of the last `duration`")
+	c.Var(runconfig.Duration(&f.since), "since", "look at the spans of the last `duration`")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table or json")
 	f.timeout = 30 * time.Second
-	c.Var(durationValue{&f.timeout}, "timeout", "give up on Jaeger after this `duration`")
+	c.Var(runconfig.Duration(&f.timeout), "timeout", "give up on Jaeger after this `duration`")
 	c.epilog = `Without VERSION or --object: the latest full push. VERSION is a push's
 version (xds.version: every round of it, the full push and the incremental
 pushes under it) or one round's push id (xds.push_id, "VERSION eds:HASH").

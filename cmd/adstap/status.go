@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -45,7 +46,7 @@ func statusCommand(f *statusFlags) *command {
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
 	f.staleAfter = 5 * time.Second
-	c.Var(durationValue{&f.staleAfter}, "stale-after", "a push unanswered for less than this `duration` is in flight, not a problem: it shows STALE but does not fail the exit status")
+	c.Var(runconfig.Duration(&f.staleAfter), "stale-after", "a push unanswered for less than this `duration` is in flight, not a problem: it shows STALE but does not fail the exit status")
 	c.epilog = `Exit status: 0 when every proxy is in sync; 3 when one is STALE (longer than
 --stale-after) or in ERROR, holds a dangling reference (a route to a cluster it
 does not have, ...), or a tap cannot reach its control plane; 1 when

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/adstap/adstap/tap"
 )
@@ -160,6 +161,11 @@ func (r *Running) Err() error {
 		return nil
 	}
 }
+
+// DefaultDrainTimeout is how long Close may take unless told otherwise
+// (--drain-timeout): long enough for observation to write out what it holds,
+// well within Kubernetes' 30 s grace period.
+const DefaultDrainTimeout = 10 * time.Second
 
 // Close drains the tap as SIGTERM does — open streams end with Unavailable
 // so that clients reconnect elsewhere — then stops observation, writing out
