@@ -104,9 +104,9 @@ soak: jaeger-bin
 	ADSTAP_SOAK=1 ADSTAP_FIGURES=$(abspath $(SOAK_FIGURES)) $(GO) test -race -count=1 -timeout 60m -v ./test/reliability/
 
 # Performance (docs/performance.md): each workload over five paths —
-# direct, a pass-through relay, adstap with observation off, adstap with
-# everything on, and a typed relay that re-marshals every message as
-# istio-agent does — alternated in one run; W7, the sidecar's footprint, over
+# direct, a pass-through relay, adstap as `adstap run` ships (its default
+# flags), the same with every optional output off, and a typed relay that
+# re-marshals every message as istio-agent does — alternated in one run; W7, the sidecar's footprint, over
 # the relay and the adstap binary itself with the injection template's flags
 # (built here too). Medians, the targets, and the machine go to stdout and
 # into docs/performance.md (between its markers). About 8 minutes on 2 cores.
@@ -118,6 +118,19 @@ bench:
 	$(GO) build -o .cache/bin/adstap-bench ./benchmark/cmd/adstap-bench
 	CGO_ENABLED=0 $(GO) build -trimpath -o .cache/bin/adstap ./cmd/adstap
 	.cache/bin/adstap-bench $(BENCH_FLAGS)
+
+# A change to a hot path against a base commit (docs/performance.md): the
+# base's adstap binary and this tree's, each with its default flags,
+# alternated through W1, W2, W6 and W7 with the pass-through relay beside
+# them in every round; head/base ratios, medians of rounds, with their range.
+# About 12 minutes on 2 cores; COMPARE_FLAGS=-quick for about 3;
+# COMPARE_FLAGS='-out docs/performance.md' writes the table there too.
+BASE          ?=
+COMPARE_FLAGS ?=
+.PHONY: bench-compare
+bench-compare:
+	@test -n "$(BASE)" || { echo "bench-compare: say which commit to compare with: make bench-compare BASE=<commit>" >&2; exit 2; }
+	GO=$(GO) bash scripts/bench-compare.sh $(BASE) $(COMPARE_FLAGS)
 
 # A short run of the envelope decoder's fuzz target on top of its checked-in corpus.
 fuzz-short:

@@ -14,13 +14,18 @@ import (
 
 // The workloads check what they measure: every push arrives byte for byte
 // (its xxhash is compared with what the upstream sent) and every ACK reaches
-// the upstream, on each of the five paths. Nothing here looks at speed.
+// the upstream, on each of its paths and the optional ones. Nothing here
+// looks at speed.
 func TestWorkloadsOverEveryPath(t *testing.T) {
 	leakcheck.Check(t)
 	sizes := benchmark.TinySizes()
 	for _, w := range benchmark.Workloads(sizes) {
 		t.Run(w.ID(), func(t *testing.T) {
-			for _, p := range benchmark.PathsOf(w) {
+			paths := benchmark.PathsOf(w)
+			if w.ID() != "W7" {
+				paths = append(paths, benchmark.TapOff, benchmark.TapTraced)
+			}
+			for _, p := range paths {
 				if p == benchmark.Sidecar || p == benchmark.SidecarNoCapture {
 					continue // the adstap binary: TestSidecarPaths
 				}
@@ -36,12 +41,18 @@ func TestWorkloadsOverEveryPath(t *testing.T) {
 						t.Fatalf("%s over %s: %v", w.ID(), p, err)
 					}
 					checkCounts(t, w.ID(), sizes, res)
-					if p == benchmark.TapFull {
-						// Everything on means spans and log lines came out
-						// (the spans are flushed when the tap stops).
-						u, _ := m.Sample()
+					u, _ := m.Sample()
+					switch p {
+					case benchmark.TapTraced:
+						// Tracing on means spans came out (the spans are
+						// flushed when the tap stops).
 						if u.Spans == 0 || u.LogBytes == 0 {
-							t.Errorf("tap-full produced %d spans and %d bytes of live log; want both", u.Spans, u.LogBytes)
+							t.Errorf("tap-traced produced %d spans and %d bytes of live log; want both", u.Spans, u.LogBytes)
+						}
+					case benchmark.Tap, benchmark.TapLean:
+						// As shipped, tracing is off: no collector is named.
+						if u.Spans != 0 || u.LogBytes == 0 {
+							t.Errorf("%s produced %d spans and %d bytes of live log; want none and some", p, u.Spans, u.LogBytes)
 						}
 					}
 				})
@@ -99,7 +110,7 @@ func TestChildProcess(t *testing.T) {
 	}
 	cfg := benchmark.ChildConfig{Command: []string{exe}, Env: append(os.Environ(), childEnv+"=1"), ProfileDir: t.TempDir()}
 	w := benchmark.NewW1(benchmark.TinySizes())
-	for _, p := range []benchmark.Path{benchmark.Relay, benchmark.TapOff, benchmark.TapFull, benchmark.Typed} {
+	for _, p := range []benchmark.Path{benchmark.Relay, benchmark.TapOff, benchmark.Tap, benchmark.Typed} {
 		t.Run(string(p), func(t *testing.T) {
 			res, err := w.Run(context.Background(), benchmark.Child(cfg, p, func() string { return "W1-" + string(p) }))
 			if err != nil {
@@ -143,6 +154,35 @@ func TestSidecarPaths(t *testing.T) {
 				if f.Synced.RSS <= 0 || f.Idle.RSS <= 0 || f.Peak < f.Synced.RSS || f.Synced.FDs <= 0 {
 					t.Errorf("adstap's usage not read: %+v", f)
 				}
+			}
+		})
+	}
+}
+
+// bench-compare's paths run adstap binaries with their default flags, read
+// their usage from /proc and, after W6's fan-out, their losses from their
+// metrics.
+func TestBinaryPaths(t *testing.T) {
+	leakcheck.Check(t)
+	if testing.Short() {
+		t.Skip("builds adstap and starts it")
+	}
+	bin := adstapbin.Build(t)
+	cfg := benchmark.ChildConfig{Binaries: map[benchmark.Path]string{benchmark.Head: bin, benchmark.Base: bin}}
+	sizes := benchmark.TinySizes()
+	for _, id := range []string{"W1", "W6", "W7"} {
+		w := benchmark.NewWorkload(id, sizes)
+		t.Run(id, func(t *testing.T) {
+			res, err := w.Run(context.Background(), benchmark.Child(cfg, benchmark.Head, func() string { return id }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCounts(t, id, sizes, res)
+			if res.Middle.End.RSS <= 0 || res.Middle.PeakRSS <= 0 || res.Middle.End.CPU <= 0 {
+				t.Errorf("adstap's usage not read: %+v", res.Middle)
+			}
+			if id == "W6" && (res.Middle.End.NACKNotKept != 0 || res.Middle.End.RefsDropped != 0 || res.Middle.End.RefsStopped != 0) {
+				t.Errorf("a tiny fan-out lost pushes or reference checks: %+v", res.Middle.End)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ import (
 
 // The middle of paths 2–5 runs in a process of its own, so that its CPU time
 // and resident memory are its own and not the load generator's. The harness
-// starts it as `adstap-bench serve-tap --mode=off|full`,
+// starts it as `adstap-bench serve-tap --mode=shipped|lean|traced|off`,
 // `adstap-bench serve-relay` or `adstap-bench serve-typed`, with --upstream; the child prints
 // "ready ADDR" and then answers one command per line on stdin with one JSON
 // Usage line on stdout:
@@ -38,7 +38,7 @@ import (
 func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(subcommand, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "full", "serve-tap: observation `off` or `full`")
+	mode := fs.String("mode", "shipped", "serve-tap: `shipped` (adstap run's defaults), lean (every optional output off), traced (shipped, with tracing) or off (no observer)")
 	up := fs.String("upstream", "", "upstream `host:port`")
 	listen := fs.String("listen", "127.0.0.1:0", "`host:port` to accept clients on")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured window to `file`")
@@ -54,12 +54,10 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 		p = Typed
 	case subcommand == "serve-relay":
 		p = Relay
-	case subcommand == "serve-tap" && *mode == "off":
-		p = TapOff
-	case subcommand == "serve-tap" && *mode == "full":
-		p = TapFull
+	case subcommand == "serve-tap" && tapModes[*mode] != "":
+		p = tapModes[*mode]
 	default:
-		fmt.Fprintf(stderr, "%s: want serve-tap --mode=off|full, serve-relay or serve-typed\n", subcommand)
+		fmt.Fprintf(stderr, "%s: want serve-tap --mode=shipped|lean|traced|off, serve-relay or serve-typed\n", subcommand)
 		return 2
 	}
 	if *up == "" {
@@ -69,7 +67,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	if *memRate > 0 {
 		runtime.MemProfileRate = *memRate
 	}
-	if p == TapOff || p == TapFull {
+	if p != Typed && p != Relay {
 		// As `adstap run` does; the relays keep Go's defaults, as
 		// istio-agent does.
 		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second)()
@@ -86,7 +84,8 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	in := bufio.NewScanner(stdin)
 	code := 0
 	for in.Scan() {
-		switch cmd := strings.TrimSpace(in.Text()); cmd {
+		cmd := strings.TrimSpace(in.Text())
+		switch cmd {
 		case "begin":
 			if err := resetPeakRSS(); err != nil {
 				fmt.Fprintf(stderr, "%s: %v\n", subcommand, err)
@@ -137,7 +136,13 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 			code = 1
 		}
 		c := srv.counts()
-		u.Spans, u.LogBytes = c.Spans, c.LogBytes
+		u.Spans, u.LogBytes, u.RefsStopped = c.Spans, c.LogBytes, c.RefsStopped
+		if cmd == "end" {
+			// After the usage, so that reading the metrics is not in the window.
+			if err := srv.losses(&u); err != nil {
+				fmt.Fprintf(stderr, "%s: %v\n", subcommand, err)
+			}
+		}
 		b, _ := json.Marshal(u)
 		out.Write(append(b, '\n'))
 		out.Flush()
@@ -177,6 +182,9 @@ func writeHeapProfile(path string) error {
 	return g.Close()
 }
 
+// tapModes are serve-tap's --mode values.
+var tapModes = map[string]Path{"shipped": Tap, "lean": TapLean, "traced": TapTraced, "off": TapOff}
+
 // ChildConfig says how the harness starts middle processes.
 type ChildConfig struct {
 	// Command is the program and the arguments that come before the
@@ -193,7 +201,11 @@ type ChildConfig struct {
 	TraceDir string
 	// Adstap is the adstap binary the sidecar paths run.
 	Adstap string
-	Stderr io.Writer
+	// Binaries are the adstap binaries of the Head and Base paths, run
+	// with their default flags; with them, no middle is made to collect
+	// its garbage from inside (noForcedGC), since a binary cannot be.
+	Binaries map[Path]string
+	Stderr   io.Writer
 }
 
 // Child starts path's middle as a process of its own for every run; label
@@ -204,14 +216,18 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 		return startDirect
 	case Sidecar, SidecarNoCapture:
 		return func(up string) (Middle, error) { return startSidecar(cfg.Adstap, up, p == Sidecar) }
+	case Head, Base:
+		return func(up string) (Middle, error) { return startBinary(cfg.Binaries[p], up) }
 	}
 	return func(up string) (Middle, error) {
 		args := append([]string(nil), cfg.Command[1:]...)
 		switch p {
-		case TapOff:
-			args = append(args, "serve-tap", "--mode=off")
-		case TapFull:
-			args = append(args, "serve-tap", "--mode=full")
+		case TapOff, Tap, TapLean, TapTraced:
+			for mode, mp := range tapModes {
+				if mp == p {
+					args = append(args, "serve-tap", "--mode="+mode)
+				}
+			}
 		case Relay:
 			args = append(args, "serve-relay")
 		case Typed:
@@ -228,7 +244,14 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 		if cfg.TraceDir != "" {
 			args = append(args, "--trace="+cfg.TraceDir+"/"+label()+".trace")
 		}
-		return startChild(cfg, args)
+		m, err := startChild(cfg, args)
+		switch {
+		case err != nil:
+			return nil, err
+		case len(cfg.Binaries) > 0:
+			return noForcedGC{m}, nil
+		}
+		return m, nil
 	}
 }
 

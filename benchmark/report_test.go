@@ -21,22 +21,27 @@ func TestReportTargets(t *testing.T) {
 		return l
 	}
 	runs := &Runs{
-		Workloads: []WorkloadInfo{{"W1", "w1", 1}, {"W2", "w2", 1}, {"W3", "w3", 1}, {"W7", "w7", 1}},
+		Workloads: []WorkloadInfo{{"W1", "w1", 1}, {"W2", "w2", 1}, {"W3", "w3", 1}, {"W6", "w6", 1}, {"W7", "w7", 1}},
 		Results: map[string]map[Path][]Result{
 			"W1": {
 				Direct:  {{Wall: ms(100), Pushes: 10}},
 				Relay:   {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
-				TapOff:  {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(100)}}},
-				TapFull: {{Wall: ms(210), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(120)}}},
+				TapLean: {{Wall: ms(200), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(110)}}},
+				Tap:     {{Wall: ms(210), Pushes: 10, Bytes: 100e6, Middle: Window{CPU: ms(120)}}},
 				Typed:   {{Wall: ms(400), Pushes: 10, Middle: Window{CPU: ms(300)}}},
 			},
 			"W2": {
-				Direct:  {{Wall: ms(100), Latencies: lat(ms(1))}},
-				Relay:   {{Wall: ms(100), Latencies: lat(ms(2))}},
-				TapFull: {{Wall: ms(100), Latencies: lat(ms(3))}},
+				Direct: {{Wall: ms(100), Latencies: lat(ms(1))}},
+				Relay:  {{Wall: ms(100), Latencies: lat(ms(2))}},
+				Tap:    {{Wall: ms(100), Latencies: lat(ms(3))}},
 			},
 			"W3": {
-				TapFull: {{Streams: 1000, Idle: Usage{RSS: 20e6}, Settled: Usage{RSS: 170e6}, Collected: Usage{RSS: 150e6}}},
+				Relay: {{Streams: 1000, Idle: Usage{RSS: 20e6}, Settled: Usage{RSS: 120e6}, Collected: Usage{RSS: 110e6}}},
+				Tap:   {{Streams: 1000, Idle: Usage{RSS: 20e6}, Settled: Usage{RSS: 170e6}, Collected: Usage{RSS: 150e6}}},
+			},
+			"W6": {
+				Relay: {{Wall: ms(100), Streams: 1000}},
+				Tap:   {{Wall: ms(105), Streams: 1000, Middle: Window{End: Usage{NACKNotKept: 4141}}}},
 			},
 			"W7": {
 				Relay: {{Footprints: []Footprint{
@@ -56,19 +61,22 @@ func TestReportTargets(t *testing.T) {
 		got[tg.What] = tg
 	}
 	for what, met := range map[string]bool{
-		"W1 wall time, tap-full / tap-off":                           true, // 1.05
-		"W1 middle CPU, tap-full / tap-off":                          true, // 1.20
-		"W1 middle CPU, typed relay / tap-full":                      true, // 2.5
-		"W2 added p99 latency, tap-full − direct":                    false,
-		"W1 middle CPU per MB pushed, tap-full / pass-through relay": true,  // 1.20
-		"W2 added p99 latency, tap-full / pass-through relay":        false, // 2.0
-		"W2 added p50 latency, tap-full / pass-through relay":        false, // 2.0
-		"W3 RSS per idle synced stream, tap-full":                    true,  // 150 KB
-		"W3 RSS of an idle tap with no streams, tap-full":            true,
-		"W7 RSS after sync, one stream's 10.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 1.25
-		"W7 RSS after sync, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  false, // 1.49
-		"W7 RSS after idle, one stream's 40.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay":  true,  // 0.60
-		"W7 RSS at the peak, one stream's 10.0 MB CDS push, adstap with the template's flags (capture on) / pass-through relay": false, // 1.35
+		"W1 middle CPU, typed relay / tap as shipped":                                                                                               true,  // 2.5
+		"W1 middle CPU per MB pushed, tap as shipped / pass-through relay":                                                                          true,  // 1.20
+		"W2 added p99 latency, tap as shipped − direct":                                                                                             false, // +2ms
+		"W2 added p99 latency, tap as shipped / pass-through relay":                                                                                 false, // 2.0
+		"W2 added p50 latency, tap as shipped / pass-through relay":                                                                                 false, // 2.0
+		"W3 RSS per idle synced stream, tap as shipped / pass-through relay":                                                                        false, // 1.5
+		"W3 RSS per idle synced stream, tap as shipped":                                                                                             true,  // 150 KB
+		"W3 RSS of an idle tap with no streams, tap as shipped":                                                                                     true,
+		"W6 fan-out convergence (first send → last ACK), tap as shipped / pass-through relay":                                                       true,  // 1.05
+		"W6 pushes not kept for their answer after the fan-out, tap as shipped (adstap_nack_not_kept_total)":                                        false, // 4141
+		"W6 streams no longer checked for references after the fan-out, tap as shipped (dropped by the check's queue + stopped)":                    true,
+		"W7 RSS after sync, one stream's 10.0 MB CDS push, adstap with the template's flags (capture and reference check on) / pass-through relay":  true,  // 1.25
+		"W7 RSS after sync, one stream's 40.0 MB CDS push, adstap with the template's flags (capture and reference check on) / pass-through relay":  false, // 1.49
+		"W7 RSS after idle, one stream's 40.0 MB CDS push, adstap with the template's flags (capture and reference check on) / pass-through relay":  true,  // 0.60
+		"W7 RSS at the peak, one stream's 10.0 MB CDS push, adstap with the template's flags (capture and reference check on) / pass-through relay": true,  // 1.35
+		"W7 RSS at the peak, one stream's 40.0 MB CDS push, adstap with the template's flags (capture and reference check on) / pass-through relay": false, // 1.62
 	} {
 		tg, ok := got[what]
 		if !ok || !tg.Known || tg.Met != met {
@@ -76,7 +84,7 @@ func TestReportTargets(t *testing.T) {
 		}
 	}
 	md := r.Markdown()
-	for _, want := range []string{"| W1 | tap-full |", "1.05× · 1.20×", "7.80 GB/s", "**missed**", "150 KB per stream", "| 40.0 MB | template's flags | 63.9 MiB · 63.9 MiB | 95.4 MiB · 38.1 MiB | 1.49× · 0.60× | 64.8 MiB · 104.9 MiB | 1.62× |"} {
+	for _, want := range []string{"| W1 | tap |", "1.05× · 1.09×", "pushes not kept 4141", "7.80 GB/s", "**missed**", "150 KB per stream", "| 40.0 MB | template's flags | 63.9 MiB · 63.9 MiB | 95.4 MiB · 38.1 MiB | 1.49× · 0.60× | 64.8 MiB · 104.9 MiB | 1.62× |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}

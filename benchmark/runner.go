@@ -63,12 +63,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Runs, error) {
 		progress = io.Discard
 	}
 	for _, w := range cfg.Workloads {
-		var paths []Path
-		for _, p := range PathsOf(w) {
-			if len(cfg.Paths) == 0 || slices.Contains(cfg.Paths, p) {
-				paths = append(paths, p)
-			}
-		}
+		paths := pathsFor(w, cfg.Paths)
 		if len(paths) == 0 {
 			continue
 		}
@@ -97,6 +92,24 @@ func Run(ctx context.Context, cfg RunConfig) (*Runs, error) {
 	return runs, nil
 }
 
+// pathsFor are the paths w runs over: its own (PathsOf), or of those
+// asked for, the ones it can run over — its own, the optional paths for a
+// workload of the standard ones, and adstap binaries (Head, Base) for any.
+func pathsFor(w Workload, asked []Path) []Path {
+	own := PathsOf(w)
+	if len(asked) == 0 {
+		return own
+	}
+	_, custom := w.(interface{ Paths() []Path })
+	var paths []Path
+	for _, p := range asked {
+		if slices.Contains(own, p) || p == Head || p == Base || (!custom && slices.Contains(optionalPaths, p)) {
+			paths = append(paths, p)
+		}
+	}
+	return paths
+}
+
 func rotate[T any](s []T, n int) []T {
 	n %= len(s)
 	return append(slices.Clone(s[n:]), s[:n]...)
@@ -113,7 +126,8 @@ func runDetail(id string, r Result) string {
 			fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse), fmtBytes(r.Collected.Stacks),
 			r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
 	case "W6":
-		return fmt.Sprintf("  per stream p50 %s p99 %s", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)))
+		return fmt.Sprintf("  per stream p50 %s p99 %s; pushes not kept %d, reference check: %d dropped, %d stopped", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)),
+			r.Middle.End.NACKNotKept, r.Middle.End.RefsDropped, r.Middle.End.RefsStopped)
 	case "W7":
 		var out string
 		for _, f := range r.Footprints {
@@ -179,6 +193,10 @@ type summary struct {
 	// Others is the median and the largest share of a core the rest of the
 	// machine used during the windows.
 	OthersMedian, OthersMax float64
+	// A tap's losses at its windows' ends (Usage), the median and the most.
+	NACKNotKept, NACKNotKeptMax int64
+	RefsDropped, RefsDroppedMax int64
+	RefsStopped, RefsStoppedMax int64
 }
 
 // footprintSummary is the median of W7's footprints of one push size.
@@ -193,7 +211,11 @@ func summarize(results []Result) summary {
 	var wall, cpu, perPush, p50, p99 []time.Duration
 	var peak, idle, settled, heap []int64
 	var perStream, perStreamLive, goroutines, fds, others []float64
+	var notKept, refsDropped, refsStopped []int64
 	for _, r := range results {
+		notKept = append(notKept, r.Middle.End.NACKNotKept)
+		refsDropped = append(refsDropped, r.Middle.End.RefsDropped)
+		refsStopped = append(refsStopped, r.Middle.End.RefsStopped)
 		wall = append(wall, r.Wall)
 		cpu = append(cpu, r.Middle.CPU)
 		peak = append(peak, r.Middle.PeakRSS)
@@ -236,6 +258,9 @@ func summarize(results []Result) summary {
 	if len(others) > 0 {
 		s.OthersMax = slices.Max(others)
 	}
+	s.NACKNotKept, s.NACKNotKeptMax = median(notKept), slices.Max(notKept)
+	s.RefsDropped, s.RefsDroppedMax = median(refsDropped), slices.Max(refsDropped)
+	s.RefsStopped, s.RefsStoppedMax = median(refsStopped), slices.Max(refsStopped)
 	return s
 }
 

@@ -17,6 +17,14 @@ type Usage struct {
 	// What a full tap's observation produced, to show it was on.
 	Spans    int64 `json:"spans"`
 	LogBytes int64 `json:"log_bytes"`
+	// What a tap lost, read at a window's end: pushes not kept for their
+	// answer (adstap_nack_not_kept_total), frames the reference check's
+	// queue dropped (adstap_output_dropped_total{output="references"}),
+	// and streams whose references it stopped checking (its log's lines
+	// saying so; no metric counts them).
+	NACKNotKept int64 `json:"nack_not_kept"`
+	RefsDropped int64 `json:"refs_dropped"`
+	RefsStopped int64 `json:"refs_stopped"`
 }
 
 // Window is what a middle process used during a measured window.

@@ -155,3 +155,9 @@ func processUsage(pid int) (Usage, error) {
 func resetPeakRSSOf(pid int) error {
 	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 }
+
+// childProcAttr has a binary the harness runs killed when the harness dies
+// without stopping it.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -5,6 +5,7 @@ package benchmark
 import (
 	"errors"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -30,3 +31,5 @@ func FileLimit() (uint64, error) { return 0, errors.New("bench: getrlimit is Lin
 func processUsage(int) (Usage, error) { return Usage{}, errors.New("bench: /proc is Linux only") }
 
 func resetPeakRSSOf(int) error { return errors.New("bench: clear_refs is Linux only") }
+
+func childProcAttr() *syscall.SysProcAttr { return nil }

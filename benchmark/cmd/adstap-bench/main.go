@@ -1,9 +1,10 @@
 // Command adstap-bench measures adstap against the floor and against the
 // usual alternative, in one run (`make bench`): each workload of
 // benchmark goes over five paths — direct, a plain pass-through relay
-// with one upstream connection per client connection, a tap with
-// observation off, a tap with everything on, and a typed relay that
-// re-marshals every message, as istio-agent's proxy does — alternated,
+// with one upstream connection per client connection, the tap as
+// `adstap run` ships (its default flags), the same with every optional
+// output off, and a typed relay that re-marshals every message, as
+// istio-agent's proxy does — alternated,
 // several times. The middle of each path runs as a child process of this
 // program (`adstap-bench serve-tap` / `serve-relay` / `serve-typed`), so its
 // CPU time and resident memory are its own. The table goes to stdout and
@@ -13,6 +14,11 @@
 // with the injection template's flags, with and without its capture.
 //
 //	adstap-bench [-quick] [-reps N] [-workloads W1,…,W7] [-paths LIST] [-w5-streams N] [-adstap BIN] [-out FILE] [-profile DIR] [-trace DIR] [-codec=false]
+//	adstap-bench compare -head BIN -base BIN [-quick] [-rounds N] [-workloads W1,W2,W6,W7] [-out FILE]
+//
+// compare alternates two adstap binaries, each run with its default flags,
+// with the pass-through relay beside them in every round, and prints
+// head/base ratios (`make bench-compare BASE=<commit>`).
 package main
 
 import (
@@ -39,7 +45,8 @@ func main() {
 		os.Exit(benchmark.ServeChild(os.Args[1], os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "run" {
+	compareRun := len(args) > 0 && args[0] == "compare"
+	if len(args) > 0 && (args[0] == "run" || compareRun) {
 		args = args[1:]
 	}
 	// The load generator collects garbage rarely, so its pauses stay out of
@@ -50,6 +57,9 @@ func main() {
 	debug.SetGCPercent(400)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if compareRun {
+		os.Exit(compare(ctx, args, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(ctx, args, os.Stdout, os.Stderr))
 }
 
@@ -59,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about half a minute)")
 	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2, W4 and W6, 3 for W3, W5 and W7; 1 with -quick)")
 	only := fs.String("workloads", strings.Join(benchmark.WorkloadIDs, ","), "`list` of workloads to run")
-	paths := fs.String("paths", "", "`list` of paths to run (default all: "+pathNames()+"; W7 runs over relay and the sidecar paths only, the others over the first five)")
+	paths := fs.String("paths", "", "`list` of paths to run (default: direct, relay, tap, tap-lean and typed, and for W7 relay and the sidecar paths; also tap-off and tap-traced: "+pathNames()+")")
 	adstapBin := fs.String("adstap", "", "the adstap `binary` W7's sidecar paths run (default: adstap beside this program, where make bench builds it)")
 	w5Streams := fs.Int("w5-streams", 0, "streams held open in W5 (default 2000)")
 	w5Sources := fs.Int("w5-sources", 0, "loopback addresses W5's clients connect from, 127.0.0.1 onwards (default 1)")

@@ -1,0 +1,56 @@
+package benchmark
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+)
+
+// The comparison pairs head and base within each round, and says the
+// median of those ratios with their range.
+func TestComparisonPairsRounds(t *testing.T) {
+	leakcheck.Check(t)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	w1 := func(cpu int) Result { return Result{Bytes: 100e6, Middle: Window{CPU: ms(cpu)}} }
+	lat := func(p99 time.Duration) []time.Duration {
+		l := make([]time.Duration, 100)
+		l[98], l[99] = p99, p99
+		return l
+	}
+	runs := &Runs{
+		Reps:      3,
+		Workloads: []WorkloadInfo{{"W1", "w1", 3}, {"W2", "w2", 3}, {"W6", "w6", 3}},
+		Results: map[string]map[Path][]Result{
+			"W1": {
+				// Head over base: 0.9, 1.0, 0.8 in the three rounds.
+				Relay: {w1(100), w1(50), w1(100)},
+				Head:  {w1(90), w1(60), w1(80)},
+				Base:  {w1(100), w1(60), w1(100)},
+			},
+			"W2": {
+				Direct: {{Latencies: lat(ms(1))}, {Latencies: lat(ms(1))}, {Latencies: lat(ms(1))}},
+				Relay:  {{Latencies: lat(ms(2))}, {Latencies: lat(ms(2))}, {Latencies: lat(ms(2))}},
+				Head:   {{Latencies: lat(ms(3))}, {Latencies: lat(ms(3))}, {Latencies: lat(ms(3))}},
+				Base:   {{Latencies: lat(ms(5))}, {Latencies: lat(ms(5))}, {Latencies: lat(ms(5))}},
+			},
+			"W6": {
+				Relay: {{Wall: ms(100)}, {Wall: ms(100)}, {Wall: ms(100)}},
+				Head:  {{Wall: ms(100)}, {Wall: ms(110)}, {Wall: ms(100)}},
+				Base:  {{Wall: ms(100), Middle: Window{End: Usage{NACKNotKept: 4141}}}, {Wall: ms(100)}, {Wall: ms(100), Middle: Window{End: Usage{NACKNotKept: 4166}}}},
+			},
+		},
+	}
+	md := (&Comparison{Runs: runs, HeadName: "h", BaseName: "b", Command: "compare"}).Markdown()
+	for _, want := range []string{
+		"| W1 | middle CPU per MB pushed | **0.90× (0.80–1.00)** | 0.90× (0.80–1.20) | 1.00× (1.00–1.20) |",
+		"| W2 | added p99 latency (over direct) | **0.50× (0.50–0.50)** | 2.00× (2.00–2.00) | 4.00× (4.00–4.00) |",
+		"| W6 | fan-out, first send → last ACK | **1.00× (1.00–1.10)** |",
+		"| base | 4141 (4166) | 0 (0) | 0 (0) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, md)
+		}
+	}
+}
