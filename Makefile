@@ -123,7 +123,7 @@ bench:
 # base's adstap binary and this tree's, each with its default flags,
 # alternated through W1, W2, W6 and W7 with the pass-through relay beside
 # them in every round; head/base ratios, medians of rounds, with their range.
-# About 12 minutes on 2 cores; COMPARE_FLAGS=-quick for about 3;
+# About 10 minutes of measurements on 2 cores; COMPARE_FLAGS=-quick for a few;
 # COMPARE_FLAGS='-out docs/performance.md' writes the table there too.
 BASE          ?=
 COMPARE_FLAGS ?=

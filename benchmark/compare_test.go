@@ -1,6 +1,7 @@
 package benchmark
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,28 @@ func TestComparisonPairsRounds(t *testing.T) {
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("comparison lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// A workload runs over its own paths unless told otherwise, and, when
+// told, over those it can: the optional paths beside the standard ones,
+// adstap binaries beside any.
+func TestPathsFor(t *testing.T) {
+	leakcheck.Check(t)
+	s := TinySizes()
+	w1, w7 := NewWorkload("W1", s), NewWorkload("W7", s)
+	for _, tt := range []struct {
+		w          Workload
+		asked, got []Path
+	}{
+		{w1, nil, standardPaths},
+		{w7, nil, []Path{Relay, Sidecar, SidecarNoCapture}},
+		{w1, []Path{TapOff, Head, Sidecar, Relay}, []Path{TapOff, Head, Relay}},
+		{w7, []Path{TapOff, Relay, Head, Base}, []Path{Relay, Head, Base}},
+	} {
+		if got := pathsFor(tt.w, tt.asked); !slices.Equal(got, tt.got) {
+			t.Errorf("%s asked %v: runs over %v, want %v", tt.w.ID(), tt.asked, got, tt.got)
 		}
 	}
 }

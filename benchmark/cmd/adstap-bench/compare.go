@@ -24,7 +24,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	headName := fs.String("head-name", "head", "what to call the head `binary` in the report (its commit)")
 	baseName := fs.String("base-name", "base", "what to call the base `binary` in the report (its commit)")
 	rounds := fs.Int("rounds", 0, "rounds: each runs every workload over the relay, head and base (default 5; 2 with -quick)")
-	quick := fs.Bool("quick", false, "a short run: fewer pushes, fewer rounds (about 3 minutes on 2 idle cores)")
+	quick := fs.Bool("quick", false, "a short run: fewer pushes, 2 rounds (a few minutes)")
 	only := fs.String("workloads", strings.Join(benchmark.CompareWorkloads, ","), "`list` of workloads to run")
 	out := fs.String("out", "", "also write the table into this markdown `file`, between its compare markers (e.g. docs/performance.md)")
 	quietWait := fs.Duration("quiet-wait", 15*time.Second, "before each run, wait up to this `long` for other processes on the machine to go quiet (0: do not wait)")

@@ -124,9 +124,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *w5Sources > 0 {
 		sizes.W5Sources = *w5Sources
 	}
-	selected := benchmark.Paths
+	// No -paths: each workload's own (benchmark.PathsOf).
+	var selected []benchmark.Path
 	if *paths != "" {
-		selected = nil
 		for _, name := range strings.Split(*paths, ",") {
 			p := benchmark.Path(strings.TrimSpace(name))
 			if !slices.Contains(benchmark.Paths, p) {
