@@ -6,10 +6,12 @@
 //  2. relay: through a plain pass-through relay with one upstream connection
 //     per client connection, gRPC's defaults, no observation (the floor of
 //     any relay that keeps one upstream connection per client);
-//  3. tap-off: through a tap with no observer;
-//  4. tap-full: through a tap with everything on, started as `adstap run`
-//     starts it (pipeline.Start): the tracker, the live log (to /dev/null), metrics, and tracing to an
-//     exporter that discards spans;
+//  3. tap: adstap as `adstap run` ships, its configuration built from the
+//     command's default flags by the function the command uses
+//     (runconfig.Build) and started by pipeline.Start, its log to
+//     /dev/null, tracing off as shipped; a test ties the two;
+//  4. tap-lean: the same with every optional output off (the reference
+//     check), to show what the defaults cost;
 //  5. typed: through a relay that unmarshals and re-marshals every message
 //     with the generated xDS types, as istio-agent's xDS proxy does.
 //
@@ -18,9 +20,12 @@
 // check every message they receive against the xxhash of what the upstream
 // sent, and the upstream counts every ACK. The middle of paths 2–5 runs as a
 // separate process (see Child), so its CPU time and resident memory are its
-// own.
+// own. Asked for, two more paths: tap-traced (tap with tracing, to an
+// exporter that discards spans) and tap-off (the relay with no observer).
+// W7 runs over the relay and the adstap binary; `adstap-bench compare`
+// over the relay and two adstap binaries, each with its default flags.
 //
 // cmd/adstap-bench is the harness (`make bench`); the tests here run every
-// workload in a tiny form over all five paths and check correctness only,
+// workload in a tiny form over every path and check correctness only,
 // never speed.
 package benchmark
