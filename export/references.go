@@ -307,7 +307,11 @@ func (r *References) do(op refOp) {
 			return
 		case op.accepted != nil:
 			res := r.resources(op.accepted)
-			changes := st.graph.Accepted(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
+			accept := st.graph.Accepted
+			if op.accepted.Partial {
+				accept = st.graph.AcceptedChanges
+			}
+			changes := accept(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
 			clear(res) // the bodies are not to be read once the push is let go of
 			r.report(op.stream, st, &op.push, changes)
 		}

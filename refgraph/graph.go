@@ -207,10 +207,23 @@ type Resource struct {
 // then Answered would, and returns what the change started and resolved.
 // removed are a Delta push's removals.
 func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
+	return g.accepted1(typeURL, resources, removed, at, round, !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster))
+}
+
+// AcceptedChanges is Accepted for a push given as what it changed: the
+// resources it added or changed, and removed, the names it dropped (a
+// Delta push's removals, or what a SotW push that replaces its type no
+// longer carried); everything else the graph holds of the type stays as
+// it is, unchecked again. It costs what the push changed.
+func (g *Graph) AcceptedChanges(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
+	return g.accepted1(typeURL, resources, removed, at, round, false)
+}
+
+func (g *Graph) accepted1(typeURL string, resources []Resource, removed []string, at time.Time, round uint64, replace bool) []Change {
 	if !checked(typeURL) {
 		return nil
 	}
-	p := &sentPush{replace: !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster)}
+	p := &sentPush{replace: replace}
 	for _, n := range removed {
 		p.removed = append(p.removed, unique1(n))
 	}

@@ -94,6 +94,9 @@ type kept struct {
 	// keeper accepts.
 	views   []AcceptedResource
 	removed []string
+	// partial: views are only the resources the push added or changed,
+	// removed what it dropped of the acknowledged state (Accepted.Partial).
+	partial bool
 
 	// What outlives the push's bytes, for the next push to know whether the
 	// acknowledged state can be trusted.
@@ -172,11 +175,21 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		}
 	}
 	compact := size < whole
+	// partial: the push's diff is against the state the client
+	// acknowledged as the outputs were handed it, so an Accepted lists
+	// only what it added or changed, and what a replacing push dropped;
+	// an output applies that to what it has, and a push of 10,000
+	// resources that changed 200 costs it 200.
+	partial := k.accepts && trust && !resp.Delta
 	var views int64
 	if k.accepts {
 		// The views, and the decoder's copies of what straddled gRPC's
 		// buffers, which a push held by reference keeps for them.
-		views = int64(len(resp.Resources)) * int64(unsafe.Sizeof(AcceptedResource{}))
+		n := len(resp.Resources)
+		if partial {
+			n = len(changed)
+		}
+		views = int64(n) * int64(unsafe.Sizeof(AcceptedResource{}))
 		if !compact {
 			views += int64(resp.KeepViews())
 		}
@@ -189,12 +202,17 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	}
 	slot.size, slot.unchanged, slot.compact = size+views, unchanged, compact
 	if k.accepts {
-		slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
+		slot.partial = partial
+		if partial {
+			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
+		} else {
+			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
+		}
 	}
 	if slot.compact {
 		b := compactCopy(resp, changed, int(size))
 		if slot.views != nil {
-			compactViews(b, resp, changed, slot.views)
+			compactViews(b, resp, changed, slot.views, partial)
 		}
 		slot.data = mem.BufferSlice{mem.SliceBuffer(b)}
 		return
@@ -286,6 +304,9 @@ func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted)
 		return nil, a
 	}
 	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
+	if slot.partial {
+		a.Partial, a.Replace = true, false
+	}
 	a.kept = keptBytes{data: slot.data, size: slot.size, keeper: k}
 	owners := k.takers
 	var c *Changed
@@ -314,7 +335,7 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 	next := 0 // in changed
 	for i := range resp.Resources {
 		r, v := &resp.Resources[i], &views[i]
-		v.Name, v.TypeURL = ts.nameAt(resp, i), resp.TypeURL
+		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, i), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
@@ -326,6 +347,49 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 		}
 	}
 	return views
+}
+
+// changedViews are the views of the resources of resp at indexes changed,
+// those it added or changed since the acknowledged state, for a partial
+// Accepted.
+func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []AcceptedResource {
+	if len(changed) == 0 {
+		return nil
+	}
+	views := make([]AcceptedResource, len(changed))
+	for j, i := range changed {
+		r, v := &resp.Resources[i], &views[j]
+		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, int(i)), resp.TypeURL, r.Hash
+		if string(r.TypeURL) != resp.TypeURL {
+			v.TypeURL = codec.InternTypeURL(r.TypeURL)
+		}
+		v.Body = r.Body[:len(r.Body):len(r.Body)]
+	}
+	return views
+}
+
+// droppedNames are the acknowledged names the latest push, which replaces
+// its type, no longer carries (what its ACK removes), for a partial
+// Accepted; nil when it carries every one. It reads the positions load
+// found, which the caller trusts.
+func (ts *typeState) droppedNames() []string {
+	p, a := &ts.p, &ts.acked
+	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
+		return nil
+	}
+	seen := make([]uint64, (len(a.names)+63)/64)
+	for i := range p.res {
+		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
+			seen[pos/64] |= 1 << (pos % 64)
+		}
+	}
+	var out []string
+	for k, n := range a.names {
+		if seen[k/64]&(1<<(k%64)) == 0 {
+			out = append(out, n.Value())
+		}
+	}
+	return out
 }
 
 // nameAt is the name of resp.Resources[i] as a string: the one the push's
@@ -342,20 +406,28 @@ func (ts *typeState) nameAt(resp *codec.Response, i int) string {
 
 // compactViews points the views of the resources at indexes changed to
 // their bodies in b, resp's compact form, and leaves the others, carried
-// unchanged, without one: that is gone with the push's bytes.
-func compactViews(b []byte, resp *codec.Response, changed []int32, views []AcceptedResource) {
-	for i := range views {
-		views[i].Body = nil
+// unchanged, without one: that is gone with the push's bytes. A partial
+// Accepted's views are those of changed alone, in its order.
+func compactViews(b []byte, resp *codec.Response, changed []int32, views []AcceptedResource, partial bool) {
+	if !partial {
+		for i := range views {
+			views[i].Body = nil
+		}
 	}
 	end := compactEnvelopeSize(resp)
-	for _, i := range changed {
+	for j, i := range changed {
 		r := &resp.Resources[i]
 		end += compactResourceSize(r, resp.Delta)
 		bodyEnd := end
 		if len(r.Name) > 0 && (resp.Delta || !plainAny(r)) {
 			bodyEnd -= fieldSize(3, len(r.Name)) // the wrapper's name follows its Any
 		}
-		views[i].Body = b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
+		body := b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
+		if partial {
+			views[j].Body = body
+		} else {
+			views[i].Body = body
+		}
 	}
 }
 
@@ -582,6 +654,15 @@ type Accepted struct {
 	// NotKept says why the resources are not at hand, as for a Rejected;
 	// empty when they are.
 	NotKept string
+	// Partial is set when Resources are only those the push added or
+	// changed since the state the client acknowledged before it, as the
+	// outputs were handed it (the previous Accepted of the type, or the
+	// requests since): every other resource it holds stays as it was, but
+	// for Removed, the names a push that replaces its type no longer
+	// carried. Replace is then unset. A push of 10,000 resources that
+	// changed 200 hands over 200, so that following what a client accepted
+	// costs what a push changed, not what it carried.
+	Partial bool
 
 	kept keptBytes
 }
@@ -596,8 +677,12 @@ type AcceptedResource struct {
 	Body []byte
 	// Unchanged is set when the push carried the resource byte for byte as
 	// the client had acknowledged it before, or as a heartbeat: either way
-	// the client keeps what it had.
+	// the client keeps what it had. Never set in a Partial Accepted.
 	Unchanged bool
+	// Hash is the resource's content hash as the decoder computed it
+	// (codec.Resource.Hash): the same bytes, the same hash, whichever
+	// stream they were sent on.
+	Hash uint64
 }
 
 // Release lets go of the push's bytes for one of the outputs that took the
