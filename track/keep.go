@@ -58,6 +58,9 @@ type keeper struct {
 	supersedes bool
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
+	// store holds the bytes kept, each once for every stream that kept
+	// the same (share.go).
+	store shareStore
 }
 
 // compactShare: a push is kept compact (only its changed resources, copied)
@@ -78,8 +81,13 @@ func (t *Tracker) Kept() KeptStats {
 // kept is what a type's latest push left for its NACK: the push's bytes held
 // by reference, or a compact copy of its changed resources.
 type kept struct {
-	data mem.BufferSlice
+	data mem.BufferSlice // share's
+	// share holds the bytes, with every stream that kept the same (share.go).
+	share *sharedPush
+	// size is what the stream holds of its own (the views), beside share.
 	size int64
+	// owner: the stream's push made share (its Accepted counts it).
+	owner bool
 	// skipped: the push was not kept because of the bound.
 	skipped bool
 	// compact: data holds only the resources the push added or changed.
@@ -118,8 +126,8 @@ type kept struct {
 // drop lets go of what slot holds. What it knows of the acknowledged state
 // stays.
 func (k *keeper) drop(slot *kept) {
-	if slot.data != nil {
-		slot.data.Free()
+	if slot.share != nil {
+		k.unshare(slot.share)
 		k.held.Add(-slot.size)
 	}
 	*slot = kept{fullSync: slot.fullSync, unsure: slot.unsure}
@@ -181,26 +189,60 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	// an output applies that to what it has, and a push of 10,000
 	// resources that changed 200 costs it 200.
 	partial := k.accepts && trust && !resp.Delta
-	var views int64
+	nviews := 0
 	if k.accepts {
-		// The views, and the decoder's copies of what straddled gRPC's
-		// buffers, which a push held by reference keeps for them.
-		n := len(resp.Resources)
+		nviews = len(resp.Resources)
 		if partial {
-			n = len(changed)
-		}
-		views = int64(n) * int64(unsafe.Sizeof(AcceptedResource{}))
-		if !compact {
-			views += int64(resp.KeepViews())
+			nviews = len(changed)
 		}
 	}
-	if k.held.Add(size+views) > k.limit {
-		k.held.Add(-size - views)
+	// What this stream holds of its own: the views. The bytes are shared
+	// with every stream whose push kept the same resources (share.go).
+	own := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
+	key, hashes, names := ts.shareKeyOf(resp, changed, compact, size, whole)
+	share := k.store.find(key, hashes, names)
+	need := own
+	if share == nil {
+		need += size
+		if k.accepts && !compact {
+			// The decoder's copies of what straddled gRPC's buffers,
+			// which a push held by reference keeps for the views.
+			need += int64(resp.KeepViews())
+		}
+	}
+	if k.held.Add(need) > k.limit {
+		k.held.Add(-need)
+		if share != nil {
+			k.unshare(share)
+		}
 		k.skipped.Add(1)
 		slot.skipped = true
 		return
 	}
-	slot.size, slot.unchanged, slot.compact = size+views, unchanged, compact
+	if share == nil {
+		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
+		if compact {
+			b := compactCopy(resp, changed, int(size))
+			share.data = mem.BufferSlice{mem.SliceBuffer(b)}
+			if k.accepts {
+				share.bodies = compactBodies(b, resp, changed)
+			}
+		} else {
+			data.Ref()
+			share.data = data
+			if k.accepts {
+				share.bodies = make([][]byte, len(resp.Resources))
+				for i := range resp.Resources {
+					b := resp.Resources[i].Body
+					share.bodies[i] = b[:len(b):len(b)]
+				}
+			}
+		}
+		k.store.add(share)
+		slot.owner = true
+	}
+	slot.share, slot.data = share, share.data
+	slot.size, slot.unchanged, slot.compact = own, unchanged, compact
 	if k.accepts {
 		slot.partial = partial
 		if partial {
@@ -208,18 +250,9 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		} else {
 			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
 		}
+		sharedBodies(slot.views, share.bodies, changed, compact, partial)
 	}
-	if slot.compact {
-		b := compactCopy(resp, changed, int(size))
-		if slot.views != nil {
-			compactViews(b, resp, changed, slot.views, partial)
-		}
-		slot.data = mem.BufferSlice{mem.SliceBuffer(b)}
-		return
-	}
-	data.Ref()
-	slot.data = data
-	if unchanged > 0 {
+	if !compact && unchanged > 0 {
 		// Every bit but the changed resources' (a heartbeat's is never read).
 		bits := make([]uint64, (len(resp.Resources)+63)/64)
 		for i := range bits {
@@ -229,6 +262,61 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 			bits[i/64] &^= 1 << (i % 64)
 		}
 		slot.unchangedBits = bits
+	}
+}
+
+// shareKeyOf is what finds the bytes a push keeps in the store: the
+// content hashes and names of the resources kept (changed, when compact;
+// else all of them), in order, and a hash of them.
+func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact bool, size, whole int64) (shareKey, []uint64, []string) {
+	n := len(resp.Resources)
+	if compact {
+		n = len(changed)
+	}
+	hashes, names := make([]uint64, n), make([]string, n)
+	sum := mix(uint64(n))
+	for j := range n {
+		i := j
+		if compact {
+			i = int(changed[j])
+		}
+		r := &resp.Resources[i]
+		hashes[j], names[j] = r.Hash, ts.nameAt(resp, i)
+		sum = mix(sum + r.Hash + uint64(len(names[j])))
+	}
+	key := shareKey{typeURL: resp.TypeURL, sum: sum, n: n, whole: whole, compact: compact, delta: resp.Delta}
+	if compact {
+		key.whole = size
+	}
+	return key, hashes, names
+}
+
+// sharedBodies points views at the bodies the shared bytes hold: bodies
+// are in the order of changed when compact, else of the push's resources;
+// views in the order of changed when partial, else of the push's
+// resources, those not in changed without a body when compact (gone with
+// the push's bytes).
+func sharedBodies(views []AcceptedResource, bodies [][]byte, changed []int32, compact, partial bool) {
+	switch {
+	case compact && partial:
+		for j := range views {
+			views[j].Body = bodies[j]
+		}
+	case compact:
+		for i := range views {
+			views[i].Body = nil
+		}
+		for j, i := range changed {
+			views[i].Body = bodies[j]
+		}
+	case partial:
+		for j, i := range changed {
+			views[j].Body = bodies[i]
+		}
+	default:
+		for i := range views {
+			views[i].Body = bodies[i]
+		}
 	}
 }
 
@@ -251,7 +339,7 @@ func (k *keeper) reject(slot *kept, delta bool, message string, names []string) 
 	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
 	r := &Rejected{Delta: delta, Message: message, Names: names}
 	if slot.data != nil {
-		r.keptBytes = keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
+		r.keptBytes = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
 		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
 	} else {
 		r.NotKept = k.notKept(slot)
@@ -279,7 +367,7 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 		return nil
 	}
 	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
-		keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+		keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
 	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
 	return c
 }
@@ -304,15 +392,18 @@ func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted)
 		return nil, a
 	}
 	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
+	if slot.owner {
+		a.Bytes += slot.share.size
+	}
 	if slot.partial {
 		a.Partial, a.Replace = true, false
 	}
-	a.kept = keptBytes{data: slot.data, size: slot.size, keeper: k}
+	a.kept = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k}
 	owners := k.takers
 	var c *Changed
 	if changed && k.handsOver {
 		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
-			keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+			keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
 		owners++
 	}
 	if owners > 1 {
@@ -404,16 +495,10 @@ func (ts *typeState) nameAt(resp *codec.Response, i int) string {
 	return intern(name).Value()
 }
 
-// compactViews points the views of the resources at indexes changed to
-// their bodies in b, resp's compact form, and leaves the others, carried
-// unchanged, without one: that is gone with the push's bytes. A partial
-// Accepted's views are those of changed alone, in its order.
-func compactViews(b []byte, resp *codec.Response, changed []int32, views []AcceptedResource, partial bool) {
-	if !partial {
-		for i := range views {
-			views[i].Body = nil
-		}
-	}
+// compactBodies are the bodies of the resources at indexes changed in b,
+// resp's compact form, in that order.
+func compactBodies(b []byte, resp *codec.Response, changed []int32) [][]byte {
+	bodies := make([][]byte, len(changed))
 	end := compactEnvelopeSize(resp)
 	for j, i := range changed {
 		r := &resp.Resources[i]
@@ -422,13 +507,9 @@ func compactViews(b []byte, resp *codec.Response, changed []int32, views []Accep
 		if len(r.Name) > 0 && (resp.Delta || !plainAny(r)) {
 			bodyEnd -= fieldSize(3, len(r.Name)) // the wrapper's name follows its Any
 		}
-		body := b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
-		if partial {
-			views[j].Body = body
-		} else {
-			views[i].Body = body
-		}
+		bodies[j] = b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
 	}
+	return bodies
 }
 
 // The compact form of a push is a DiscoveryResponse (or, for a Delta push,
@@ -704,8 +785,9 @@ func (a *Accepted) Release() {
 // Changed or an Accepted, read at most once.
 type keptBytes struct {
 	once          sync.Once
-	data          mem.BufferSlice
-	size          int64   // what data counts against the keeper's bound
+	data          mem.BufferSlice // share's
+	share         *sharedPush
+	size          int64   // what the holder counts against the keeper's bound beside share
 	keeper        *keeper // nil when data is nil
 	unchangedBits []uint64
 	read          any
@@ -750,6 +832,6 @@ func (b *keptBytes) release(data mem.BufferSlice) {
 	if b.owners != nil && b.owners.Add(-1) > 0 {
 		return // another holder lets go
 	}
-	data.Free()
+	b.keeper.unshare(b.share)
 	b.keeper.held.Add(-b.size)
 }
