@@ -47,6 +47,8 @@ type Graph struct {
 	openPeak int
 	// reported counts the findings reported now.
 	reported int
+	// scans, when set, are the scans shared with other streams' graphs.
+	scans *Scans
 }
 
 // node is a cluster, an EDS assignment, or both, under one name.
@@ -88,6 +90,11 @@ func (n *node) secrets() []name {
 	}
 	return n.extra.secrets
 }
+
+// ShareScans makes the graph read what a resource refers to from scans,
+// which the graphs of other streams share, when the same bytes were
+// scanned for one of them; nil scans every resource anew.
+func (g *Graph) ShareScans(scans *Scans) { g.scans = scans }
 
 // Delta reports whether the graph is a Delta stream's.
 func (g *Graph) Delta() bool { return g.delta }
@@ -200,6 +207,9 @@ type Resource struct {
 	// Unchanged: the push carried the resource as the client had accepted
 	// it before, or as a heartbeat.
 	Unchanged bool
+	// Hash is the body's content hash (codec.Resource.Hash), by which a
+	// scan is shared (Scans); 0 when unknown.
+	Hash uint64
 }
 
 // Accepted applies a push of a type that the client accepted (an ACK, or a
@@ -234,9 +244,12 @@ func (g *Graph) accepted1(typeURL string, resources []Resource, removed []string
 			continue
 		}
 		s := scanned{name: unique1(r.Name)}
-		if r.Unchanged && len(r.Body) == 0 {
+		switch {
+		case r.Unchanged && len(r.Body) == 0:
 			s.kept = true
-		} else {
+		case g.scans != nil && r.Hash != 0:
+			g.scans.scan(&s, typeURL, r.Body, r.Hash)
+		default:
 			s.scan(typeURL, r.Body)
 		}
 		p.resources = append(p.resources, s)

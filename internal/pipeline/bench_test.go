@@ -379,3 +379,92 @@ func benchCDSVersions(b *testing.B, cfg pipeline.Config, wait func(*pipeline.Pip
 		})
 	}
 }
+
+// BenchmarkReferencesFanOut is W6 through the pipeline as `adstap run`
+// ships it (the reference check on, tracing off): one op is one push of a
+// CDS of 200 clusters (212 KB) to 1,000 streams and their 1,000 ACKs, and
+// the check's wait for all of them. In "sync" each op opens 1,000 new
+// streams, which receive their first push (every resource new) and close;
+// in "change" 1,000 synced streams are pushed the other of two versions
+// (2 % of the clusters changed). not-kept/op is the pushes the tracker could
+// not keep within --nack-keep-bytes (so neither name a NACK's resources nor
+// be checked), scanned/op the resources the check scanned: the same bytes
+// sent to 1,000 streams are kept once and scanned once.
+func BenchmarkReferencesFanOut(b *testing.B) {
+	const streams = 1_000
+	var v1, v2 []proto.Message
+	for i, r := range xdsconfig.Clusters(200, 1000) {
+		v1 = append(v1, r)
+		if i%50 == 0 {
+			c := proto.Clone(r).(*clusterv3.Cluster)
+			c.ConnectTimeout = durationpb.New(7 * time.Second)
+			r = c
+		}
+		v2 = append(v2, r)
+	}
+	for _, sync := range []bool{true, false} {
+		name := "change"
+		if sync {
+			name = "sync"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
+				Version: "bench", CheckReferences: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { closePipeline(b, p) })
+			o, at := p.TapObserver(), benchT0
+			pushes := []tap.Frame{response(at, benchPush(b, codec.TypeCluster, 1, v1)), response(at, benchPush(b, codec.TypeCluster, 2, v2))}
+			acks := []tap.Frame{request(at, benchACK(b, codec.TypeCluster, 1, nil)), request(at, benchACK(b, codec.TypeCluster, 2, nil))}
+			next := uint64(1)
+			open := func() {
+				for id := next; id < next+streams; id++ {
+					o.OnStreamOpen(benchStream(id))
+					o.OnFrame(benchStream(id), request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, int(id)), TypeUrl: codec.TypeCluster})))
+				}
+			}
+			fanOut := func(k int) {
+				at = at.Add(time.Millisecond)
+				for id := next; id < next+streams; id++ {
+					f := pushes[k]
+					f.Time = at
+					o.OnFrame(benchStream(id), f)
+				}
+				for id := next; id < next+streams; id++ {
+					f := acks[k]
+					f.Time = at
+					o.OnFrame(benchStream(id), f)
+				}
+				p.References.Dangling(context.Background(), "")
+			}
+			open()
+			if !sync {
+				fanOut(0)
+			}
+			skipped, shared0, scanned0 := p.Tracker.Kept().Skipped, uint64(0), uint64(0)
+			shared0, scanned0 = p.References.ScanStats()
+			n := 1
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if sync {
+					fanOut(0)
+					for id := next; id < next+streams; id++ {
+						o.OnStreamClose(benchStream(id), tap.StreamEnd{Time: at})
+					}
+					next += streams
+					open()
+					continue
+				}
+				fanOut(n % 2)
+				n++
+			}
+			b.StopTimer()
+			shared, scanned := p.References.ScanStats()
+			b.ReportMetric(float64(p.Tracker.Kept().Skipped-skipped)/float64(b.N), "not-kept/op")
+			b.ReportMetric(float64(scanned-scanned0)/float64(b.N), "scanned/op")
+			b.ReportMetric(float64(shared-shared0)/float64(b.N), "shared/op")
+		})
+	}
+}
