@@ -41,6 +41,13 @@ const DefaultKeepBytes = 64 << 20
 // Otherwise (a first push, a large change, Delta, whose resources are all
 // changes as a rule) the push is held by reference (Ref) as it came: a copy
 // would cost as much as the buffers it frees.
+//
+// Either way the bytes are kept once for every stream that was sent the
+// same: a push whose kept resources (their hashes and names, in order) are
+// what another stream's push keeps shares that push's bytes (share.go),
+// and lets its own go at once, so the bound counts distinct bytes and a
+// fan-out of one push to a thousand proxies holds one push and a thousand
+// small views.
 type keeper struct {
 	limit int64 // <0: keep nothing
 	held  atomic.Int64
@@ -728,9 +735,13 @@ type Accepted struct {
 	// Resources are the push's resources in its order, their bodies views
 	// into the push's bytes valid until Release.
 	Resources []AcceptedResource
-	Removed   []string // the Delta push's removed_resources
+	// Removed are the Delta push's removed_resources, or, when Partial,
+	// the names a SotW push replacing its type no longer carried.
+	Removed []string
 	// Bytes is what the push's kept bytes and the views take until
-	// Release, for an output's bound on the work waiting for it.
+	// Release, for an output's bound on the work waiting for it; bytes
+	// shared with other streams' pushes (the same sent to each) are
+	// counted by the push that kept them first.
 	Bytes int64
 	// NotKept says why the resources are not at hand, as for a Rejected;
 	// empty when they are.
