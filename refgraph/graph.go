@@ -47,6 +47,10 @@ type Graph struct {
 	openPeak int
 	// reported counts the findings reported now.
 	reported int
+	// due is when the earliest finding not yet reported has waited the
+	// grace (zero: none waits, or not known): Tick before it has nothing to
+	// do, and the tap ticks every stream's graph every second.
+	due time.Time
 	// scans, when set, are the scans shared with other streams' graphs.
 	scans *Scans
 }
@@ -768,6 +772,8 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 			f.reported = true
 			g.reported++
 			ch.out = append(ch.out, Change{Finding: f.Finding, At: at})
+		} else if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
+			g.due = d
 		}
 		next = append(next, f)
 	}
@@ -781,16 +787,26 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 // Tick reports the references that have waited for their target longer than
 // the grace by now.
 func (g *Graph) Tick(now time.Time) []Change {
+	if g.due.IsZero() || now.Before(g.due) {
+		return nil
+	}
 	var out []Change
+	var due time.Time
 	for _, fs := range g.open {
 		for _, f := range fs {
-			if !f.reported && now.Sub(f.Since) >= g.grace {
+			if f.reported {
+				continue
+			}
+			if now.Sub(f.Since) >= g.grace {
 				f.reported = true
 				g.reported++
 				out = append(out, Change{Finding: f.Finding, At: now})
+			} else if d := f.Since.Add(g.grace); due.IsZero() || d.Before(due) {
+				due = d
 			}
 		}
 	}
+	g.due = due
 	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 	return out
 }
