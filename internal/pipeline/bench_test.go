@@ -76,7 +76,7 @@ func benchStream(id uint64) tap.StreamInfo {
 }
 
 // benchNode is what sidecar i says in its first request, metadata included.
-func benchNode(b *testing.B, i int) *core.Node {
+func benchNode(b testing.TB, i int) *core.Node {
 	md, err := structpb.NewStruct(map[string]any{
 		"NAMESPACE": fmt.Sprintf("ns-%d", i%17), "ISTIO_VERSION": "1.28.0", "CLUSTER_ID": "Kubernetes",
 		"NAME": fmt.Sprintf("bench-%05d-7d9f8c6b5-x2x9z", i),
@@ -92,7 +92,7 @@ func benchNode(b *testing.B, i int) *core.Node {
 	}
 }
 
-func marshal(b *testing.B, m proto.Message) []byte {
+func marshal(b testing.TB, m proto.Message) []byte {
 	b.Helper()
 	bs, err := proto.Marshal(m)
 	if err != nil {
@@ -102,7 +102,7 @@ func marshal(b *testing.B, m proto.Message) []byte {
 }
 
 // benchPush is a SotW response of resources under version n.
-func benchPush(b *testing.B, typeURL string, n int, resources []proto.Message) []byte {
+func benchPush(b testing.TB, typeURL string, n int, resources []proto.Message) []byte {
 	r := &discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n), Nonce: fmt.Sprintf("nonce-%d-%s", n, typeURL)}
 	for _, m := range resources {
 		// Deterministic, as the bench's: a resource unchanged between
@@ -116,7 +116,7 @@ func benchPush(b *testing.B, typeURL string, n int, resources []proto.Message) [
 	return marshal(b, r)
 }
 
-func benchACK(b *testing.B, typeURL string, n int, names []string) []byte {
+func benchACK(b testing.TB, typeURL string, n int, names []string) []byte {
 	return marshal(b, &discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n),
 		ResponseNonce: fmt.Sprintf("nonce-%d-%s", n, typeURL), ResourceNames: names})
 }
