@@ -204,13 +204,24 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		}
 	}
 	// What this stream holds of its own: the views. The bytes are shared
-	// with every stream whose push kept the same resources (share.go).
-	own := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
+	// with every stream whose push kept the same resources (share.go), and
+	// so are the views when they are those of the kept resources alone, in
+	// order (a partial hand-over of what the push kept: a compact push, or
+	// one whose every resource is new), the same for every such stream.
+	viewBytes := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
+	sameViews := partial && (compact || len(changed) == len(resp.Resources))
 	key, hashes, names := ts.shareKeyOf(resp, changed, compact, size, whole)
 	share := k.store.find(key, hashes, names)
+	own := viewBytes
+	if share != nil && sameViews && share.views != nil {
+		own = 0
+	}
 	need := own
 	if share == nil {
 		need += size
+		if sameViews {
+			own = 0 // the share's
+		}
 		if k.accepts && !compact {
 			// The decoder's copies of what straddled gRPC's buffers,
 			// which a push held by reference keeps for the views.
@@ -245,19 +256,30 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 				}
 			}
 		}
-		k.store.add(share)
 		slot.owner = true
 	}
 	slot.share, slot.data = share, share.data
 	slot.size, slot.unchanged, slot.compact = own, unchanged, compact
 	if k.accepts {
 		slot.partial = partial
-		if partial {
+		switch {
+		case own == 0 && share.views != nil:
+			// Another stream's push made the views, which read alike.
+			slot.views, slot.removed = share.views, ts.droppedNames()
+		case partial:
 			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
-		} else {
+		default:
 			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
 		}
-		sharedBodies(slot.views, share.bodies, changed, compact, partial)
+		if slot.owner || own != 0 {
+			sharedBodies(slot.views, share.bodies, changed, compact, partial)
+		}
+		if slot.owner && own == 0 {
+			share.views = slot.views
+		}
+	}
+	if slot.owner {
+		k.store.add(share) // once complete: other streams read it from now
 	}
 	if !compact && unchanged > 0 {
 		// Every bit but the changed resources' (a heartbeat's is never read).

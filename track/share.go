@@ -30,9 +30,13 @@ type sharedPush struct {
 	// decoder's copies of those that straddled its buffers), in order, for
 	// an Accepted's views; nil unless the keeper accepts.
 	bodies [][]byte
-	size   int64 // counted against the bound once, while any stream holds it
-	refs   int32 // the streams' holders; guarded by shard.mu
-	shard  *shareShard
+	// views are the Accepted's views of the kept resources, in order, when
+	// the push that made it handed over those alone (partial): every
+	// stream whose push does the same shares them, read-only.
+	views []AcceptedResource
+	size  int64 // counted against the bound once, while any stream holds it
+	refs  int32 // the streams' holders; guarded by shard.mu
+	shard *shareShard
 }
 
 // shareKey finds a sharedPush: a hash of the kept resources' content
