@@ -53,6 +53,12 @@ type References struct {
 
 	// res is the queue goroutine's scratch space for a push's resources.
 	res []refgraph.Resource
+	// scans are shared by the streams' graphs while there are several: a
+	// push sent to a thousand streams is scanned once (nil with one
+	// stream, a sidecar's, which would only hold its scans twice).
+	scans *refgraph.Scans
+	// sharedHits and sharedMisses are the lookups of scans let go of.
+	sharedHits, sharedMisses uint64
 
 	mu      sync.Mutex
 	streams map[uint64]*refStream
@@ -307,7 +313,12 @@ func (r *References) do(op refOp) {
 			return
 		case op.accepted != nil:
 			res := r.resources(op.accepted)
-			changes := st.graph.Accepted(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
+			st.graph.ShareScans(r.sharedScans())
+			accept := st.graph.Accepted
+			if op.accepted.Partial {
+				accept = st.graph.AcceptedChanges
+			}
+			changes := accept(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
 			clear(res) // the bodies are not to be read once the push is let go of
 			r.report(op.stream, st, &op.push, changes)
 		}
@@ -326,10 +337,38 @@ func (r *References) resources(a *track.Accepted) []refgraph.Resource {
 	res := r.res[:0]
 	for i := range a.Resources {
 		v := &a.Resources[i]
-		res = append(res, refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged})
+		res = append(res, refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged, Hash: v.Hash})
 	}
 	r.res = res[:0]
 	return res
+}
+
+// sharedScans are the scans the streams' graphs share, made when a second
+// stream is checked and let go of when one is left. r.mu is held.
+func (r *References) sharedScans() *refgraph.Scans {
+	if len(r.streams) < 2 {
+		if r.scans != nil {
+			h, m := r.scans.Stats()
+			r.sharedHits, r.sharedMisses = r.sharedHits+h, r.sharedMisses+m
+		}
+		r.scans = nil
+	} else if r.scans == nil {
+		r.scans = refgraph.NewScans()
+	}
+	return r.scans
+}
+
+// ScanStats returns how many resources the check found scanned already
+// for another stream, and how many it scanned.
+func (r *References) ScanStats() (shared, scanned uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	shared, scanned = r.sharedHits, r.sharedMisses
+	if r.scans != nil {
+		h, m := r.scans.Stats()
+		shared, scanned = shared+h, scanned+m
+	}
+	return shared, scanned
 }
 
 // requested applies what a request says of the client's subscription.

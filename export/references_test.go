@@ -129,6 +129,32 @@ func TestReferencesFindsARouteToNowhere(t *testing.T) {
 	}
 }
 
+// TestReferencesFollowWhatAPushDropped: a CDS push after the first is
+// handed over as what it changed (track.Accepted.Partial); a cluster it no
+// longer carries is gone all the same, and the route to it dangles until a
+// push brings it back.
+func TestReferencesFollowWhatAPushDropped(t *testing.T) {
+	leakcheck.Check(t)
+	r := export.NewReferences(export.ReferencesConfig{})
+	defer r.Close(context.Background())
+	s := openRefStream(t, track.Config{}, r)
+	a, b := xdstest.MustAny(xdsconfig.Cluster("a", false)), xdstest.MustAny(xdsconfig.Cluster("b", false))
+	s.pushAndACK(codec.TypeCluster, "c1", a, b)
+	s.pushAndACK(codec.TypeRoute, "r1", xdstest.MustAny(xdsconfig.Route("r", "greeter", "b")))
+	if got := r.Dangling(context.Background(), ""); len(got) != 0 {
+		t.Fatalf("Dangling() = %+v, want none", got)
+	}
+	s.pushAndACK(codec.TypeCluster, "c2", a)
+	if got := r.Dangling(context.Background(), ""); len(got) != 1 || got[0].Target != "b" {
+		t.Fatalf("after b was dropped, Dangling() = %+v, want the route to b", got)
+	}
+	s.pushAndACK(codec.TypeCluster, "c3", a, b)
+	if got := r.Dangling(context.Background(), ""); len(got) != 0 {
+		t.Fatalf("after b came back, Dangling() = %+v, want none", got)
+	}
+	s.close()
+}
+
 // gatedWriter holds the first write until open is closed, and says when it
 // has begun: the output's goroutine is then busy, and what is handed to it
 // waits in its queue.

@@ -47,6 +47,12 @@ type Graph struct {
 	openPeak int
 	// reported counts the findings reported now.
 	reported int
+	// due is when the earliest finding not yet reported has waited the
+	// grace (zero: none waits, or not known): Tick before it has nothing to
+	// do, and the tap ticks every stream's graph every second.
+	due time.Time
+	// scans, when set, are the scans shared with other streams' graphs.
+	scans *Scans
 }
 
 // node is a cluster, an EDS assignment, or both, under one name.
@@ -88,6 +94,11 @@ func (n *node) secrets() []name {
 	}
 	return n.extra.secrets
 }
+
+// ShareScans makes the graph read what a resource refers to from scans,
+// which the graphs of other streams share, when the same bytes were
+// scanned for one of them; nil scans every resource anew.
+func (g *Graph) ShareScans(scans *Scans) { g.scans = scans }
 
 // Delta reports whether the graph is a Delta stream's.
 func (g *Graph) Delta() bool { return g.delta }
@@ -200,6 +211,9 @@ type Resource struct {
 	// Unchanged: the push carried the resource as the client had accepted
 	// it before, or as a heartbeat.
 	Unchanged bool
+	// Hash is the body's content hash (codec.Resource.Hash), by which a
+	// scan is shared (Scans); 0 when unknown.
+	Hash uint64
 }
 
 // Accepted applies a push of a type that the client accepted (an ACK, or a
@@ -207,10 +221,23 @@ type Resource struct {
 // then Answered would, and returns what the change started and resolved.
 // removed are a Delta push's removals.
 func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
+	return g.accepted1(typeURL, resources, removed, at, round, !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster))
+}
+
+// AcceptedChanges is Accepted for a push given as what it changed: the
+// resources it added or changed, and removed, the names it dropped (a
+// Delta push's removals, or what a SotW push that replaces its type no
+// longer carried); everything else the graph holds of the type stays as
+// it is, unchecked again. It costs what the push changed.
+func (g *Graph) AcceptedChanges(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
+	return g.accepted1(typeURL, resources, removed, at, round, false)
+}
+
+func (g *Graph) accepted1(typeURL string, resources []Resource, removed []string, at time.Time, round uint64, replace bool) []Change {
 	if !checked(typeURL) {
 		return nil
 	}
-	p := &sentPush{replace: !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster)}
+	p := &sentPush{replace: replace}
 	for _, n := range removed {
 		p.removed = append(p.removed, unique1(n))
 	}
@@ -221,9 +248,12 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 			continue
 		}
 		s := scanned{name: unique1(r.Name)}
-		if r.Unchanged && len(r.Body) == 0 {
+		switch {
+		case r.Unchanged && len(r.Body) == 0:
 			s.kept = true
-		} else {
+		case g.scans != nil && r.Hash != 0:
+			g.scans.scan(&s, typeURL, r.Body, r.Hash)
+		default:
 			s.scan(typeURL, r.Body)
 		}
 		p.resources = append(p.resources, s)
@@ -742,6 +772,8 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 			f.reported = true
 			g.reported++
 			ch.out = append(ch.out, Change{Finding: f.Finding, At: at})
+		} else if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
+			g.due = d
 		}
 		next = append(next, f)
 	}
@@ -755,16 +787,26 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 // Tick reports the references that have waited for their target longer than
 // the grace by now.
 func (g *Graph) Tick(now time.Time) []Change {
+	if g.due.IsZero() || now.Before(g.due) {
+		return nil
+	}
 	var out []Change
+	var due time.Time
 	for _, fs := range g.open {
 		for _, f := range fs {
-			if !f.reported && now.Sub(f.Since) >= g.grace {
+			if f.reported {
+				continue
+			}
+			if now.Sub(f.Since) >= g.grace {
 				f.reported = true
 				g.reported++
 				out = append(out, Change{Finding: f.Finding, At: now})
+			} else if d := f.Since.Add(g.grace); due.IsZero() || d.Before(due) {
+				due = d
 			}
 		}
 	}
+	g.due = due
 	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 	return out
 }

@@ -331,22 +331,38 @@ func TestGraphAcceptedIsSentThenAnswered(t *testing.T) {
 	for _, tt := range append(graphCases(t), unchanged...) {
 		t.Run(tt.name, func(t *testing.T) {
 			want, _, wantAll := runAll(t, tt.delta, tt.steps)
-			got, gotAll := runAccepted(t, tt.delta, tt.steps)
-			if diff := cmp.Diff(briefs(wantAll), briefs(gotAll)); diff != "" {
-				t.Errorf("every step's changes (-Sent and Answered +Accepted):\n%s", diff)
+			// As the tracker hands pushes over: whole, then as what they
+			// changed (AcceptedChanges), then through a second stream's
+			// graph that finds every resource scanned by the first's.
+			scans := refgraph.NewScans()
+			for _, way := range []struct {
+				name    string
+				partial bool
+				scans   *refgraph.Scans
+			}{{"Accepted", false, nil}, {"AcceptedChanges", true, nil}, {"first stream", true, scans}, {"second stream", true, scans}} {
+				got, gotAll := runAccepted(t, tt.delta, tt.steps, way.partial, way.scans)
+				if diff := cmp.Diff(briefs(wantAll), briefs(gotAll)); diff != "" {
+					t.Errorf("%s: every step's changes (-Sent and Answered +Accepted):\n%s", way.name, diff)
+				}
+				if diff := cmp.Diff(findingBriefs(want.Findings()), findingBriefs(got.Findings())); diff != "" {
+					t.Errorf("%s: open findings (-Sent and Answered +Accepted):\n%s", way.name, diff)
+				}
 			}
-			if diff := cmp.Diff(findingBriefs(want.Findings()), findingBriefs(got.Findings())); diff != "" {
-				t.Errorf("open findings (-Sent and Answered +Accepted):\n%s", diff)
+			if hits, misses := scans.Stats(); hits < misses {
+				t.Errorf("the second stream's graph found %d scans made by the first, which made %d", hits, misses)
 			}
 		})
 	}
 }
 
 // runAccepted is runAll with each accepted push handed over by Accepted, a
-// resource unchanged since it was last accepted without its body.
-func runAccepted(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Change) {
+// resource unchanged since it was last accepted without its body; with
+// partial, by AcceptedChanges: only what changed, and the names a push
+// replacing its type dropped. scans, when set, are shared.
+func runAccepted(t *testing.T, delta bool, steps []step, partial bool, scans *refgraph.Scans) (*refgraph.Graph, []refgraph.Change) {
 	t.Helper()
 	g := refgraph.New(delta, grace)
+	g.ShareScans(scans)
 	accepted := map[string]map[string][]byte{} // by type, by name
 	var all []refgraph.Change
 	for i, s := range steps {
@@ -384,21 +400,35 @@ func runAccepted(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []ref
 			var res []refgraph.Resource
 			next := map[string][]byte{}
 			for _, r := range resp.Resources {
-				v := refgraph.Resource{Name: string(r.Name), Body: r.Body}
+				v := refgraph.Resource{Name: string(r.Name), Body: r.Body, Hash: r.Hash}
 				if b, ok := bodies[v.Name]; ok && bytes.Equal(b, r.Body) {
 					v.Body, v.Unchanged = nil, true
 				}
-				res = append(res, v)
-				next[v.Name] = r.Body
+				if !partial || !v.Unchanged {
+					res = append(res, v)
+				}
+				next[v.Name] = bytes.Clone(r.Body)
 			}
+			removed := s.removed
 			if !delta && (s.typeURL == codec.TypeCluster || s.typeURL == codec.TypeListener) {
+				if partial {
+					for n := range bodies {
+						if _, ok := next[n]; !ok {
+							removed = append(removed, n)
+						}
+					}
+				}
 				clear(bodies)
 			}
 			for _, n := range s.removed {
 				delete(bodies, n)
 			}
 			maps.Copy(bodies, next)
-			all = append(all, g.Accepted(s.typeURL, res, s.removed, at, s.round)...)
+			if partial {
+				all = append(all, g.AcceptedChanges(s.typeURL, res, removed, at, s.round)...)
+			} else {
+				all = append(all, g.Accepted(s.typeURL, res, s.removed, at, s.round)...)
+			}
 		}
 	}
 	return g, all

@@ -141,6 +141,27 @@ func checkAccepted(t *testing.T, a *track.Accepted, version string, replace bool
 	}
 }
 
+// checkPartial checks a partial Accepted: only what the push added or
+// changed (want, in push order), removed what it dropped, nothing replaced.
+func checkPartial(t *testing.T, a *track.Accepted, version string, want []resourceView, removed ...string) {
+	t.Helper()
+	if a != nil && !a.Partial {
+		t.Fatalf("Accepted of a push diffed against what the outputs were handed is not partial")
+	}
+	checkAccepted(t, a, version, false, changedViews(want), removed...)
+}
+
+// changedViews leaves out of views those carried unchanged.
+func changedViews(views []resourceView) []resourceView {
+	var out []resourceView
+	for _, v := range views {
+		if !v.unchanged {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // An ACK hands its push over as the tap decoded it: every resource whole
 // for a push held by reference, only those it changed for one kept compact;
 // a Delta push with its removals; a late ACK too. Nothing else does (a
@@ -154,13 +175,13 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		v1 := push(cds, 1, shopClusters(false)...)
 		h.send(v1)
 		a, _ := acceptedIn(h.send(ack(cds, 1)))
-		checkAccepted(t, a, ver(1), true, sotwViews(v1))
+		checkPartial(t, a, ver(1), sotwViews(v1))
 		a.Release()
 
 		v2 := push(cds, 2, shopClusters(false, 3)...) // one cluster of eight changed: kept compact
 		h.send(v2)
 		a, _ = acceptedIn(h.send(ack(cds, 2)))
-		checkAccepted(t, a, ver(2), true, sotwViews(v2, 0, 1, 2, 4, 5, 6, 7))
+		checkPartial(t, a, ver(2), sotwViews(v2, 0, 1, 2, 4, 5, 6, 7))
 		a.Release()
 
 		h.send(push(cds, 3, shopClusters(false, 4)...))
@@ -178,6 +199,33 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		}
 		if got := h.pool.returned(); got != h.gets {
 			t.Errorf("%d buffers of %d back in the pool", got, h.gets)
+		}
+	})
+	t.Run("what a replacing push dropped", func(t *testing.T) {
+		h := newAcceptedHarness(t, track.Config{}, adsSotW)
+		h.send(initial(cds))
+		h.send(push(cds, 1, shopClusters(false)...))
+		a, _ := acceptedIn(h.send(ack(cds, 1)))
+		a.Release()
+		v2 := push(cds, 2, shopClusters(false, 3)[:6]...) // one changed, the last two dropped
+		h.send(v2)
+		a, _ = acceptedIn(h.send(ack(cds, 2)))
+		checkPartial(t, a, ver(2), sotwViews(v2, 0, 1, 2, 4, 5), shopCluster(6), shopCluster(7))
+		a.Release()
+		// A push superseded before its answer is assumed applied: the next
+		// one's diff is not vouched for, so it is handed over whole.
+		h.send(push(cds, 3, shopClusters(false, 4)[:6]...))
+		v4 := push(cds, 4, shopClusters(false, 5)...)
+		h.send(v4)
+		a, _ = acceptedIn(h.send(ack(cds, 4)))
+		if a == nil || a.Partial {
+			t.Fatalf("the ACK of a push after a superseded one handed %+v, want the whole push", a)
+		}
+		checkAccepted(t, a, ver(4), true, sotwViews(v4))
+		a.Release()
+		h.tr.CloseStream(1, h.now(), 0, "")
+		if got := h.tr.Kept().Bytes; got != 0 {
+			t.Errorf("%d bytes still kept", got)
 		}
 	})
 	t.Run("Delta", func(t *testing.T) {
@@ -206,7 +254,7 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 			t.Fatalf("the ACK after the timeout gave %T, want a LateAnswer", evs[len(evs)-1])
 		}
 		a, _ := acceptedIn(evs)
-		checkAccepted(t, a, ver(1), true, sotwViews(v1))
+		checkPartial(t, a, ver(1), sotwViews(v1))
 		a.Release()
 		if got := h.tr.Kept().Bytes; got != 0 {
 			t.Errorf("%d bytes still kept", got)
@@ -256,7 +304,7 @@ func TestAcceptedHasAnOwnerPerOutput(t *testing.T) {
 	} {
 		for _, release := range c.release[:2] {
 			release()
-			checkAccepted(t, c.e.Accepted, c.e.Push.Version, true, c.views)
+			checkPartial(t, c.e.Accepted, c.e.Push.Version, c.views)
 		}
 		c.release[2]()
 	}

@@ -41,6 +41,13 @@ const DefaultKeepBytes = 64 << 20
 // Otherwise (a first push, a large change, Delta, whose resources are all
 // changes as a rule) the push is held by reference (Ref) as it came: a copy
 // would cost as much as the buffers it frees.
+//
+// Either way the bytes are kept once for every stream that was sent the
+// same: a push whose kept resources (their hashes and names, in order) are
+// what another stream's push keeps shares that push's bytes (share.go),
+// and lets its own go at once, so the bound counts distinct bytes and a
+// fan-out of one push to a thousand proxies holds one push and a thousand
+// small views.
 type keeper struct {
 	limit int64 // <0: keep nothing
 	held  atomic.Int64
@@ -58,6 +65,9 @@ type keeper struct {
 	supersedes bool
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
+	// store holds the bytes kept, each once for every stream that kept
+	// the same (share.go).
+	store shareStore
 }
 
 // compactShare: a push is kept compact (only its changed resources, copied)
@@ -78,8 +88,13 @@ func (t *Tracker) Kept() KeptStats {
 // kept is what a type's latest push left for its NACK: the push's bytes held
 // by reference, or a compact copy of its changed resources.
 type kept struct {
-	data mem.BufferSlice
+	data mem.BufferSlice // share's
+	// share holds the bytes, with every stream that kept the same (share.go).
+	share *sharedPush
+	// size is what the stream holds of its own (the views), beside share.
 	size int64
+	// owner: the stream's push made share (its Accepted counts it).
+	owner bool
 	// skipped: the push was not kept because of the bound.
 	skipped bool
 	// compact: data holds only the resources the push added or changed.
@@ -94,6 +109,9 @@ type kept struct {
 	// keeper accepts.
 	views   []AcceptedResource
 	removed []string
+	// partial: views are only the resources the push added or changed,
+	// removed what it dropped of the acknowledged state (Accepted.Partial).
+	partial bool
 
 	// What outlives the push's bytes, for the next push to know whether the
 	// acknowledged state can be trusted.
@@ -115,8 +133,8 @@ type kept struct {
 // drop lets go of what slot holds. What it knows of the acknowledged state
 // stays.
 func (k *keeper) drop(slot *kept) {
-	if slot.data != nil {
-		slot.data.Free()
+	if slot.share != nil {
+		k.unshare(slot.share)
 		k.held.Add(-slot.size)
 	}
 	*slot = kept{fullSync: slot.fullSync, unsure: slot.unsure}
@@ -172,36 +190,98 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		}
 	}
 	compact := size < whole
-	var views int64
+	// partial: the push's diff is against the state the client
+	// acknowledged as the outputs were handed it, so an Accepted lists
+	// only what it added or changed, and what a replacing push dropped;
+	// an output applies that to what it has, and a push of 10,000
+	// resources that changed 200 costs it 200.
+	partial := k.accepts && trust && !resp.Delta
+	nviews := 0
 	if k.accepts {
-		// The views, and the decoder's copies of what straddled gRPC's
-		// buffers, which a push held by reference keeps for them.
-		views = int64(len(resp.Resources)) * int64(unsafe.Sizeof(AcceptedResource{}))
-		if !compact {
-			views += int64(resp.KeepViews())
+		nviews = len(resp.Resources)
+		if partial {
+			nviews = len(changed)
 		}
 	}
-	if k.held.Add(size+views) > k.limit {
-		k.held.Add(-size - views)
+	// What this stream holds of its own: the views. The bytes are shared
+	// with every stream whose push kept the same resources (share.go), and
+	// so are the views when they are those of the kept resources alone, in
+	// order (a partial hand-over of what the push kept: a compact push, or
+	// one whose every resource is new), the same for every such stream.
+	viewBytes := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
+	sameViews := partial && (compact || len(changed) == len(resp.Resources))
+	key, hashes, names := ts.shareKeyOf(resp, changed, compact, size, whole)
+	share := k.store.find(key, hashes, names)
+	own := viewBytes
+	if share != nil && sameViews && share.views != nil {
+		own = 0
+	}
+	need := own
+	if share == nil {
+		need += size
+		if sameViews {
+			own = 0 // the share's
+		}
+		if k.accepts && !compact {
+			// The decoder's copies of what straddled gRPC's buffers,
+			// which a push held by reference keeps for the views.
+			need += int64(resp.KeepViews())
+		}
+	}
+	if k.held.Add(need) > k.limit {
+		k.held.Add(-need)
+		if share != nil {
+			k.unshare(share)
+		}
 		k.skipped.Add(1)
 		slot.skipped = true
 		return
 	}
-	slot.size, slot.unchanged, slot.compact = size+views, unchanged, compact
-	if k.accepts {
-		slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
-	}
-	if slot.compact {
-		b := compactCopy(resp, changed, int(size))
-		if slot.views != nil {
-			compactViews(b, resp, changed, slot.views)
+	if share == nil {
+		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
+		if compact {
+			b := compactCopy(resp, changed, int(size))
+			share.data = mem.BufferSlice{mem.SliceBuffer(b)}
+			if k.accepts {
+				share.bodies = compactBodies(b, resp, changed)
+			}
+		} else {
+			data.Ref()
+			share.data = data
+			if k.accepts {
+				share.bodies = make([][]byte, len(resp.Resources))
+				for i := range resp.Resources {
+					b := resp.Resources[i].Body
+					share.bodies[i] = b[:len(b):len(b)]
+				}
+			}
 		}
-		slot.data = mem.BufferSlice{mem.SliceBuffer(b)}
-		return
+		slot.owner = true
 	}
-	data.Ref()
-	slot.data = data
-	if unchanged > 0 {
+	slot.share, slot.data = share, share.data
+	slot.size, slot.unchanged, slot.compact = own, unchanged, compact
+	if k.accepts {
+		slot.partial = partial
+		switch {
+		case own == 0 && share.views != nil:
+			// Another stream's push made the views, which read alike.
+			slot.views, slot.removed = share.views, ts.droppedNames()
+		case partial:
+			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
+		default:
+			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
+		}
+		if slot.owner || own != 0 {
+			sharedBodies(slot.views, share.bodies, changed, compact, partial)
+		}
+		if slot.owner && own == 0 {
+			share.views = slot.views
+		}
+	}
+	if slot.owner {
+		k.store.add(share) // once complete: other streams read it from now
+	}
+	if !compact && unchanged > 0 {
 		// Every bit but the changed resources' (a heartbeat's is never read).
 		bits := make([]uint64, (len(resp.Resources)+63)/64)
 		for i := range bits {
@@ -211,6 +291,61 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 			bits[i/64] &^= 1 << (i % 64)
 		}
 		slot.unchangedBits = bits
+	}
+}
+
+// shareKeyOf is what finds the bytes a push keeps in the store: the
+// content hashes and names of the resources kept (changed, when compact;
+// else all of them), in order, and a hash of them.
+func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact bool, size, whole int64) (shareKey, []uint64, []string) {
+	n := len(resp.Resources)
+	if compact {
+		n = len(changed)
+	}
+	hashes, names := make([]uint64, n), make([]string, n)
+	sum := mix(uint64(n))
+	for j := range n {
+		i := j
+		if compact {
+			i = int(changed[j])
+		}
+		r := &resp.Resources[i]
+		hashes[j], names[j] = r.Hash, ts.nameAt(resp, i)
+		sum = mix(sum + r.Hash + uint64(len(names[j])))
+	}
+	key := shareKey{typeURL: resp.TypeURL, sum: sum, n: n, whole: whole, compact: compact, delta: resp.Delta}
+	if compact {
+		key.whole = size
+	}
+	return key, hashes, names
+}
+
+// sharedBodies points views at the bodies the shared bytes hold: bodies
+// are in the order of changed when compact, else of the push's resources;
+// views in the order of changed when partial, else of the push's
+// resources, those not in changed without a body when compact (gone with
+// the push's bytes).
+func sharedBodies(views []AcceptedResource, bodies [][]byte, changed []int32, compact, partial bool) {
+	switch {
+	case compact && partial:
+		for j := range views {
+			views[j].Body = bodies[j]
+		}
+	case compact:
+		for i := range views {
+			views[i].Body = nil
+		}
+		for j, i := range changed {
+			views[i].Body = bodies[j]
+		}
+	case partial:
+		for j, i := range changed {
+			views[j].Body = bodies[i]
+		}
+	default:
+		for i := range views {
+			views[i].Body = bodies[i]
+		}
 	}
 }
 
@@ -233,7 +368,7 @@ func (k *keeper) reject(slot *kept, delta bool, message string, names []string) 
 	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
 	r := &Rejected{Delta: delta, Message: message, Names: names}
 	if slot.data != nil {
-		r.keptBytes = keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
+		r.keptBytes = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
 		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
 	} else {
 		r.NotKept = k.notKept(slot)
@@ -261,7 +396,7 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 		return nil
 	}
 	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
-		keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+		keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
 	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
 	return c
 }
@@ -286,12 +421,18 @@ func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted)
 		return nil, a
 	}
 	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
-	a.kept = keptBytes{data: slot.data, size: slot.size, keeper: k}
+	if slot.owner {
+		a.Bytes += slot.share.size
+	}
+	if slot.partial {
+		a.Partial, a.Replace = true, false
+	}
+	a.kept = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k}
 	owners := k.takers
 	var c *Changed
 	if changed && k.handsOver {
 		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
-			keptBytes: keptBytes{data: slot.data, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+			keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
 		owners++
 	}
 	if owners > 1 {
@@ -314,7 +455,7 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 	next := 0 // in changed
 	for i := range resp.Resources {
 		r, v := &resp.Resources[i], &views[i]
-		v.Name, v.TypeURL = ts.nameAt(resp, i), resp.TypeURL
+		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, i), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
@@ -326,6 +467,49 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 		}
 	}
 	return views
+}
+
+// changedViews are the views of the resources of resp at indexes changed,
+// those it added or changed since the acknowledged state, for a partial
+// Accepted.
+func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []AcceptedResource {
+	if len(changed) == 0 {
+		return nil
+	}
+	views := make([]AcceptedResource, len(changed))
+	for j, i := range changed {
+		r, v := &resp.Resources[i], &views[j]
+		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, int(i)), resp.TypeURL, r.Hash
+		if string(r.TypeURL) != resp.TypeURL {
+			v.TypeURL = codec.InternTypeURL(r.TypeURL)
+		}
+		v.Body = r.Body[:len(r.Body):len(r.Body)]
+	}
+	return views
+}
+
+// droppedNames are the acknowledged names the latest push, which replaces
+// its type, no longer carries (what its ACK removes), for a partial
+// Accepted; nil when it carries every one. It reads the positions load
+// found, which the caller trusts.
+func (ts *typeState) droppedNames() []string {
+	p, a := &ts.p, &ts.acked
+	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
+		return nil
+	}
+	seen := make([]uint64, (len(a.names)+63)/64)
+	for i := range p.res {
+		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
+			seen[pos/64] |= 1 << (pos % 64)
+		}
+	}
+	var out []string
+	for k, n := range a.names {
+		if seen[k/64]&(1<<(k%64)) == 0 {
+			out = append(out, n.Value())
+		}
+	}
+	return out
 }
 
 // nameAt is the name of resp.Resources[i] as a string: the one the push's
@@ -340,23 +524,21 @@ func (ts *typeState) nameAt(resp *codec.Response, i int) string {
 	return intern(name).Value()
 }
 
-// compactViews points the views of the resources at indexes changed to
-// their bodies in b, resp's compact form, and leaves the others, carried
-// unchanged, without one: that is gone with the push's bytes.
-func compactViews(b []byte, resp *codec.Response, changed []int32, views []AcceptedResource) {
-	for i := range views {
-		views[i].Body = nil
-	}
+// compactBodies are the bodies of the resources at indexes changed in b,
+// resp's compact form, in that order.
+func compactBodies(b []byte, resp *codec.Response, changed []int32) [][]byte {
+	bodies := make([][]byte, len(changed))
 	end := compactEnvelopeSize(resp)
-	for _, i := range changed {
+	for j, i := range changed {
 		r := &resp.Resources[i]
 		end += compactResourceSize(r, resp.Delta)
 		bodyEnd := end
 		if len(r.Name) > 0 && (resp.Delta || !plainAny(r)) {
 			bodyEnd -= fieldSize(3, len(r.Name)) // the wrapper's name follows its Any
 		}
-		views[i].Body = b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
+		bodies[j] = b[bodyEnd-len(r.Body) : bodyEnd : bodyEnd]
 	}
+	return bodies
 }
 
 // The compact form of a push is a DiscoveryResponse (or, for a Delta push,
@@ -575,13 +757,26 @@ type Accepted struct {
 	// Resources are the push's resources in its order, their bodies views
 	// into the push's bytes valid until Release.
 	Resources []AcceptedResource
-	Removed   []string // the Delta push's removed_resources
+	// Removed are the Delta push's removed_resources, or, when Partial,
+	// the names a SotW push replacing its type no longer carried.
+	Removed []string
 	// Bytes is what the push's kept bytes and the views take until
-	// Release, for an output's bound on the work waiting for it.
+	// Release, for an output's bound on the work waiting for it; bytes
+	// shared with other streams' pushes (the same sent to each) are
+	// counted by the push that kept them first.
 	Bytes int64
 	// NotKept says why the resources are not at hand, as for a Rejected;
 	// empty when they are.
 	NotKept string
+	// Partial is set when Resources are only those the push added or
+	// changed since the state the client acknowledged before it, as the
+	// outputs were handed it (the previous Accepted of the type, or the
+	// requests since): every other resource it holds stays as it was, but
+	// for Removed, the names a push that replaces its type no longer
+	// carried. Replace is then unset. A push of 10,000 resources that
+	// changed 200 hands over 200, so that following what a client accepted
+	// costs what a push changed, not what it carried.
+	Partial bool
 
 	kept keptBytes
 }
@@ -596,8 +791,12 @@ type AcceptedResource struct {
 	Body []byte
 	// Unchanged is set when the push carried the resource byte for byte as
 	// the client had acknowledged it before, or as a heartbeat: either way
-	// the client keeps what it had.
+	// the client keeps what it had. Never set in a Partial Accepted.
 	Unchanged bool
+	// Hash is the resource's content hash as the decoder computed it
+	// (codec.Resource.Hash): the same bytes, the same hash, whichever
+	// stream they were sent on.
+	Hash uint64
 }
 
 // Release lets go of the push's bytes for one of the outputs that took the
@@ -619,8 +818,9 @@ func (a *Accepted) Release() {
 // Changed or an Accepted, read at most once.
 type keptBytes struct {
 	once          sync.Once
-	data          mem.BufferSlice
-	size          int64   // what data counts against the keeper's bound
+	data          mem.BufferSlice // share's
+	share         *sharedPush
+	size          int64   // what the holder counts against the keeper's bound beside share
 	keeper        *keeper // nil when data is nil
 	unchangedBits []uint64
 	read          any
@@ -665,6 +865,6 @@ func (b *keptBytes) release(data mem.BufferSlice) {
 	if b.owners != nil && b.owners.Add(-1) > 0 {
 		return // another holder lets go
 	}
-	data.Free()
+	b.keeper.unshare(b.share)
 	b.keeper.held.Add(-b.size)
 }

@@ -110,6 +110,12 @@ func (h *keepHarness) wantReturned(n int) {
 
 func (h *keepHarness) send(m proto.Message) []track.Event {
 	h.t.Helper()
+	return h.sendStream(1, m)
+}
+
+// sendStream sends m on stream id.
+func (h *keepHarness) sendStream(id uint64, m proto.Message) []track.Event {
+	h.t.Helper()
 	h.at++
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -122,7 +128,7 @@ func (h *keepHarness) send(m proto.Message) []track.Event {
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		return h.tr.Request(1, h.now(), req, len(b))
+		return h.tr.Request(id, h.now(), req, len(b))
 	default:
 		_, delta := m.(*discoveryv3.DeltaDiscoveryResponse)
 		buf := h.pool.Get(len(b))
@@ -132,7 +138,7 @@ func (h *keepHarness) send(m proto.Message) []track.Event {
 		if err := resp.DecodeBuffers(data, delta); err != nil {
 			h.t.Fatal(err)
 		}
-		evs := h.tr.ResponseFrame(1, h.now(), &resp, len(b), data)
+		evs := h.tr.ResponseFrame(id, h.now(), &resp, len(b), data)
 		data.Free() // the tap's reference
 		return evs
 	}

@@ -76,7 +76,7 @@ func benchStream(id uint64) tap.StreamInfo {
 }
 
 // benchNode is what sidecar i says in its first request, metadata included.
-func benchNode(b *testing.B, i int) *core.Node {
+func benchNode(b testing.TB, i int) *core.Node {
 	md, err := structpb.NewStruct(map[string]any{
 		"NAMESPACE": fmt.Sprintf("ns-%d", i%17), "ISTIO_VERSION": "1.28.0", "CLUSTER_ID": "Kubernetes",
 		"NAME": fmt.Sprintf("bench-%05d-7d9f8c6b5-x2x9z", i),
@@ -92,7 +92,7 @@ func benchNode(b *testing.B, i int) *core.Node {
 	}
 }
 
-func marshal(b *testing.B, m proto.Message) []byte {
+func marshal(b testing.TB, m proto.Message) []byte {
 	b.Helper()
 	bs, err := proto.Marshal(m)
 	if err != nil {
@@ -102,7 +102,7 @@ func marshal(b *testing.B, m proto.Message) []byte {
 }
 
 // benchPush is a SotW response of resources under version n.
-func benchPush(b *testing.B, typeURL string, n int, resources []proto.Message) []byte {
+func benchPush(b testing.TB, typeURL string, n int, resources []proto.Message) []byte {
 	r := &discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n), Nonce: fmt.Sprintf("nonce-%d-%s", n, typeURL)}
 	for _, m := range resources {
 		// Deterministic, as the bench's: a resource unchanged between
@@ -116,7 +116,7 @@ func benchPush(b *testing.B, typeURL string, n int, resources []proto.Message) [
 	return marshal(b, r)
 }
 
-func benchACK(b *testing.B, typeURL string, n int, names []string) []byte {
+func benchACK(b testing.TB, typeURL string, n int, names []string) []byte {
 	return marshal(b, &discovery.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: fmt.Sprintf("2026-12-01T09:00:00Z/%d", n),
 		ResponseNonce: fmt.Sprintf("nonce-%d-%s", n, typeURL), ResourceNames: names})
 }
@@ -376,6 +376,95 @@ func benchCDSVersions(b *testing.B, cfg pipeline.Config, wait func(*pipeline.Pip
 				n++
 				wait(p)
 			}
+		})
+	}
+}
+
+// BenchmarkReferencesFanOut is W6 through the pipeline as `adstap run`
+// ships it (the reference check on, tracing off): one op is one push of a
+// CDS of 200 clusters (212 KB) to 1,000 streams and their 1,000 ACKs, and
+// the check's wait for all of them. In "sync" each op opens 1,000 new
+// streams, which receive their first push (every resource new) and close;
+// in "change" 1,000 synced streams are pushed the other of two versions
+// (2 % of the clusters changed). not-kept/op is the pushes the tracker could
+// not keep within --nack-keep-bytes (so neither name a NACK's resources nor
+// be checked), scanned/op the resources the check scanned: the same bytes
+// sent to 1,000 streams are kept once and scanned once.
+func BenchmarkReferencesFanOut(b *testing.B) {
+	const streams = 1_000
+	var v1, v2 []proto.Message
+	for i, r := range xdsconfig.Clusters(200, 1000) {
+		v1 = append(v1, r)
+		if i%50 == 0 {
+			c := proto.Clone(r).(*clusterv3.Cluster)
+			c.ConnectTimeout = durationpb.New(7 * time.Second)
+			r = c
+		}
+		v2 = append(v2, r)
+	}
+	for _, sync := range []bool{true, false} {
+		name := "change"
+		if sync {
+			name = "sync"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := pipeline.NewUnstarted(pipeline.Config{Logger: slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
+				Version: "bench", CheckReferences: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { closePipeline(b, p) })
+			o, at := p.TapObserver(), benchT0
+			pushes := []tap.Frame{response(at, benchPush(b, codec.TypeCluster, 1, v1)), response(at, benchPush(b, codec.TypeCluster, 2, v2))}
+			acks := []tap.Frame{request(at, benchACK(b, codec.TypeCluster, 1, nil)), request(at, benchACK(b, codec.TypeCluster, 2, nil))}
+			next := uint64(1)
+			open := func() {
+				for id := next; id < next+streams; id++ {
+					o.OnStreamOpen(benchStream(id))
+					o.OnFrame(benchStream(id), request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, int(id)), TypeUrl: codec.TypeCluster})))
+				}
+			}
+			fanOut := func(k int) {
+				at = at.Add(time.Millisecond)
+				for id := next; id < next+streams; id++ {
+					f := pushes[k]
+					f.Time = at
+					o.OnFrame(benchStream(id), f)
+				}
+				for id := next; id < next+streams; id++ {
+					f := acks[k]
+					f.Time = at
+					o.OnFrame(benchStream(id), f)
+				}
+				p.References.Dangling(context.Background(), "")
+			}
+			open()
+			if !sync {
+				fanOut(0)
+			}
+			skipped, shared0, scanned0 := p.Tracker.Kept().Skipped, uint64(0), uint64(0)
+			shared0, scanned0 = p.References.ScanStats()
+			n := 1
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if sync {
+					fanOut(0)
+					for id := next; id < next+streams; id++ {
+						o.OnStreamClose(benchStream(id), tap.StreamEnd{Time: at})
+					}
+					next += streams
+					open()
+					continue
+				}
+				fanOut(n % 2)
+				n++
+			}
+			b.StopTimer()
+			shared, scanned := p.References.ScanStats()
+			b.ReportMetric(float64(p.Tracker.Kept().Skipped-skipped)/float64(b.N), "not-kept/op")
+			b.ReportMetric(float64(scanned-scanned0)/float64(b.N), "scanned/op")
+			b.ReportMetric(float64(shared-shared0)/float64(b.N), "shared/op")
 		})
 	}
 }
