@@ -36,6 +36,7 @@ type runFlags struct {
 	metricsNodeLabel                                                    bool
 	metricsMaxNodes                                                     int
 	otlpEndpoint, traceScope, traceGrouping                             string
+	traceMaxSpans                                                       int
 	capturePath                                                         string
 	outputQueueBytes                                                    byteSize
 	maxConcurrentStreams, maxStreamsPerConnection, maxPendingConns      int
@@ -100,6 +101,8 @@ func runCommand(f *runFlags) *command {
 	c.String(&f.otlpEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
 	c.String(&f.traceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	c.String(&f.traceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
+	f.traceMaxSpans = export.DefaultMaxSpansPerStream
+	c.Var(intValue{&f.traceMaxSpans}, "trace-max-spans-per-stream", "at most this many push spans (`count`) per stream in one trace; past it the stream's pushes fold into an episode span of a trace of its own (repeats fold anyway: docs/tracing.md), counted in adstap_spans_folded_total")
 
 	c.group("Capture and retained configuration (secrets are always redacted)")
 	c.String(&f.capturePath, "capture", "", "append every frame to this `file` (a JSON line per record, a frame's message raw after it: docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
@@ -327,6 +330,7 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		ReferencesGrace:  f.referencesGrace,
 		Tracing: &export.TracingConfig{
 			Endpoint: f.otlpEndpoint, Scope: f.traceScope, Grouping: f.traceGrouping, Getenv: osEnv,
+			MaxSpansPerStream: f.traceMaxSpans,
 		},
 	}
 	if logOut != nil {
