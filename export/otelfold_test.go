@@ -215,3 +215,57 @@ func TestNoFoldingWithoutRepeats(t *testing.T) {
 		t.Errorf("%d push spans and %d episodes, want 50 and none", got, len(foldedSpans(spans)))
 	}
 }
+
+// Folded pushes reach adstap_spans_folded_total, whose exemplar names the
+// episode's span.
+func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
+	leakcheck.Check(t)
+	const n = 50
+	events, _ := loopEvents(n, time.Millisecond)
+	rec := &recorder{}
+	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := export.NewMetrics(export.MetricsConfig{SpansDropped: tr.Drops}, export.RelayStatsFunc(noRelay))
+	tr.CountFolds(m.SpansFolded)
+	for _, e := range events {
+		tr.OnEvent(e)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	folded := foldedSpans(rec.spans)
+	rec.mu.Unlock()
+	if len(folded) != 1 {
+		t.Fatalf("%d episode spans, want 1", len(folded))
+	}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, f := range families {
+		switch f.GetName() {
+		case "adstap_spans_folded_total":
+			c := f.GetMetric()[0].GetCounter()
+			ex := map[string]string{}
+			for _, l := range c.GetExemplar().GetLabel() {
+				ex[l.GetName()] = l.GetValue()
+			}
+			if c.GetValue() != n-export.FoldAfter || ex["span_id"] != folded[0].SpanContext().SpanID().String() ||
+				ex["trace_id"] != folded[0].SpanContext().TraceID().String() {
+				t.Errorf("adstap_spans_folded_total = %v with exemplar %v; want %d and the episode span %s", c.GetValue(), ex, n-export.FoldAfter, folded[0].SpanContext().SpanID())
+			}
+			seen = true
+		case "adstap_spans_dropped_total":
+			if len(f.GetMetric()) != 3 {
+				t.Errorf("adstap_spans_dropped_total has %d series, want one per reason", len(f.GetMetric()))
+			}
+		}
+	}
+	if !seen {
+		t.Error("no adstap_spans_folded_total")
+	}
+}
