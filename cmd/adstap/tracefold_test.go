@@ -142,7 +142,7 @@ func TestANACKLoopIsOneReadableTraceInJaeger(t *testing.T) {
 		began := time.Now()
 		code := runCLI(context.Background(), []string{"rollout", "--jaeger=" + jaeger, "--service=" + service, version}, &out, &errOut)
 		t.Logf("FIGURE nack-loop-rollout: adstap rollout --jaeger=%s answered in %s (exit %d):\n%s%s", jaeger, time.Since(began).Round(time.Millisecond), code, out.String(), errOut.String())
-		want := regexp.MustCompile(`(?m)^  greeter-client\.shop +NACKED +cds nacked ×` + fmt.Sprint(total) + ` +.*MAGLEV.*destination-rule/shop/greeter-maglev`)
+		want := regexp.MustCompile(`(?m)^  greeter-client\.shop +NACKED +cds nacked ×` + fmt.Sprint(total) + `;? .*MAGLEV.*destination-rule/shop/greeter-maglev`)
 		if code != exitOutOfSync || !want.MatchString(out.String()) {
 			t.Errorf("rollout --jaeger=%s: exit %d, want %d and a line matching %s", jaeger, code, exitOutOfSync, want)
 		}
