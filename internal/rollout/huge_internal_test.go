@@ -3,6 +3,8 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -53,6 +55,21 @@ func TestRolloutOfAHugeTrace(t *testing.T) {
 	if d := tr.Dropped(); d != 0 {
 		t.Fatalf("%d spans dropped on their way to Jaeger", d)
 	}
+	// Jaeger's own answer for the whole trace, for the figures: the time
+	// to its first byte is Jaeger's, whatever reads it.
+	id := export.VersionTraceID("", version).String()
+	xdstest.EventuallyWithin(t, 120*time.Second, "the whole trace in Jaeger", func() bool {
+		began := time.Now()
+		resp, err := http.Get("http://" + j.QueryHTTP + "/api/v3/traces/" + id)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		first := time.Since(began)
+		size, _ := io.Copy(io.Discard, resp.Body)
+		t.Logf("FIGURE huge-trace-jaeger: GET /api/v3/traces/%s: %s, first byte after %s, %d bytes after %s", id, resp.Status, first.Round(time.Millisecond), size, time.Since(began).Round(time.Millisecond))
+		return resp.StatusCode == http.StatusOK && size > int64(n)*500
+	})
 	for _, target := range []string{"http://" + j.QueryHTTP, j.QueryGRPC} {
 		jq, err := Dial(target)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ type Jaeger struct {
 }
 
 // DefaultMaxSpans is the most spans a rollout reads in one answer.
-const DefaultMaxSpans = 50_000
+const DefaultMaxSpans = 10_000
 
 // Ports of Jaeger's query service.
 const (
@@ -279,15 +280,88 @@ func (j *Jaeger) grpcTraces(ctx context.Context, method string, req []byte, r *s
 			}
 			return j.wrap(err)
 		}
-		var td tracepb.TracesData
-		if err := proto.Unmarshal(chunk, &td); err != nil {
+		more, err := readTracesData(chunk, r)
+		if err != nil {
 			return j.wrap(fmt.Errorf("reading its answer: %w", err))
 		}
-		if !r.addTraces(&td) {
+		if !more {
 			j.truncated += r.left
 			return nil
 		}
 	}
+}
+
+// readTracesData reads a TracesData span by span into r, unmarshalling no
+// more spans than r keeps: one message can hold a whole trace of tens of
+// thousands. It reports whether to go on.
+func readTracesData(b []byte, r *spanReader) (bool, error) {
+	more := true
+	err := fields(b, func(num protowire.Number, rs []byte) error { // resource_spans
+		if num != 1 || !more {
+			return nil
+		}
+		// The resource first, wherever it is: Jaeger writes it after the
+		// spans.
+		var res map[string]string
+		if err := fields(rs, func(num protowire.Number, v []byte) error {
+			if num != 1 { // resource
+				return nil
+			}
+			var rp resourcepb.Resource
+			if err := proto.Unmarshal(v, &rp); err != nil {
+				return err
+			}
+			res = attrMap(rp.GetAttributes())
+			return nil
+		}); err != nil {
+			return err
+		}
+		return fields(rs, func(num protowire.Number, v []byte) error {
+			if num != 2 { // scope_spans
+				return nil
+			}
+			return fields(v, func(num protowire.Number, sp []byte) error {
+				if num != 2 || !more { // spans
+					return nil
+				}
+				var s tracepb.Span
+				if err := proto.Unmarshal(sp, &s); err != nil {
+					return err
+				}
+				more = r.add(&s, res)
+				return nil
+			})
+		})
+	})
+	return more, err
+}
+
+// fields calls each with every length-delimited field of the message b,
+// skipping the others.
+func fields(b []byte, each func(protowire.Number, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if err := each(num, v); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // wrap says which Jaeger an error came from, in one line.

@@ -49,22 +49,6 @@ func (r *spanReader) add(s *tracepb.Span, res map[string]string) bool {
 	return true
 }
 
-// addTraces keeps td's spans; it reports whether to go on.
-func (r *spanReader) addTraces(td *tracepb.TracesData) bool {
-	ok := true
-	for _, rs := range td.GetResourceSpans() {
-		res := attrMap(rs.GetResource().GetAttributes())
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				if !r.add(s, res) {
-					ok = false
-				}
-			}
-		}
-	}
-	return ok
-}
-
 // withMatch keeps the spans of the traces that hold a span with every
 // attribute of attrs, as a span's own or an event's (istio.object).
 func withMatch(spans []span, attrs map[string]string) []span {
