@@ -109,6 +109,11 @@ func TestANACKLoopIsOneReadableTraceInJaeger(t *testing.T) {
 	for _, s := range tr.Spans {
 		if _, ok := s.Tag("xds.folded.count"); ok {
 			episodes++
+			var tags []string
+			for _, kv := range s.Tags {
+				tags = append(tags, fmt.Sprintf("%s=%v", kv.Key, kv.Value))
+			}
+			t.Logf("FIGURE nack-loop-episode-span: %s %s", s.OperationName, strings.Join(tags, "  "))
 			n, _ := s.Tag("xds.folded.nacks")
 			msg, _ := s.Tag("xds.error.message")
 			if n.(int64) < 1 || !strings.Contains(fmt.Sprint(msg), "MAGLEV") {
