@@ -104,6 +104,7 @@ func readTracesJSON(body io.Reader, r *spanReader) error {
 			}
 			return array(d, func() error {
 				var res map[string]string
+				first := len(r.spans) // the spans of this ResourceSpans
 				return object(d, func(key string) error {
 					switch key {
 					case "resource":
@@ -116,6 +117,10 @@ func readTracesJSON(body io.Reader, r *spanReader) error {
 							return fmt.Errorf("a resource: %w", err)
 						}
 						res = attrMap(rp.GetAttributes())
+						// Written after its spans, it is theirs all the same.
+						for i := first; i < len(r.spans); i++ {
+							r.spans[i].Resource = res
+						}
 						return nil
 					case "scopeSpans", "scope_spans":
 						return array(d, func() error {

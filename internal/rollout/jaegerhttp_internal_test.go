@@ -166,3 +166,23 @@ func TestJaegerTargets(t *testing.T) {
 		}
 	}
 }
+
+// A resource written after its spans is theirs all the same, and bad JSON
+// is an error, never a panic.
+func TestTracesJSONInAnyOrder(t *testing.T) {
+	leakcheck.Check(t)
+	body := `{"result":{"resourceSpans":[{"scopeSpans":[{"spans":[` + otlpSpanJSON(traceA, "00f067aa0ba902b7", "CDS push", nil) + `]}],` +
+		`"resource":{"attributes":[{"key":"k8s.pod.name","value":{"stringValue":"reviews-0"}}]}}]}}`
+	r := &spanReader{max: 10}
+	if err := readTracesJSON(strings.NewReader(body), r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.spans) != 1 || podOf(r.spans[0]) != "reviews-0" || r.spans[0].TraceID != traceA {
+		t.Errorf("spans %+v, want one of reviews-0 in trace %s", r.spans, traceA)
+	}
+	for _, bad := range []string{``, `[]`, `{"result":{"resourceSpans":{}}}`, `{"result":{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz","spanId":"00"}]}]}]}}`, `{"result":`} {
+		if err := readTracesJSON(strings.NewReader(bad), &spanReader{max: 10}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
