@@ -269,3 +269,36 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 		t.Error("no adstap_spans_folded_total")
 	}
 }
+
+// During a NACK storm, NACKs of the version fold even when the control
+// plane changes what it sends each time; once the storm is over, a NACK of
+// new content is a span of its own again.
+func TestNACKsFoldDuringAStorm(t *testing.T) {
+	leakcheck.Check(t)
+	m := track.StreamMeta{ID: 9, Method: ads, Protocol: codec.SotW, OpenedAt: t0}
+	ref := track.NewStreamRef(m)
+	events := []track.Event{track.StreamOpened{Stream: m, Ref: ref}}
+	nack := func(i int) {
+		p := track.Push{StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, Type: "cds", Version: "v1", FullPush: true,
+			Nonce: fmt.Sprint(i), Content: uint64(100 + i), SentAt: t0.Add(time.Duration(i) * time.Second)}
+		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultNACK, At: p.SentAt, Error: fmt.Sprint("bad ", i)})
+	}
+	nack(0)
+	events = append(events, track.DetectorStarted{Detector: track.DetectorNACKStorm, StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, At: t0})
+	for i := 1; i <= 20; i++ {
+		nack(i)
+	}
+	events = append(events, track.DetectorEnded{Detector: track.DetectorNACKStorm, StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, At: t0.Add(21 * time.Second)})
+	nack(21)
+	spans := traceSpans(t, export.TracingConfig{}, events)
+	folded := foldedSpans(spans)
+	if len(folded) != 1 || attrOf(folded[0], "xds.folded.reason").AsString() != "nack_storm" {
+		t.Fatalf("%d episode spans (%v), want one of the storm", len(folded), folded)
+	}
+	if got, want := int(attrOf(folded[0], "xds.folded.nacks").AsInt64()), 21-export.FoldAfter; got != want {
+		t.Errorf("the storm's episode folded %d NACKs, want %d", got, want)
+	}
+	if got, want := len(pushSpans(spans)), export.FoldAfter+1; got != want {
+		t.Errorf("%d push spans, want %d: the storm's first and the NACK after it", got, want)
+	}
+}
