@@ -61,6 +61,11 @@ type TracingConfig struct {
 	// Exporter, when set, receives the spans instead of an OTLP exporter
 	// (the benchmark harness passes one that discards them).
 	Exporter sdktrace.SpanExporter
+	// MaxSpansPerStream bounds the push and episode spans one stream
+	// writes in one trace (--trace-max-spans-per-stream): past it, its
+	// pushes fold into an episode span of their own trace. Zero is
+	// DefaultMaxSpansPerStream; below zero, no bound.
+	MaxSpansPerStream int
 }
 
 // TracingEnabled says whether the configuration asks for spans: an endpoint
@@ -89,6 +94,7 @@ type Tracing struct {
 	// span ends, never per push.
 	connecting sync.Map // stream id → *streamSpans
 	versions   versionTraces
+	foldCounters
 }
 
 var _ track.Sink = (*Tracing)(nil)
@@ -117,6 +123,12 @@ type streamSpans struct {
 	// of its stream at the time, which may change.
 	attrsNode track.Node
 	pushAttrs []attribute.KeyValue // never changed once made: spans being built read it unlocked
+
+	// Folding (otelfold.go): each type's run of repeats and open episode,
+	// and how many spans the stream wrote in its latest traces.
+	folds     map[string]*fold
+	traces    [traceSlots]traceCount
+	nextTrace int
 }
 
 // connectEnded lets go of the ended connect span, which holds its
@@ -172,6 +184,12 @@ func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
 		return nil, fmt.Errorf("tracing: building the resource: %w", err)
 	}
 	t := &Tracing{cfg: cfg, queue: newSpanQueue(exp, cfg.QueueSize, cfg.Logger)}
+	switch {
+	case cfg.MaxSpansPerStream == 0:
+		t.maxSpans = DefaultMaxSpansPerStream
+	case cfg.MaxSpansPerStream > 0:
+		t.maxSpans = cfg.MaxSpansPerStream
+	}
 	// The sampler is the SDK's default, which follows OTEL_TRACES_SAMPLER.
 	t.provider = sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
@@ -222,7 +240,7 @@ func (t *Tracing) Dropped() uint64 {
 	if t == nil {
 		return 0
 	}
-	return t.queue.Dropped()
+	return t.queue.Dropped() + t.traceLimit.Load()
 }
 
 // Shutdown ends open connect spans and exports what is queued, within ctx.
@@ -230,6 +248,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
+	t.endAllEpisodes()
 	t.connecting.Range(func(id, v any) bool {
 		s := v.(*streamSpans)
 		s.mu.Lock()
@@ -276,6 +295,7 @@ type versionTraces struct {
 // versionTrace is a version's trace; never changed once made.
 type versionTrace struct {
 	version string
+	id      trace.TraceID
 	ctx     context.Context // carries the trace id to idGenerator
 	hex     [32]byte        // the trace id as text
 }
@@ -290,7 +310,7 @@ func (v *versionTraces) entry(scope, version string) *versionTrace {
 		}
 	}
 	id := VersionTraceID(scope, version)
-	e := &versionTrace{version: version, ctx: withTraceID(context.Background(), id)}
+	e := &versionTrace{version: version, id: id, ctx: withTraceID(context.Background(), id)}
 	hex.Encode(e.hex[:], id[:])
 	v.recent[(v.next.Add(1)-1)%uint32(len(v.recent))].Store(e)
 	return e
@@ -365,8 +385,10 @@ func (t *Tracing) OnEvent(e track.Event) {
 	case track.StreamClosed:
 		t.streamClosed(e)
 	case track.DetectorStarted:
+		t.detectorState(e.Detector, e.Ref, e.TypeURL, true)
 		t.detector(e.Detector, e.Key, e.StreamID, e.Ref, e.Node, e.TypeURL, e.At, e.At, e.Count, e.Detail, true)
 	case track.DetectorEnded:
+		t.detectorState(e.Detector, e.Ref, e.TypeURL, false)
 		t.detector(e.Detector, e.Key, e.StreamID, e.Ref, e.Node, e.TypeURL, e.At.Add(-e.Duration), e.At, e.Count, "", false)
 	}
 }
@@ -460,6 +482,7 @@ func (t *Tracing) streamClosed(e track.StreamClosed) {
 		return
 	}
 	s.mu.Lock()
+	t.endFolds(s)
 	done := s.fullSync
 	s.fullSync = true
 	s.mu.Unlock()
@@ -477,44 +500,51 @@ func (t *Tracing) streamClosed(e track.StreamClosed) {
 func (t *Tracing) pushEnded(e track.PushEnded) {
 	p := e.Push
 	s := t.stream(p.Ref)
-	var (
-		streamAttrs []attribute.KeyValue
-		inConnect   context.Context
-		link        trace.SpanStartOption
-	)
+	var streamAttrs []attribute.KeyValue
+	var pl pushPlace
 	if s != nil {
 		s.mu.Lock()
-		streamAttrs, inConnect, link = s.pushAttrsFor(p.Node), s.inConnect, s.link
+		pl = t.placeOf(s, p)
+		switch t.decide(s, e, pl) {
+		case spanFold:
+			s.mu.Unlock()
+			return
+		case spanDrop:
+			s.mu.Unlock()
+			e.Changed.Release()
+			t.traceLimit.Add(1)
+			return
+		}
+		streamAttrs = s.pushAttrsFor(p.Node)
+		s.mu.Unlock()
+	} else {
+		pl = t.placeOf(nil, p)
+	}
+	sc := t.pushSpan(e, s != nil, streamAttrs, pl)
+	if s != nil {
+		s.mu.Lock()
+		s.made(p.TypeURL, pl, sc)
 		s.mu.Unlock()
 	}
+}
+
+// pushSpan makes e's span where pl says, and returns its SpanContext.
+func (t *Tracing) pushSpan(e track.PushEnded, onStream bool, streamAttrs []attribute.KeyValue, pl pushPlace) trace.SpanContext {
+	p := e.Push
 	// Everything built only for the span's making comes from a pool: the
 	// SDK copies what it keeps.
 	sc := pushScratchPool.Get().(*pushScratch)
 	defer sc.release()
-	ctx := context.Background()
 	opts := append(sc.start[:0], trace.WithTimestamp(p.SentAt), serverKind)
-	if s != nil {
-		if t.cfg.Grouping == GroupByStream || p.Version == "" {
-			ctx = inConnect
-		} else {
-			opts = append(opts, link)
-		}
-	}
-	var pushID string
-	if t.cfg.Grouping == GroupByVersion && p.Version != "" {
-		// One trace per push round, across streams and taps: the version
-		// for a full push, more for an incremental one (track.Push.PushID).
-		pushID = p.PushID()
-		ctx = t.versions.context(t.cfg.Scope, pushID)
-		opts = append(opts, newRoot)
-	}
+	opts = append(opts, pl.startOpts()...)
+	ctx, pushID := pl.ctx, pl.pushID
 	// The attributes are set once the span exists, not passed as a start
 	// option: trace.WithAttributes would copy them once more, and the
 	// sampler (the SDK's, chosen by OTEL_TRACES_SAMPLER) does not read them.
 	_, span := t.tracer.Start(ctx, pushSpanName(p.Type), opts...)
 	if span.IsRecording() {
 		attrs := sc.attrs[:0]
-		if s != nil {
+		if onStream {
 			attrs = append(attrs, streamAttrs...)
 		} else {
 			attrs = append(appendNodeAttrs(attrs, p.Node), semconv.RPCSystemNameGRPC, semconv.RPCMethodKey.String(""))
@@ -582,6 +612,7 @@ func (t *Tracing) pushEnded(e track.PushEnded) {
 	}
 	sc.end[0] = trace.WithTimestamp(e.At)
 	span.End(sc.end[:]...)
+	return span.SpanContext()
 }
 
 // maxPushAttrs is the most attributes a push span has: node (3), rpc (2),

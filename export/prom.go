@@ -30,8 +30,9 @@ type MetricsConfig struct {
 	// TraceID, when set, names the trace of a push, for the exemplars that
 	// lead from a latency bucket to the push's trace.
 	TraceID func(track.Push) string
-	// Dropped, when set, counts the spans that never reached the collector.
-	Dropped func() uint64
+	// SpansDropped, when set, counts the spans that never reached the
+	// collector, by why (Tracing.Drops).
+	SpansDropped func() SpanDrops
 	// OutputDropped counts, per output that does I/O ("capture", "config",
 	// "log"), the work its queue dropped because the output fell behind.
 	OutputDropped map[string]func() uint64
@@ -96,6 +97,7 @@ type Metrics struct {
 	connectSeconds                                  *prometheus.HistogramVec
 	connectFailures                                 *prometheus.CounterVec
 	nodeOverflow                                    prometheus.Counter
+	spansFolded                                     *prometheus.CounterVec
 
 	// The node label's values, when asked for: read without a lock on
 	// every event; nodeMu is taken only to let a new node in, at most
@@ -175,13 +177,12 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 		m.connectFailures.WithLabelValues(reason) // from 0, for increase()
 	}
 
-	dropped := cfg.Dropped
-	if dropped == nil {
-		dropped = func() uint64 { return 0 }
+	m.spansFolded = counter("adstap_spans_folded_total", "Pushes folded into an episode span rather than written as spans of their own: repeats of the same push and answer, NACKs in a storm or loop, pushes past --trace-max-spans-per-stream in one trace; the exemplar names the latest episode's span.", "type")
+	drops := cfg.SpansDropped
+	if drops == nil {
+		drops = func() SpanDrops { return SpanDrops{} }
 	}
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_spans_dropped_total",
-		Help: "Spans that never reached the OTLP collector: its queue was full, or the export failed."},
-		func() float64 { return float64(dropped()) }))
+	m.reg.MustRegister(spanDropsCollector{drops})
 	for name, n := range cfg.OutputDropped {
 		if n != nil {
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,
@@ -374,6 +375,42 @@ func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p t
 		}
 	}
 	observeWithExemplar(m.ackSeconds.WithLabelValues(append(l, result)...), d.Seconds(), ex)
+}
+
+// SpansFolded counts a push of type typ (short) folded into an episode
+// span; traceID and spanID, when set, name the episode's span for the
+// exemplar (Tracing.CountFolds).
+func (m *Metrics) SpansFolded(typ, traceID, spanID string) {
+	c := m.spansFolded.WithLabelValues(typ)
+	if traceID == "" {
+		c.Inc()
+		return
+	}
+	if ea, ok := c.(prometheus.ExemplarAdder); ok {
+		ea.AddWithExemplar(1, prometheus.Labels{"trace_id": traceID, "span_id": spanID})
+		return
+	}
+	c.Inc()
+}
+
+// spanDropsDesc is adstap_spans_dropped_total's, one series per reason.
+var spanDropsDesc = prometheus.NewDesc("adstap_spans_dropped_total",
+	"Spans that never reached the OTLP collector, by reason: queue_full (the span queue was full: the collector is slow or unreachable), export_failed (the collector refused them or did not answer in time), trace_limit (past --trace-max-spans-per-stream in one trace, with no episode span to fold into).",
+	[]string{"reason"}, nil)
+
+// spanDropsCollector reads the spans dropped at scrape time.
+type spanDropsCollector struct{ drops func() SpanDrops }
+
+func (c spanDropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- spanDropsDesc }
+
+func (c spanDropsCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.drops()
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{{"queue_full", d.QueueFull}, {"export_failed", d.ExportFailed}, {"trace_limit", d.TraceLimit}} {
+		ch <- prometheus.MustNewConstMetric(spanDropsDesc, prometheus.CounterValue, float64(r.n), r.reason)
+	}
 }
 
 var exemplarLabels = sync.Pool{New: func() any { return prometheus.Labels{} }}

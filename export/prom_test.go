@@ -197,7 +197,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 		cfg       export.MetricsConfig
 		maxSeries int
 	}{
-		{"no node label", export.MetricsConfig{}, 40},
+		{"no node label", export.MetricsConfig{}, 42},
 		{"node label capped", export.MetricsConfig{NodeLabel: true, MaxNodes: 20}, 250},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,8 +22,10 @@ type spanQueue struct {
 	exportTimeout time.Duration
 	log           *slog.Logger
 
-	dropped  atomic.Uint64
-	lastWarn atomic.Int64 // unix nanoseconds of the last drop warning
+	dropped atomic.Uint64
+	// The dropped spans by why: the queue was full, the export failed.
+	queueFull, exportFailed atomic.Uint64
+	lastWarn                atomic.Int64 // unix nanoseconds of the last drop warning
 
 	// objects pairs a push span with what its push kept, whose Istio
 	// objects run reads with scanner (spanobjects.go).
@@ -83,6 +85,7 @@ func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
 	case q.queue <- queuedSpan{s, k}:
 	default:
 		k.changed.Release()
+		q.queueFull.Add(1)
 		q.drop(1, "the span queue is full: the collector is slow or unreachable")
 	}
 }
@@ -111,6 +114,7 @@ func (q *spanQueue) run() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), q.exportTimeout)
 		if err := q.exp.ExportSpans(ctx, batch); err != nil {
+			q.exportFailed.Add(uint64(len(batch)))
 			q.drop(len(batch), "export failed: "+err.Error())
 		}
 		cancel()

@@ -26,9 +26,9 @@ type rolloutFlags struct {
 func rolloutCommand(f *rolloutFlags) *command {
 	c := newCommand("rollout",
 		"adstap rollout shows how a push round reached the fleet, from the spans every tap sent to Jaeger: the proxies it reached, those that ACKed, NACKed (with the proxy's message and the Istio object), still wait or were passed by a newer push; time to ACK p50, p99 and max; the slowest proxies. With --object, every round that changed that Istio object, each to the ACK of every proxy.",
-		"adstap rollout --jaeger=HOST:16685 [VERSION | PUSH_ID | --object=KIND/NAMESPACE/NAME] [flags]")
+		"adstap rollout --jaeger=http://HOST:16686 [VERSION | PUSH_ID | --object=KIND/NAMESPACE/NAME] [flags]")
 	c.group("Where")
-	c.String(&f.jaeger, "jaeger", "", "Jaeger's gRPC query API, `host:port` (16685), or grpc://, http:// (plaintext) or https:// (TLS) with that host and port")
+	c.String(&f.jaeger, "jaeger", "", "Jaeger's query API: the `URL` people browse, http(s)://HOST:16686 (api_v3 over HTTP, under a path prefix if Jaeger has one), or its gRPC API, HOST:16685 (grpc:// plaintext, grpcs:// TLS); both give the same answer")
 	c.String(&f.service, "service", "adstap", "the taps' service `name` in Jaeger (their OTEL_SERVICE_NAME)")
 	c.group("Which rounds")
 	c.String(&f.object, "object", "", "every push round that changed this Istio `object`, KIND/NAMESPACE/NAME: destination-rule/shop/reviews (or DestinationRule/shop/reviews)")
@@ -78,6 +78,9 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "adstap rollout: %v\n", err)
 		return exitFailure
 	}
+	if rep.Note != "" {
+		fmt.Fprintf(stderr, "adstap rollout: %s\n", rep.Note)
+	}
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -96,7 +99,7 @@ func rolloutQuery(f rolloutFlags, rest []string) (rollout.Query, error) {
 	q := rollout.Query{Service: f.service, Since: f.since}
 	switch {
 	case f.jaeger == "":
-		return q, errors.New("--jaeger is required: Jaeger's gRPC query API, host:port (16685)")
+		return q, errors.New("--jaeger is required: Jaeger's query API, http://HOST:16686 or HOST:16685 (gRPC)")
 	case f.output != "table" && f.output != "json":
 		return q, fmt.Errorf("-o %q: want table or json", f.output)
 	case f.since <= 0:
@@ -158,7 +161,7 @@ func printRollout(w io.Writer, rep rollout.Report, now time.Time) {
 				fmt.Fprintln(tw, "  PROXY\tSTATE\tTYPES\tMESSAGE\tISTIO CONFIG")
 				header = true
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(p.Name), p.State, strings.Join(p.Types, ","), orDash(printable(p.Message)), orDash(objectsOrSource(p)))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(p.Name), p.State, typesByState(p), orDash(printable(p.Message)), orDash(objectsOrSource(p)))
 		}
 		tw.Flush()
 		if len(slowest) > 0 && r.Counts[rollout.StateACKed] > 1 {
@@ -169,6 +172,32 @@ func printRollout(w io.Writer, rep rollout.Report, now time.Time) {
 			fmt.Fprintf(w, "  slowest to ACK: %s\n", strings.Join(s, ", "))
 		}
 	}
+}
+
+// typesByState says which type did what, worst first: "cds nacked ×2431;
+// eds,lds,rds acked".
+func typesByState(p rollout.Proxy) string {
+	if len(p.TypeStates) == 0 {
+		return strings.Join(p.Types, ",")
+	}
+	var parts []string
+	for _, st := range []string{rollout.StateNACKed, rollout.StateWaiting, rollout.StateClosed, rollout.StateSuperseded, rollout.StateACKed} {
+		var types []string
+		for _, t := range p.Types {
+			if p.TypeStates[t] == st {
+				types = append(types, t)
+			}
+		}
+		if len(types) == 0 {
+			continue
+		}
+		part := strings.Join(types, ",") + " " + strings.ToLower(st)
+		if st == rollout.StateNACKed && p.NACKs > 1 {
+			part += fmt.Sprintf(" ×%d", p.NACKs)
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func objectsOrSource(p rollout.Proxy) string {

@@ -41,7 +41,7 @@ func statusCommand(f *statusFlags) *command {
 	c.group("Where")
 	adminFlag(c, &f.admin)
 	c.String(&f.prometheus, "prometheus", "", "read every tap Prometheus scrapes instead of one tap's admin address: Prometheus's `URL` (e.g. http://prometheus.istio-system:9090); rows are named pod.namespace from the scrape targets' labels, or by node with --metrics-node-label")
-	c.String(&f.jaeger, "jaeger", "", "with --prometheus, Jaeger's gRPC query API, `host:port` (16685): each ERROR then shows its NACK's message and Istio object, read from the span its exemplar points to")
+	c.String(&f.jaeger, "jaeger", "", "with --prometheus, Jaeger's query API, `URL` http(s)://HOST:16686 or HOST:16685 (gRPC): each ERROR then shows its NACK's message and Istio object, read from the span its exemplar points to")
 	c.String(&f.node, "node", "", "only the proxy with this node `id` (with --prometheus, also its pod.namespace)")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")

@@ -291,7 +291,8 @@ func TestUnreachableCollectorsNeverTouchTheRelay(t *testing.T) {
 			}
 			// Spans pile up for an export that fails or never returns.
 			xdstest.EventuallyWithin(t, 20*time.Second, "dropped spans counted", func() bool {
-				return value(t, scrape(t, admin), "adstap_spans_dropped_total") > 0
+				text := scrape(t, admin)
+				return value(t, text, `adstap_spans_dropped_total{reason="queue_full"}`)+value(t, text, `adstap_spans_dropped_total{reason="export_failed"}`) > 0
 			})
 			if !strings.Contains(log.String(), "spans dropped") {
 				t.Errorf("no warning about dropped spans in the log")

@@ -130,7 +130,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		Version:       cfg.Version,
 		Logger:        log,
 		TraceID:       p.Tracing.TraceIDFor,
-		Dropped:       p.Tracing.Dropped,
+		SpansDropped:  p.Tracing.Drops,
 		OutputDropped: dropped,
 		Refused: map[string]func() uint64{
 			"max_concurrent_streams":     func() uint64 { return p.refused().Streams },
@@ -138,6 +138,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
 	}, export.RelayStatsFunc(p.relayStats))
+	p.Tracing.CountFolds(p.Metrics.SpansFolded)
 	p.Upstream = export.NewUpstreamHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
@@ -179,6 +180,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p.tracking = NewObserver(p.Tracker, sinks...)
 	if p.References != nil {
 		p.tracking.tickers = append(p.tracking.tickers, p.References.Tick)
+	}
+	if p.Tracing != nil {
+		p.tracking.tickers = append(p.tracking.tickers, p.Tracing.Tick)
 	}
 	observers := []tap.Observer{p.tracking}
 	if p.Capture != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ type Report struct {
 	Rounds []Round `json:"rounds"`
 	// Converged is set when every proxy of every round ACKed.
 	Converged bool `json:"converged"`
+	// Note says when Jaeger's answer was read only in part: past the most
+	// spans one read keeps.
+	Note string `json:"note,omitempty"`
 }
 
 // Round is one push round as the taps saw it reach their proxies.
@@ -101,6 +105,11 @@ type Proxy struct {
 	Node  string   `json:"node_id"`
 	State string   `json:"state"`
 	Types []string `json:"types"`
+	// TypeStates is each type's state: which type did what.
+	TypeStates map[string]string `json:"type_states"`
+	// NACKs is how many NACKs the proxy sent in the round, a folded
+	// episode counting as the NACKs it stands for.
+	NACKs int `json:"nacks,omitempty"`
 	// TimeToACK is from the round's first push to this proxy to its last
 	// ACK, for an ACKED proxy.
 	TimeToACK float64 `json:"time_to_ack_seconds,omitempty"`
@@ -153,6 +162,9 @@ func Read(ctx context.Context, j *Jaeger, q Query) (Report, error) {
 		return Report{}, notFound(ctx, j, q)
 	}
 	rep := Report{Query: q.describe(), Rounds: rounds, Converged: true}
+	if j.Truncated() > 0 {
+		rep.Note = fmt.Sprintf("Jaeger's answer held more than %d spans: read the first %d, the rest were left out (traces written before adstap folded repeated pushes can hold tens of thousands)", j.maxSpans, j.maxSpans)
+	}
 	for _, r := range rounds {
 		if r.Counts[StateACKed] != r.Reached {
 			rep.Converged = false
@@ -227,7 +239,7 @@ func roundsOf(spans []span) []Round {
 	}
 	for _, s := range spans {
 		result := s.Attrs["xds.result"]
-		if result == "" || !strings.HasSuffix(s.Name, " push") {
+		if result == "" || !isPushSpan(s) {
 			continue
 		}
 		id := cmp.Or(s.Attrs["xds.push_id"], s.Attrs["xds.version"])
@@ -258,7 +270,7 @@ func roundsOf(spans []span) []Round {
 		}
 		p := b.proxies[k]
 		if p == nil {
-			p = &proxyAcc{Proxy: Proxy{Name: name, Node: node}, first: s.Start}
+			p = &proxyAcc{Proxy: Proxy{Name: name, Node: node, TypeStates: map[string]string{}}, first: s.Start}
 			b.proxies[k] = p
 		}
 		p.add(s, typ, result)
@@ -319,6 +331,17 @@ func (p *proxyAcc) add(s span, typ, result string) {
 	if p.State == "" || slices.Index(stateOrder, state) < slices.Index(stateOrder, p.State) {
 		p.State = state
 	}
+	if ts := p.TypeStates[typ]; ts == "" || slices.Index(stateOrder, state) < slices.Index(stateOrder, ts) {
+		p.TypeStates[typ] = state
+	}
+	if state == StateNACKed {
+		// A folded episode stands for the NACKs it counts.
+		n := 1
+		if c, err := strconv.Atoi(s.Attrs["xds.folded.nacks"]); err == nil && s.Attrs["xds.folded.count"] != "" {
+			n = c
+		}
+		p.NACKs += n
+	}
 	if state == StateNACKed && p.Message == "" {
 		var objs []origin.Object
 		p.Message, p.Source, objs = nackOf(s)
@@ -326,6 +349,12 @@ func (p *proxyAcc) add(s span, typ, result string) {
 			p.Objects = append(p.Objects, o.Ref())
 		}
 	}
+}
+
+// isPushSpan says whether s is a push span, or an episode span that
+// folds pushes ("CDS push (folded)", with xds.folded.count).
+func isPushSpan(s span) bool {
+	return strings.HasSuffix(s.Name, " push") || s.Attrs["xds.folded.count"] != ""
 }
 
 // podOf is the proxy's pod.namespace from the tap's resource attributes,

@@ -116,6 +116,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 		ReferencesGrace:  f.ReferencesGrace,
 		Tracing: &export.TracingConfig{
 			Endpoint: f.OTLPEndpoint, Scope: f.TraceScope, Grouping: f.TraceGrouping, Getenv: getenv,
+			MaxSpansPerStream: f.TraceMaxSpansPerStream,
 		},
 	}
 	if env.LogOut != nil {

@@ -44,6 +44,7 @@ type Flags struct {
 	MetricsNodeLabel                                                    bool
 	MetricsMaxNodes                                                     int
 	OTLPEndpoint, TraceScope, TraceGrouping                             string
+	TraceMaxSpansPerStream                                              int
 	CapturePath                                                         string
 	OutputQueueBytes                                                    ByteSize
 	MaxConcurrentStreams, MaxStreamsPerConnection, MaxPendingConns      int
@@ -138,6 +139,8 @@ func Define(t Table, f *Flags) {
 	t.String(&f.OTLPEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
 	t.String(&f.TraceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	t.String(&f.TraceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
+	f.TraceMaxSpansPerStream = export.DefaultMaxSpansPerStream
+	t.Var(Count(&f.TraceMaxSpansPerStream), "trace-max-spans-per-stream", "at most this many push spans (`count`) per stream in one trace; past it the stream's pushes fold into an episode span of a trace of its own (repeats fold anyway: docs/tracing.md), counted in adstap_spans_folded_total")
 
 	t.Group("Capture and retained configuration (secrets are always redacted)")
 	t.String(&f.CapturePath, "capture", "", "append every frame to this `file` (a JSON line per record, a frame's message raw after it: docs/capture.md); private keys and bearer tokens are replaced by their fingerprints; the admin address serves the files at /debug/capture")
