@@ -1,6 +1,7 @@
 package track
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,18 +45,18 @@ func (s ClientStatus) Problem() bool {
 }
 
 // resEntry is one resource of a type on a stream, at the position of its
-// name in resTable.names. It is 32 bytes: a stream of 10,000 clusters holds
+// name in resTable.names. It is 24 bytes: a stream of 10,000 clusters holds
 // them in one slice, its names shared tap-wide.
 type resEntry struct {
 	// version is the accepted version (the zero handle for none).
 	version name
 	// at is, in Unix nanoseconds, when the accepted version arrived, or,
 	// REQUESTED and DOES_NOT_EXIST, since when the resource was asked for.
-	at int64
-	// fail is the latest rejection or control-plane error, until the
-	// resource is accepted again; nil for nearly every resource.
-	fail   *resFailure
+	at     int64
 	status ClientStatus
+	// failed says resTable.fails holds the latest rejection or
+	// control-plane error of the resource, until it is accepted again.
+	failed bool
 	// notSent is set once the resource was reported ResourceNotSent, until
 	// ResourceNotSentEnded.
 	notSent bool
@@ -76,6 +77,8 @@ type resFailure struct {
 type resTable struct {
 	names nameSet
 	ents  []resEntry
+	// fails are the failures of the entries that have one (resEntry.failed).
+	fails map[name]resFailure
 	// requested counts the entries in ClientRequested, the oldest of which
 	// was asked for at oldest or later: the sweep looks at the entries only
 	// when one may have waited too long.
@@ -141,10 +144,37 @@ func (t *resTable) set(k int, status ClientStatus, at int64) {
 	e.status = status
 }
 
+// setFail records (or, nil, clears) entry k's failure.
+func (t *resTable) setFail(k int, f *resFailure) {
+	e := &t.ents[k]
+	if f == nil {
+		if e.failed {
+			delete(t.fails, t.names.names[k])
+			e.failed = false
+		}
+		return
+	}
+	if t.fails == nil {
+		t.fails = make(map[name]resFailure)
+	}
+	t.fails[t.names.names[k]] = *f
+	e.failed = true
+}
+
+// room makes room for n more entries at once, rather than by doubling.
+func (t *resTable) room(n, max int) {
+	n = min(n, max-len(t.ents))
+	if n > cap(t.ents)-len(t.ents) {
+		t.ents = slices.Grow(t.ents, n)
+		t.names.names = slices.Grow(t.names.names, n)
+	}
+}
+
 // remove drops entry k, moving the last into its place as names does.
 func (t *resTable) remove(ts *typeState, s *stream, k int, at time.Time, evs []Event) []Event {
 	evs = t.clearNotSent(ts, s, k, at, false, evs)
 	t.set(k, ClientUnknown, 0)
+	t.setFail(k, nil)
 	last := len(t.ents) - 1
 	t.names.removeAt(k)
 	t.ents[k] = t.ents[last]
@@ -181,6 +211,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 		evs = t.remove(ts, s, k, at, evs)
 	}
 	c = cursor{}
+	t.room(len(ts.sub.names)-len(t.ents), max)
 	for _, n := range ts.sub.names {
 		k := t.names.findName(n, c.guess())
 		c.found(k)
@@ -225,6 +256,9 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	if p.replace {
 		seen = ts.sc.marksFor(n0)
 	}
+	if ts.wildcard {
+		t.room(len(p.res)-len(t.ents), max)
+	}
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
@@ -250,7 +284,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 		}
 		e := &t.ents[k]
 		if msg, ok := rejected[r.name.Value()]; ok {
-			e.fail = &resFailure{version: v.Value(), message: msg, at: sent}
+			t.setFail(k, &resFailure{version: v.Value(), message: msg, at: sent})
 			if e.status == ClientRequested || e.status == ClientDoesNotExist {
 				e.at = sent
 			}
@@ -258,7 +292,8 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 			evs = t.clearNotSent(ts, s, k, at, true, evs)
 			continue
 		}
-		e.version, e.at, e.fail = v, sent, nil
+		e.version, e.at = v, sent
+		t.setFail(k, nil)
 		t.set(k, ClientACKed, sent)
 		evs = t.clearNotSent(ts, s, k, at, true, evs)
 	}
@@ -286,7 +321,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 				continue
 			}
 		}
-		t.ents[k].fail = &resFailure{version: p.ev.Version, message: re.Error.Message, at: sent}
+		t.setFail(k, &resFailure{version: p.ev.Version, message: re.Error.Message, at: sent})
 		t.set(k, ClientReceivedErr, sent)
 	}
 	clear(t.versions)
@@ -310,8 +345,9 @@ func (t *resTable) gone(ts *typeState, s *stream, k int, sent int64, at time.Tim
 	if ts.sub.findName(t.names.names[k], -1) < 0 {
 		return t.remove(ts, s, k, at, evs)
 	}
+	t.setFail(k, nil)
 	e := &t.ents[k]
-	e.version, e.fail, e.at = name{}, nil, sent
+	e.version, e.at = name{}, sent
 	t.set(k, ClientDoesNotExist, sent)
 	return t.reportNotSent(ts, s, k, at, true, evs)
 }

@@ -104,7 +104,8 @@ func (t *resTable) appendStatus(url string, out []ResourceStatus) []ResourceStat
 		if e.at != 0 {
 			r.Updated = time.Unix(0, e.at)
 		}
-		if f := e.fail; f != nil {
+		if e.failed {
+			f := t.fails[n]
 			r.ErrorVersion, r.ErrorDetails, r.ErrorAt = f.version, f.message, time.Unix(0, f.at)
 		}
 		out = append(out, r)
