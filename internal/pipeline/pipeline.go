@@ -58,6 +58,10 @@ type Config struct {
 	LogLater func(func()) bool
 	// Sinks are told every tracker event after the pipeline's own sinks.
 	Sinks []track.Sink
+	// Resources follows every resource of every stream one by one
+	// (track.Config.Resources): the never-sent finding, CSDS, status
+	// --resources. Detect.InitialFetchTimeout is the finding's wait.
+	Resources bool
 }
 
 // Pipeline is the observation side of one running tap.
@@ -173,6 +177,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		detect.HandOverAccepted++
 		detect.HandOverSuperseded = true
 	}
+	detect.Resources = detect.Resources || cfg.Resources
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
