@@ -48,6 +48,7 @@ type runFlags struct {
 	checkReferences                                                     bool
 	referencesGrace                                                     time.Duration
 	pprof                                                               bool
+	resources                                                           resourceFlags
 }
 
 func runCommand(f *runFlags) *command {
@@ -119,6 +120,7 @@ func runCommand(f *runFlags) *command {
 	f.referencesGrace = export.DefaultReferencesGrace
 	c.Var(durationValue{&f.referencesGrace}, "references-grace", "how long a proxy may wait for what it refers to (a listener's route configuration, a cluster's endpoints, a secret) before the wait is reported; Envoy's initial_fetch_timeout by default")
 
+	addResourceFlags(c, &f.resources)
 	addDetectorFlags(c, &f.detect)
 
 	c.group("Logging")
@@ -342,6 +344,7 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 		}
 	}
 	run := pipeline.RunConfig{Tap: cfg, Observe: pcfg, Listen: listen, MetricsListen: f.metricsListen}
+	f.resources.apply(&run)
 	if f.admin != "off" {
 		run.Admin = f.admin
 	}
@@ -368,12 +371,15 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 	if a := running.MetricsAddr(); a != "" {
 		attrs = append(attrs, "metrics", "http://"+a+"/metrics")
 	}
+	if a := running.CSDSAddr(); a != "" {
+		attrs = append(attrs, "csds", a)
+	}
 	log.Info("adstap relaying", attrs...)
 	return &runningTap{Running: running, log: log, logOut: logOut}, nil
 }
 
 // listenFlags name the flags of pipeline.RunConfig's listeners.
-var listenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen"}
+var listenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen", "CSDSListen": "csds-listen"}
 
 // wait serves until ctx ends, then drains: streams end with Unavailable so
 // clients reconnect elsewhere, and the process exits within drainTimeout.
