@@ -475,3 +475,6 @@ const (
 	DefaultInitialFetchTimeout = 15 * time.Second
 	DefaultMaxResources        = 100_000
 )
+
+func (e ResourceNotSent) streamRef() *StreamRef      { return e.Ref }
+func (e ResourceNotSentEnded) streamRef() *StreamRef { return e.Ref }

@@ -3,10 +3,13 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +34,8 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/internal/testutil/promsum"
+	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/tap"
@@ -93,9 +98,11 @@ func TestCSDSMatchesTheClientsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	logs := &syncbuf.Buffer{}
 	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
 		Tap: tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}},
 		Observe: pipeline.Config{
+			Logger:         slog.New(slog.NewTextHandler(logs, nil)),
 			Version:        "test",
 			RetainMaxBytes: 1 << 20,
 			// gRPC's xDS client gives up on a resource after 15 s, as Envoy does by default.
@@ -216,6 +223,16 @@ func TestCSDSMatchesTheClientsOwn(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the cluster never sent is not DOES_NOT_EXIST in the tap's CSDS")
+	}
+	line := regexp.MustCompile(`CDS cluster-never-sent on stream 1 asked for 1[5-7]s ago and never sent: the proxy does not have it`)
+	if !xdstest.Until(10*time.Second, func() bool { return line.MatchString(logs.String()) }) {
+		t.Fatalf("no live log line %q in:\n%s", line, logs.String())
+	}
+	if n := strings.Count(logs.String(), "cluster-never-sent on stream 1 asked for"); n != 1 {
+		t.Errorf("the finding was logged %d times, want once", n)
+	}
+	if got, err := promsum.Gathered(p.Metrics.Registry(), "adstap_resources_not_sent", map[string]string{"type": "cds"}); err != nil || got != 1 {
+		t.Errorf("adstap_resources_not_sent{type=cds} = %v (%v), want 1", got, err)
 	}
 	cc.Close()
 }

@@ -162,6 +162,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if p.References != nil {
 		sinks = append(sinks, p.References)
 	}
+	if cfg.Resources {
+		sinks = append(sinks, export.NewNotSentLog(log, p.References, cfg.LogLater))
+	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
 	// Tracing reads the Istio objects of what each push changed from what
