@@ -1,6 +1,7 @@
 package track
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,17 @@ func (s ClientStatus) String() string {
 
 // MarshalText writes the status by its name.
 func (s ClientStatus) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a status by its name.
+func (s *ClientStatus) UnmarshalText(b []byte) error {
+	for i, n := range clientStatusNames {
+		if n == string(b) {
+			*s = ClientStatus(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown client status %q", b)
+}
 
 // Problem reports whether the status needs someone's attention.
 func (s ClientStatus) Problem() bool {

@@ -228,10 +228,11 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 // /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
-		"GET /debug/streams": export.DebugStreams(p.Tracker, p.Upstream),
-		"GET /debug/pushes":  export.DebugPushes(p.Tracker),
-		"GET /debug/config":  export.ConfigOff(),
-		"GET /metrics":       p.Metrics.Handler(),
+		"GET /debug/streams":   export.DebugStreams(p.Tracker, p.Upstream),
+		"GET /debug/pushes":    export.DebugPushes(p.Tracker),
+		"GET /debug/config":    export.ConfigOff(),
+		"GET /debug/resources": export.DebugResources(p.Tracker),
+		"GET /metrics":         p.Metrics.Handler(),
 	}
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
