@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/adstap/adstap/export"
 )
@@ -31,6 +32,7 @@ func startCSDS(addr string, csds *export.CSDS, log *slog.Logger) (*csdsServer, e
 	}
 	c := &csdsServer{lis: lis, srv: grpc.NewServer(grpc.MaxConcurrentStreams(64))}
 	csds.Register(c.srv)
+	reflection.Register(c.srv) // so that grpcurl needs no proto files
 	c.done.Add(1)
 	go func() {
 		defer c.done.Done()
