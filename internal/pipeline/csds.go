@@ -22,7 +22,7 @@ type csdsServer struct {
 	done sync.WaitGroup
 }
 
-func startCSDS(addr string, csds *export.CSDS, log *slog.Logger) (*csdsServer, error) {
+func startCSDS(addr string, csds *export.CSDS, syncz *export.Syncz, log *slog.Logger) (*csdsServer, error) {
 	if !isLoopbackHost(addr) {
 		log.Warn("the CSDS address is reachable from outside this host; it shows every proxy's configuration", "csds", addr)
 	}
@@ -32,6 +32,7 @@ func startCSDS(addr string, csds *export.CSDS, log *slog.Logger) (*csdsServer, e
 	}
 	c := &csdsServer{lis: lis, srv: grpc.NewServer(grpc.MaxConcurrentStreams(64))}
 	csds.Register(c.srv)
+	syncz.Register(c.srv)
 	reflection.Register(c.srv) // so that grpcurl needs no proto files
 	c.done.Add(1)
 	go func() {

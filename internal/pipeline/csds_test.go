@@ -321,6 +321,38 @@ func TestCSDSRequests(t *testing.T) {
 	if _, err := stream.Recv(); err == nil {
 		t.Errorf("the stream went on after CloseSend")
 	}
+
+	// istioctl proxy-status's question, over ADS on the same listener.
+	ads := xdstest.OpenSotW(t, t.Context(), conn)
+	if err := ads.Send(&discovery.DiscoveryRequest{TypeUrl: codec.TypeSyncz, Node: &core.Node{Id: "istioctl"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp := xdstest.RecvWithin(t, 5*time.Second, ads.Recv)
+	var ids []string
+	for _, a := range resp.GetResources() {
+		var cc statusv3.ClientConfig
+		if err := a.UnmarshalTo(&cc); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cc.GetNode().GetId()+" "+cc.GetNode().GetMetadata().GetFields()["NAMESPACE"].GetStringValue())
+		if len(cc.GetGenericXdsConfigs()) != 1 || cc.GetGenericXdsConfigs()[0].GetConfigStatus() != statusv3.ConfigStatus_NOT_SENT {
+			t.Errorf("syncz: %s: %v, want CDS NOT_SENT", cc.GetNode().GetId(), cc.GetGenericXdsConfigs())
+		}
+	}
+	sort.Strings(ids)
+	if diff := cmp.Diff([]string{
+		"router~10.0.0.3~gw.istio-system~istio-system.svc.cluster.local istio-system",
+		"sidecar~10.0.0.1~a.default~default.svc.cluster.local default",
+		"sidecar~10.0.0.2~b.default~default.svc.cluster.local default",
+	}, ids); diff != "" || resp.GetControlPlane().GetIdentifier() == "" {
+		t.Errorf("syncz: proxies (-want +got):\n%s\ncontrol plane %q", diff, resp.GetControlPlane().GetIdentifier())
+	}
+	if err := ads.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a CDS request on the CSDS listener: %v, want InvalidArgument", err)
+	}
 }
 
 // decodedRequest is a node's first request for a type, as the observer decodes it.

@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg RunConfig) (_ *Running, err error) {
 		}
 	}
 	if cfg.CSDSListen != "" {
-		if r.csds, err = startCSDS(cfg.CSDSListen, export.NewCSDS(p.Tracker, p.Retained), log); err != nil {
+		if r.csds, err = startCSDS(cfg.CSDSListen, export.NewCSDS(p.Tracker, p.Retained), export.NewSyncz(p.Tracker, cfg.Observe.Version), log); err != nil {
 			return nil, &ListenError{Which: "CSDSListen", Err: err}
 		}
 	}
