@@ -2,6 +2,7 @@ package export
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -22,7 +23,7 @@ type StreamResources struct {
 	Resources []track.ResourceStatus `json:"resources"`
 }
 
-// DebugResources serves GET /debug/resources[?node=ID][&type=cds][&problems=1]:
+// DebugResources serves GET /debug/resources[?node=ID][&stream=ID][&type=cds][&problems=1]:
 // every resource of every stream (of one node; of one type, by short name or
 // type URL), or with problems=1 only those not ACKED nor REQUESTED (NACKED,
 // DOES_NOT_EXIST, RECEIVED_ERROR). Resources are followed one by one only
@@ -30,13 +31,16 @@ type StreamResources struct {
 func DebugResources(t *track.Tracker) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		node, typ, problems := q.Get("node"), q.Get("type"), q.Get("problems") != ""
+		node, typ, problems, stream := q.Get("node"), q.Get("type"), q.Get("problems") != "", q.Get("stream")
 		var match func(track.Node) bool
 		if node != "" {
 			match = func(n track.Node) bool { return n.ID == node }
 		}
 		page := ResourcesPage{Now: time.Now(), Streams: []StreamResources{}}
 		for _, c := range t.ClientResources(match, true) {
+			if stream != "" && stream != strconv.FormatUint(c.StreamID, 10) {
+				continue
+			}
 			s := StreamResources{Stream: c.StreamID, NodeID: c.Node.ID, Resources: []track.ResourceStatus{}}
 			for _, res := range c.Resources {
 				if typ != "" && res.TypeURL != typ && codec.ShortType(res.TypeURL) != typ {
