@@ -45,9 +45,11 @@ func NewSyncz(t *track.Tracker, version string) *Syncz { return &Syncz{tracker: 
 // Register adds the service to s.
 func (z *Syncz) Register(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, z) }
 
-// StreamAggregatedResources answers each syncz request that wants an
-// answer (not the ACK of one), and refuses any other type.
+// StreamAggregatedResources answers each syncz request but the ACK of an
+// answer (a nonce it sent: istio's ADS client, which istioctl uses, makes
+// one up for every request it sends), and refuses any other type.
 func (z *Syncz) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	sent := ""
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -59,12 +61,14 @@ func (z *Syncz) StreamAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		if req.GetTypeUrl() != codec.TypeSyncz {
 			return status.Errorf(codes.InvalidArgument, "this listener answers only %s (istioctl proxy-status), not %q", codec.TypeSyncz, codec.Text([]byte(req.GetTypeUrl())))
 		}
-		if req.GetResponseNonce() != "" {
-			continue // an ACK or NACK of an answer
+		if sent != "" && req.GetResponseNonce() == sent {
+			continue // the ACK or NACK of the latest answer
 		}
-		if err := stream.Send(z.Response()); err != nil {
+		resp := z.Response()
+		if err := stream.Send(resp); err != nil {
 			return err
 		}
+		sent = resp.Nonce
 	}
 }
 
