@@ -41,6 +41,7 @@ func startSidecar(bin, upstream string, capture bool) (Middle, error) {
 		"--upstream-server-name": "",
 		"--capture":              filepath.Join(dir, "xds.jsonl"),
 		"--metrics-listen":       "127.0.0.1:0",
+		"--csds-listen":          "127.0.0.1:0",
 		"ADSTAP_ADMIN":           "127.0.0.1:0",
 		// No collector here; the pod's name and namespace come from the kubelet.
 		"OTEL_EXPORTER_OTLP_ENDPOINT": "",

@@ -74,8 +74,18 @@ type Response struct {
 	// RemovedResources holds removed_resources and the names of
 	// removed_resource_names (Delta only).
 	RemovedResources []string
+	// ResourceErrors are the control plane's own per-resource errors
+	// (resource_errors): a resource it could not produce.
+	ResourceErrors []ResourceError
 
 	scratch segScratch
+}
+
+// ResourceError is one entry of a response's resource_errors: the control
+// plane saying it could not produce the named resource, and why.
+type ResourceError struct {
+	Name  string
+	Error ErrorDetail
 }
 
 // Resource is one resource of a response, described without decoding it.
@@ -479,8 +489,9 @@ func (r *Response) Reset() {
 	// Entries past len were cleared by the Reset that shortened the slice.
 	clear(r.Resources)
 	clear(r.RemovedResources)
+	clear(r.ResourceErrors)
 	r.scratch.reset()
-	*r = Response{Resources: r.Resources[:0], RemovedResources: r.RemovedResources[:0], scratch: r.scratch}
+	*r = Response{Resources: r.Resources[:0], RemovedResources: r.RemovedResources[:0], ResourceErrors: r.ResourceErrors[:0], scratch: r.scratch}
 }
 
 // field decodes one length-delimited top-level field; every field the tap
@@ -524,6 +535,8 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 		r.Nonce = Text(b)
 	case respControlPlane:
 		return r.decodeControlPlane(b, prevControlPlane)
+	case respResourceErrors:
+		return r.decodeResourceError(b)
 	}
 	return nil
 }
@@ -553,7 +566,46 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 			return fmt.Errorf("removed_resource_names: ResourceName %w", err)
 		}
 		r.RemovedResources = append(r.RemovedResources, Text(name))
+	case drespResourceErrors:
+		return r.decodeResourceError(b)
 	}
+	return nil
+}
+
+// decodeResourceError reads one ResourceError; the strings are copies, so
+// they outlive the buffer.
+func (r *Response) decodeResourceError(b []byte) error {
+	var e ResourceError
+	rd := fieldReader{buf: b}
+	for rd.next() {
+		switch {
+		case rd.bytesField(resourceErrorName):
+			name, err := decodeName(rd.b, resourceNameName)
+			if err != nil {
+				return fmt.Errorf("resource_errors: ResourceName %w", err)
+			}
+			if name != nil {
+				e.Name = Text(name)
+			}
+		case rd.bytesField(resourceErrorDetail):
+			st := fieldReader{buf: rd.b}
+			for st.next() {
+				switch {
+				case st.varintField(statusCode):
+					e.Error.Code = int32(st.v)
+				case st.bytesField(statusMessage):
+					e.Error.Message = Text(st.b)
+				}
+			}
+			if st.err != nil {
+				return fmt.Errorf("resource_errors: Status %w", st.err)
+			}
+		}
+	}
+	if rd.err != nil {
+		return fmt.Errorf("resource_errors: ResourceError %w", rd.err)
+	}
+	r.ResourceErrors = append(r.ResourceErrors, e)
 	return nil
 }
 

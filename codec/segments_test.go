@@ -103,7 +103,8 @@ func sameResponse(a, b *codec.Response, reused bool) bool {
 	sameBytes := func(x, y []byte) bool { return (x == nil) == (y == nil) && bytes.Equal(x, y) }
 	if a.Delta != b.Delta || a.TypeURL != b.TypeURL || a.VersionInfo != b.VersionInfo ||
 		a.Nonce != b.Nonce || a.ControlPlane != b.ControlPlane ||
-		len(a.Resources) != len(b.Resources) || !slices.Equal(a.RemovedResources, b.RemovedResources) {
+		len(a.Resources) != len(b.Resources) || !slices.Equal(a.RemovedResources, b.RemovedResources) ||
+		!slices.Equal(a.ResourceErrors, b.ResourceErrors) {
 		return false
 	}
 	if !reused && ((a.Resources == nil) != (b.Resources == nil) || (a.RemovedResources == nil) != (b.RemovedResources == nil)) {
@@ -123,7 +124,7 @@ func TestSameResponseKnowsEveryField(t *testing.T) {
 	leakcheck.Check(t)
 	// Fields sameResponse compares; a new field must be added there too.
 	for typ, want := range map[reflect.Type]int{
-		reflect.TypeFor[codec.Response](): 7 + 1, // and the unexported scratch space
+		reflect.TypeFor[codec.Response](): 8 + 1, // and the unexported scratch space
 		reflect.TypeFor[codec.Resource](): 7,
 	} {
 		if got := typ.NumField(); got != want {

@@ -78,14 +78,15 @@ const (
 	// Node extensions (9), client_features (10), listening_addresses (11),
 	// dynamic_parameters (12) skipped.
 
-	// DiscoveryResponse. canary (3) and resource_errors (7) skipped.
-	respVersionInfo  = 1 // string version_info
-	respResources    = 2 // repeated Any resources
-	respTypeURL      = 4 // string type_url
-	respNonce        = 5 // string nonce
-	respControlPlane = 6 // config.core.v3.ControlPlane control_plane
+	// DiscoveryResponse. canary (3) skipped.
+	respVersionInfo    = 1 // string version_info
+	respResources      = 2 // repeated Any resources
+	respTypeURL        = 4 // string type_url
+	respNonce          = 5 // string nonce
+	respControlPlane   = 6 // config.core.v3.ControlPlane control_plane
+	respResourceErrors = 7 // repeated ResourceError resource_errors
 
-	// DeltaDiscoveryResponse. resource_errors (9) skipped.
+	// DeltaDiscoveryResponse.
 	drespSystemVersionInfo    = 1 // string system_version_info
 	drespResources            = 2 // repeated Resource resources
 	drespTypeURL              = 4 // string type_url
@@ -93,6 +94,11 @@ const (
 	drespRemovedResources     = 6 // repeated string removed_resources
 	drespControlPlane         = 7 // config.core.v3.ControlPlane control_plane
 	drespRemovedResourceNames = 8 // repeated ResourceName removed_resource_names
+	drespResourceErrors       = 9 // repeated ResourceError resource_errors
+
+	// ResourceError.
+	resourceErrorName   = 1 // ResourceName resource_name
+	resourceErrorDetail = 2 // google.rpc.Status error_detail
 
 	// Resource. aliases (4), ttl (6), cache_control (7), metadata (9) skipped.
 	resourceVersion      = 1 // string version

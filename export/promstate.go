@@ -22,6 +22,7 @@ const (
 	MetricProxyStreams  = "adstap_proxy_streams"
 	MetricUpstreamFail  = "adstap_upstream_failing"
 	MetricUpstreamTries = "adstap_upstream_failed_attempts"
+	MetricNotSent       = "adstap_resources_not_sent"
 )
 
 // maxProxyKinds bounds adstap_proxy_streams' series in one scrape: the
@@ -53,6 +54,7 @@ func (m *Metrics) WatchStreams(streams StreamSummaries) {
 		lastACK:  prometheus.NewDesc(MetricLastACK, "When a stream of the tap last ACKed a push of the type (Unix seconds); 0 when pushed but never ACKed.", labels, nil),
 		proxies: prometheus.NewDesc(MetricProxyStreams, "Streams now, by the proxy's version (ISTIO_VERSION, else its user agent) and the control-plane replica serving it (istiod's pod).",
 			append(slices.Clone(labels[1:]), "version", "control_plane"), nil),
+		notSent: prometheus.NewDesc(MetricNotSent, "Resources a proxy asks for by name and does not have: not sent within --initial-fetch-timeout of being asked for, or removed by the control plane while still asked for (DOES_NOT_EXIST in CSDS).", labels, nil),
 	}
 	m.reg.MustRegister(c)
 }
@@ -61,6 +63,7 @@ type stateCollector struct {
 	m                                  *Metrics
 	streams                            StreamSummaries
 	states, lastPush, lastACK, proxies *prometheus.Desc
+	notSent                            *prometheus.Desc
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -68,6 +71,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lastPush
 	ch <- c.lastACK
 	ch <- c.proxies
+	ch <- c.notSent
 }
 
 // typeKey is a series' type, and node when there is a node label.
@@ -77,6 +81,7 @@ type typeAgg struct {
 	states            [len(track.States)]int // in track.States order
 	lastPush, lastACK time.Time
 	pushed            bool
+	notSent           int
 }
 
 type proxyKey struct{ node, version, controlPlane string }
@@ -119,6 +124,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 					a.lastPush = ts.LastSentAt
 				}
 			}
+			a.notSent += ts.NotSent
 			if ts.LastACKAt.After(a.lastACK) {
 				a.lastACK = ts.LastACKAt
 			}
@@ -132,6 +138,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, state := range track.States {
 			ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(a.states[i]), append(slices.Clone(l), string(state))...)
 		}
+		ch <- prometheus.MustNewConstMetric(c.notSent, prometheus.GaugeValue, float64(a.notSent), l...)
 		if a.pushed {
 			ch <- prometheus.MustNewConstMetric(c.lastPush, prometheus.GaugeValue, unixSeconds(a.lastPush), l...)
 			ch <- prometheus.MustNewConstMetric(c.lastACK, prometheus.GaugeValue, unixSeconds(a.lastACK), l...)

@@ -38,6 +38,14 @@ type Config struct {
 	// PushEnded as an ACK would (with HandOverAccepted), for an output
 	// that applies what the tracker assumes (the reference check).
 	HandOverSuperseded bool
+	// Resources follows each type's resources one by one (client status,
+	// accepted version, rejection, since when asked for), for CSDS and the
+	// per-resource status; at most MaxResources per type and stream.
+	Resources    bool
+	MaxResources int
+	// InitialFetchTimeout is how long a resource asked for by name may go
+	// unanswered before it is ResourceNotSent (Envoy's default, 15 s).
+	InitialFetchTimeout time.Duration
 }
 
 // DefaultConfig returns the thresholds the tap runs with unless told otherwise.
@@ -54,6 +62,8 @@ func DefaultConfig() Config {
 		HerdWindow:             time.Second,
 		FullSyncSettle:         time.Second,
 		KeepBytes:              DefaultKeepBytes,
+		MaxResources:           DefaultMaxResources,
+		InitialFetchTimeout:    DefaultInitialFetchTimeout,
 	}
 }
 
@@ -72,6 +82,8 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	dur(&c.PushTimeout, d.PushTimeout)
+	dur(&c.InitialFetchTimeout, d.InitialFetchTimeout)
+	num(&c.MaxResources, d.MaxResources)
 	num(&c.MaxNames, d.MaxNames)
 	num(&c.NACKStormThreshold, d.NACKStormThreshold)
 	dur(&c.NACKStormWindow, d.NACKStormWindow)

@@ -24,6 +24,8 @@ type TypeSummary struct {
 	State      State
 	LastSentAt time.Time
 	LastACKAt  time.Time
+	// NotSent counts the type's resources reported ResourceNotSent.
+	NotSent int
 }
 
 // Summaries returns every open stream's summary, appended to buf, in no
@@ -40,7 +42,11 @@ func (t *Tracker) Summaries(buf []StreamSummary) []StreamSummary {
 				if ts.url == codec.TypeSyncz {
 					continue
 				}
-				sum.Types = append(sum.Types, TypeSummary{Type: ts.short, State: ts.stateName(), LastSentAt: ts.p.ev.SentAt, LastACKAt: ts.ackedAt})
+				ty := TypeSummary{Type: ts.short, State: ts.stateName(), LastSentAt: ts.p.ev.SentAt, LastACKAt: ts.ackedAt}
+				if ts.res != nil {
+					ty.NotSent = ts.res.notSent
+				}
+				sum.Types = append(sum.Types, ty)
 			}
 			buf = append(buf, sum)
 		}

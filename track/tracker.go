@@ -123,6 +123,10 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		return evs
 	}
 	c := ts.classify(req)
+	rt := ts.resources(&t.cfg)
+	if rt != nil && (c.changed || c.newType || req.InitialVersions != nil) {
+		evs = rt.subscribed(ts, s, req, at, t.cfg.MaxResources, evs)
+	}
 	// A request the server answers: the first of its type on the stream
 	// whatever its nonce (istio's adsc puts a made-up one in its first
 	// requests), a request without a nonce, or a subscription change with
@@ -137,6 +141,9 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		SubscriptionChanged: c.changed, Answers: c.answers, Nonce: req.ResponseNonce, At: at, Request: req,
 	})
 	if c.answers {
+		if rt != nil {
+			evs = rt.answered(ts, s, req.ErrorDetail, at, t.cfg.MaxResources, evs)
+		}
 		evs = ts.answer(at, req, t.cfg.MaxNames, evs)
 		evs = t.det.answered(s, ts, at, req.ErrorDetail != nil, evs)
 	} else {
@@ -176,7 +183,14 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 		return evs
 	}
 	s.lastPushType = ts.url
+	rt := ts.resources(&t.cfg)
+	if rt != nil && ts.pending() {
+		evs = rt.answered(ts, s, nil, at, t.cfg.MaxResources, evs) // superseded: assumed applied
+	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
+	if rt != nil {
+		rt.pushed(resp)
+	}
 	ts.hold(resp, data)
 	return t.det.pushed(s, ts, at, full, evs)
 }
@@ -250,6 +264,9 @@ func (t *Tracker) Tick(now time.Time) []Event {
 			evs = s.settle(now, t.cfg.FullSyncSettle, false, evs)
 			for _, ts := range s.order {
 				evs = ts.expire(now, t.cfg.PushTimeout, evs)
+				if ts.res != nil {
+					evs = ts.res.expire(ts, s, now, t.cfg.InitialFetchTimeout, evs)
+				}
 				evs = t.det.checkStorm(ts, now, evs)
 			}
 			s.sc.giveBack()

@@ -88,6 +88,9 @@ type typeState struct {
 	// the same content with the same message shares it, so a NACK loop
 	// decodes its push once (nackNames says which content and message).
 	rejection *Rejected
+	// res is the type's resources one by one (resources.go), with
+	// Config.Resources; nil otherwise.
+	res *resTable
 }
 
 func newTypeState(url string, sc *scratch, keep *keeper) *typeState {

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/track"
 )
 
 type configFlags struct {
@@ -103,13 +104,14 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := client.get(ctx, fmt.Sprintf("/debug/config?stream=%d&type=%s", stream, short), &cfg); err != nil {
 		return fail(exitFailure, "%v", err)
 	}
+	statuses := resourceStatuses(ctx, client, stream, short)
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(cfg)
+		enc.Encode(configWithStatus{ConfigPage: cfg, Status: statuses})
 		return exitOK
 	}
-	printConfig(stdout, short, cfg)
+	printConfig(stdout, short, cfg, statuses)
 	return exitOK
 }
 
@@ -166,7 +168,7 @@ var configTables = map[string]configTable{
 	}},
 }
 
-func printConfig(w io.Writer, short string, cfg export.ConfigPage) {
+func printConfig(w io.Writer, short string, cfg export.ConfigPage, statuses []track.ResourceStatus) {
 	noun := "resources"
 	if len(cfg.Resources) == 1 {
 		noun = "resource"
@@ -183,6 +185,13 @@ func printConfig(w io.Writer, short string, cfg export.ConfigPage) {
 	if !ok {
 		tab = configTable{[]string{"NAME", "TYPE"}, func(r map[string]any) []string { return []string{str(r, "name"), str(r, "@type")} }}
 	}
+	byName := map[string]track.ResourceStatus{}
+	for _, st := range statuses {
+		byName[st.Name] = st
+	}
+	if len(statuses) > 0 {
+		tab.head = append(slices.Clone(tab.head), "STATUS")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(tab.head, "\t"))
 	for _, raw := range cfg.Resources {
@@ -195,6 +204,9 @@ func printConfig(w io.Writer, short string, cfg export.ConfigPage) {
 			continue
 		}
 		cells := tab.row(r)
+		if len(statuses) > 0 {
+			cells = append(cells, resourceStatusCell(byName, cells[0]))
+		}
 		for i := range cells {
 			cells[i] = or(printable(cells[i]), "-")
 		}

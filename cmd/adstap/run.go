@@ -113,6 +113,9 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 	if a := running.MetricsAddr(); a != "" {
 		attrs = append(attrs, "metrics", "http://"+a+"/metrics")
 	}
+	if a := running.CSDSAddr(); a != "" {
+		attrs = append(attrs, "csds", a)
+	}
 	log.Info("adstap relaying", attrs...)
 	return &runningTap{Running: running, log: log, logOut: logOut}, nil
 }

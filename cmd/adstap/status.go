@@ -32,6 +32,9 @@ type statusFlags struct {
 	output     string
 	staleAfter time.Duration
 	node       string
+	// resources and resourceType are --resources and --type (statusresources.go).
+	resources    bool
+	resourceType string
 }
 
 func statusCommand(f *statusFlags) *command {
@@ -43,6 +46,8 @@ func statusCommand(f *statusFlags) *command {
 	c.String(&f.prometheus, "prometheus", "", "read every tap Prometheus scrapes instead of one tap's admin address: Prometheus's `URL` (e.g. http://prometheus.istio-system:9090); rows are named pod.namespace from the scrape targets' labels, or by node with --metrics-node-label")
 	c.String(&f.jaeger, "jaeger", "", "with --prometheus, Jaeger's query API, `URL` http(s)://HOST:16686 or HOST:16685 (gRPC): each ERROR then shows its NACK's message and Istio object, read from the span its exemplar points to")
 	c.String(&f.node, "node", "", "only the proxy with this node `id` (with --prometheus, also its pod.namespace)")
+	c.Bool(&f.resources, "resources", false, "list each resource of each proxy instead: its status at the proxy (ACKED, NACKED, REQUESTED, DOES_NOT_EXIST, RECEIVED_ERROR, as CSDS says it), version and age, problems first; needs per-resource tracking in the tap (on unless --initial-fetch-timeout=0)")
+	c.String(&f.resourceType, "type", "", "with --resources, only this `type` (cds, eds, lds, rds, sds, or a type URL)")
 	c.group("Output")
 	c.String(&f.output, "o", "table", "`format`: table, wide (adds stream, protocol, peer, time to full sync) or json")
 	f.staleAfter = 5 * time.Second
@@ -159,6 +164,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// ADSTAP_JAEGER alone is rollout's too: a tap's own status, which has each
 	// NACK's message already, leaves it; typed without --prometheus, it is a
 	// mistake to say.
+	if err := cmd.needs("type", "resources", f.resources); err != nil || (f.resources && f.prometheus != "") {
+		fmt.Fprintf(stderr, "adstap status: --type needs --resources, which reads one tap, not --prometheus (see adstap status --help)\n")
+		return exitUsage
+	}
 	if f.prometheus == "" && cmd.onCommandLine("jaeger") {
 		fmt.Fprintf(stderr, "adstap status: --jaeger needs --prometheus (see adstap status --help)\n")
 		return exitUsage
@@ -180,6 +189,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "adstap status: %v\n", err)
 			return exitUsage
 		}
+		if f.resources {
+			return runStatusResources(ctx, client, f, stdout, stderr)
+		}
 		path := "/debug/streams"
 		if f.node != "" {
 			path += "?node=" + url.QueryEscape(f.node)
@@ -191,6 +203,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		rep = buildStatus(page, f.node, f.staleAfter)
 		rep.Source = client.base
+		addResourceProblems(ctx, client, f.node, &rep)
 	}
 	switch f.output {
 	case "json":

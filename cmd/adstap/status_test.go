@@ -234,15 +234,15 @@ func TestConfigShowsWhatAProxyAccepted(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^Stream \d+, cds version 2026-11-30T09:00:00Z/1: 1 resource$`,
-		`(?m)^NAME\s+TYPE\s+LB POLICY\s+CONNECT TIMEOUT$`,
-		`(?m)^cluster-greeter\s+EDS\s+ROUND_ROBIN\s+\S+s$`,
+		`(?m)^NAME\s+TYPE\s+LB POLICY\s+CONNECT TIMEOUT\s+STATUS$`,
+		`(?m)^cluster-greeter\s+EDS\s+ROUND_ROBIN\s+\S+s\s+ACKED$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("config --type cluster lacks %s:\n%s", re, out)
 		}
 	}
 	code, out, _ = cli(t, "config", "--admin", m.admin, "--node", m.good, "--type", "endpoint")
-	if code != exitOK || !regexp.MustCompile(`(?m)^CLUSTER\s+ENDPOINTS\n\S*greeter\S*\s+127\.0\.0\.1:\d+$`).MatchString(out) {
+	if code != exitOK || !regexp.MustCompile(`(?m)^CLUSTER\s+ENDPOINTS\s+STATUS\n\S*greeter\S*\s+127\.0\.0\.1:\d+\s+ACKED$`).MatchString(out) {
 		t.Errorf("config --type endpoint: exit %d:\n%s", code, out)
 	}
 	code, out, _ = cli(t, "config", "--admin", m.admin, "--node", m.good, "--type", "listener", "-o", "json")

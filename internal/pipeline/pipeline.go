@@ -58,6 +58,10 @@ type Config struct {
 	LogLater func(func()) bool
 	// Sinks are told every tracker event after the pipeline's own sinks.
 	Sinks []track.Sink
+	// Resources follows every resource of every stream one by one
+	// (track.Config.Resources): the never-sent finding, CSDS, status
+	// --resources. Detect.InitialFetchTimeout is the finding's wait.
+	Resources bool
 }
 
 // Pipeline is the observation side of one running tap.
@@ -159,6 +163,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	if p.References != nil {
 		sinks = append(sinks, p.References)
 	}
+	if cfg.Resources {
+		sinks = append(sinks, export.NewNotSentLog(log, p.References, cfg.LogLater))
+	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
 	// Tracing reads the Istio objects of what each push changed from what
@@ -174,6 +181,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		detect.HandOverAccepted++
 		detect.HandOverSuperseded = true
 	}
+	detect.Resources = detect.Resources || cfg.Resources
 	p.Tracker = track.New(detect)
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
@@ -224,10 +232,11 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 // /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
-		"GET /debug/streams": export.DebugStreams(p.Tracker, p.Upstream),
-		"GET /debug/pushes":  export.DebugPushes(p.Tracker),
-		"GET /debug/config":  export.ConfigOff(),
-		"GET /metrics":       p.Metrics.Handler(),
+		"GET /debug/streams":   export.DebugStreams(p.Tracker, p.Upstream),
+		"GET /debug/pushes":    export.DebugPushes(p.Tracker),
+		"GET /debug/config":    export.ConfigOff(),
+		"GET /debug/resources": export.DebugResources(p.Tracker),
+		"GET /metrics":         p.Metrics.Handler(),
 	}
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -31,6 +32,10 @@ type RunConfig struct {
 	// MetricsListen, when set, is a host:port serving /metrics and nothing
 	// else.
 	MetricsListen string
+	// CSDSListen, when set, is a host:port serving each relayed proxy's
+	// status resource by resource (export.CSDS); it turns on
+	// Observe.Resources.
+	CSDSListen string
 }
 
 // ListenError is Start's error when one of its listeners could not be
@@ -53,6 +58,7 @@ type Running struct {
 	addr     tap.Address
 	admin    *adminServer // nil without RunConfig.Admin
 	metrics  *adminServer // nil without RunConfig.MetricsListen
+	csds     *csdsServer  // nil without RunConfig.CSDSListen
 	served   chan struct{}
 	serveErr error
 	once     sync.Once
@@ -74,6 +80,9 @@ func Start(ctx context.Context, cfg RunConfig) (_ *Running, err error) {
 	log := cfg.Observe.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CSDSListen != "" {
+		cfg.Observe.Resources = true
 	}
 	p, err := newPipeline(ctx, cfg.Observe)
 	if err != nil {
@@ -107,6 +116,11 @@ func Start(ctx context.Context, cfg RunConfig) (_ *Running, err error) {
 	if cfg.MetricsListen != "" {
 		if r.metrics, err = startMetricsServer(cfg.MetricsListen, p.Metrics.Handler(), log); err != nil {
 			return nil, &ListenError{Which: "MetricsListen", Err: err}
+		}
+	}
+	if cfg.CSDSListen != "" {
+		if r.csds, err = startCSDS(cfg.CSDSListen, export.NewCSDS(p.Tracker, p.Retained), export.NewSyncz(p.Tracker, cfg.Observe.Version), log); err != nil {
+			return nil, &ListenError{Which: "CSDSListen", Err: err}
 		}
 	}
 	lis, err := tap.Listen(cfg.Listen)
@@ -145,6 +159,14 @@ func (r *Running) MetricsAddr() string {
 		return ""
 	}
 	return r.metrics.addr()
+}
+
+// CSDSAddr is the CSDS server's host:port; "" without one.
+func (r *Running) CSDSAddr() string {
+	if r.csds == nil {
+		return ""
+	}
+	return r.csds.addr()
 }
 
 // Done is closed when the tap stops serving: after Close, or on its own
@@ -189,5 +211,8 @@ func (r *Running) closeServers() {
 	}
 	if r.metrics != nil {
 		r.metrics.close()
+	}
+	if r.csds != nil {
+		r.csds.close()
 	}
 }

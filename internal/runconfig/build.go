@@ -132,6 +132,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 		}
 	}
 	run := pipeline.RunConfig{Tap: cfg, Observe: pcfg, Listen: listen, MetricsListen: f.MetricsListen}
+	applyResources(f, &run)
 	if f.Admin != "off" {
 		run.Admin = f.Admin
 	}
@@ -149,4 +150,4 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 
 // ListenFlags name the flags of pipeline.RunConfig's listeners, for
 // pipeline.ListenError.Which.
-var ListenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen"}
+var ListenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen", "CSDSListen": "csds-listen"}

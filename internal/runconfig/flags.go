@@ -41,6 +41,8 @@ type Flags struct {
 	DrainTimeout                                                        time.Duration
 	LogLevel, LogFormat                                                 string
 	Detect                                                              track.Config
+	CSDSListen                                                          string
+	InitialFetchTimeout                                                 time.Duration
 	MetricsNodeLabel                                                    bool
 	MetricsMaxNodes                                                     int
 	OTLPEndpoint, TraceScope, TraceGrouping                             string
@@ -160,6 +162,7 @@ func Define(t Table, f *Flags) {
 	f.ReferencesGrace = export.DefaultReferencesGrace
 	t.Var(Duration(&f.ReferencesGrace), "references-grace", "how long a proxy may wait for what it refers to (a listener's route configuration, a cluster's endpoints, a secret) before the wait is reported; Envoy's initial_fetch_timeout by default")
 
+	defineResources(t, f)
 	DefineDetectors(t, &f.Detect)
 
 	t.Group("Logging")

@@ -30,6 +30,10 @@ type EngineOptions struct {
 	// Addr is the address to listen on; empty picks a loopback port. A
 	// restarted engine listens where the one it replaces did.
 	Addr string
+	// Withhold, when set, is a fault: the engine leaves out of what it
+	// sends every resource for which it returns true (an update that never
+	// comes, as envoy#21425 and istio#38709 meet).
+	Withhold func(typeURL, name string) bool
 }
 
 // Engine is istiod's xDS engine (pilot/test/xds.FakeDiscoveryServer)
@@ -74,7 +78,7 @@ func StartEngine(t *testing.T, opts EngineOptions) *Engine {
 	})
 	e := &Engine{FakeDiscoveryServer: f, Addr: lis.Addr().String(), Pushes: &Ledger{}, Headers: &HeaderLog{}, lis: el, debounce: opts.Debounce}
 	for url, g := range f.Discovery.Generators {
-		f.Discovery.Generators[url] = e.Pushes.wrap(url, g)
+		f.Discovery.Generators[url] = e.Pushes.wrap(url, g, opts.Withhold)
 	}
 	f.Discovery.Authenticators = append(f.Discovery.Authenticators, e.Headers)
 	close(el.open)

@@ -199,11 +199,11 @@ func Versions(pushes []EnginePush) []string {
 // wrap returns g recording what it generates. A generator that also
 // generates deltas keeps doing so: the engine picks the Delta path by the
 // generator's type.
-func (l *Ledger) wrap(url string, g model.XdsResourceGenerator) model.XdsResourceGenerator {
+func (l *Ledger) wrap(url string, g model.XdsResourceGenerator, withhold func(typeURL, name string) bool) model.XdsResourceGenerator {
 	if g == nil {
 		return nil
 	}
-	r := recorder{ledger: l, url: url, gen: g}
+	r := recorder{ledger: l, url: url, gen: g, withhold: withhold}
 	if dg, ok := g.(model.XdsDeltaResourceGenerator); ok {
 		return deltaRecorder{recorder: r, delta: dg}
 	}
@@ -211,13 +211,33 @@ func (l *Ledger) wrap(url string, g model.XdsResourceGenerator) model.XdsResourc
 }
 
 type recorder struct {
-	ledger *Ledger
-	url    string
-	gen    model.XdsResourceGenerator
+	ledger   *Ledger
+	url      string
+	gen      model.XdsResourceGenerator
+	withhold func(typeURL, name string) bool
+}
+
+// held leaves out of res what EngineOptions.Withhold says to.
+func (r recorder) held(w *model.WatchedResource, res model.Resources) model.Resources {
+	if r.withhold == nil || res == nil {
+		return res
+	}
+	url := r.url
+	if w != nil && w.TypeUrl != "" {
+		url = w.TypeUrl
+	}
+	out := model.Resources{}
+	for _, x := range res {
+		if !r.withhold(url, x.Name) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func (r recorder) Generate(proxy *model.Proxy, w *model.WatchedResource, req *model.PushRequest) (model.Resources, model.XdsLogDetails, error) {
 	res, details, err := r.gen.Generate(proxy, w, req)
+	res = r.held(w, res)
 	// pushXds sends exactly when there is no error and res is not nil.
 	if err == nil && res != nil {
 		r.record(proxy, w, req, details, len(res), 0, false)
@@ -250,6 +270,7 @@ type deltaRecorder struct {
 
 func (r deltaRecorder) GenerateDeltas(proxy *model.Proxy, req *model.PushRequest, w *model.WatchedResource) (model.Resources, model.DeletedResources, model.XdsLogDetails, bool, error) {
 	res, deleted, details, used, err := r.delta.GenerateDeltas(proxy, req, w)
+	res = r.held(w, res)
 	// pushDeltaXds sends unless there is an error or nothing at all.
 	if err == nil && (res != nil || deleted != nil) {
 		r.record(proxy, w, req, details, len(res), len(deleted), true)

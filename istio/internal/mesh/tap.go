@@ -46,6 +46,10 @@ type TapOptions struct {
 	// OTLPEndpoint, when set, sends the spans there (--otlp-endpoint, a
 	// real Jaeger's) rather than to Tap.Spans.
 	OTLPEndpoint string
+	// CSDS serves CSDS and syncz on a loopback port (--csds-listen;
+	// Running.CSDSAddr), which follows each resource one by one; the wait
+	// for a resource never sent is Detect.InitialFetchTimeout.
+	CSDS bool
 }
 
 // Tap is an adstap started as `adstap run` starts it (pipeline.Start), in
@@ -104,6 +108,12 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		Observe: cfg,
 		Listen:  tap.Address{Network: "tcp", Addr: listen},
 		Admin:   "127.0.0.1:0",
+		CSDSListen: func() string {
+			if opts.CSDS {
+				return "127.0.0.1:0"
+			}
+			return ""
+		}(),
 	})
 	if err != nil {
 		t.Fatalf("tap: %v", err)
