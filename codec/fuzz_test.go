@@ -177,6 +177,18 @@ func wantErrorDetail(s *statuspb.Status) *codec.ErrorDetail {
 	return &codec.ErrorDetail{Code: s.GetCode(), Message: s.GetMessage()}
 }
 
+// wantResourceErrors is what protobuf makes of a response's resource_errors.
+func wantResourceErrors(es []*discoveryv3.ResourceError) []codec.ResourceError {
+	var want []codec.ResourceError
+	for _, e := range es {
+		want = append(want, codec.ResourceError{
+			Name:  e.GetResourceName().GetName(),
+			Error: codec.ErrorDetail{Code: e.GetErrorDetail().GetCode(), Message: e.GetErrorDetail().GetMessage()},
+		})
+	}
+	return want
+}
+
 func locatorNames(ls []*discoveryv3.ResourceLocator) []string {
 	var names []string
 	for _, l := range ls {
@@ -248,6 +260,7 @@ func checkResponse(t *testing.T, data []byte, got *codec.Response, err error) {
 	}
 	want := codec.Response{
 		TypeURL: pb.TypeUrl, VersionInfo: pb.VersionInfo, Nonce: pb.Nonce, ControlPlane: pb.GetControlPlane().GetIdentifier(),
+		ResourceErrors: wantResourceErrors(pb.ResourceErrors),
 	}
 	for i, a := range pb.Resources {
 		var g codec.Resource
@@ -288,6 +301,7 @@ func checkDeltaResponse(t *testing.T, data []byte, got *codec.Response, err erro
 		Delta: true, TypeURL: pb.TypeUrl, VersionInfo: pb.SystemVersionInfo, Nonce: pb.Nonce,
 		ControlPlane:     pb.GetControlPlane().GetIdentifier(),
 		RemovedResources: slices.Clone(pb.RemovedResources),
+		ResourceErrors:   wantResourceErrors(pb.ResourceErrors),
 	}
 	for _, n := range pb.RemovedResourceNames {
 		want.RemovedResources = append(want.RemovedResources, n.GetName())
