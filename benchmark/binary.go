@@ -126,6 +126,9 @@ func freePorts(n int) ([]string, error) {
 func (m *binaryMiddle) Addr() string { return m.listen }
 
 func (m *binaryMiddle) Begin() error {
+	if _, err := waitIdle(m.cmd.Process.Pid); err != nil {
+		return err
+	}
 	if err := resetPeakRSSOf(m.cmd.Process.Pid); err != nil {
 		return err
 	}

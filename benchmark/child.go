@@ -338,6 +338,9 @@ func (c *childMiddle) command(cmd string) (Usage, error) {
 func (c *childMiddle) Addr() string { return c.addr }
 
 func (c *childMiddle) Begin() error {
+	if _, err := waitIdle(c.cmd.Process.Pid); err != nil {
+		return err
+	}
 	u, err := c.command("begin")
 	c.start = u
 	return err
