@@ -240,8 +240,10 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	if share == nil {
 		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
 		if compact {
-			b := compactCopy(resp, changed, int(size))
-			share.data = mem.BufferSlice{mem.SliceBuffer(b)}
+			buf := compactPool.Get(int(size))
+			b := compactCopy((*buf)[:0], resp, changed)
+			*buf = b
+			share.data = mem.BufferSlice{mem.NewBuffer(buf, compactPool)}
 			if k.accepts {
 				share.bodies = compactBodies(b, resp, changed)
 			}
@@ -552,10 +554,16 @@ func compactBodies(b []byte, resp *codec.Response, changed []int32) [][]byte {
 // (ttl, cache_control, metadata, aliases) and the Delta removals are left
 // out: a NACK rejects none of them.
 
-// compactCopy writes the compact form of resp with its resources at
-// indexes changed, size bytes, in one allocation.
-func compactCopy(resp *codec.Response, changed []int32, size int) []byte {
-	b := make([]byte, 0, size)
+// compactPool holds the buffers of compact copies between pushes. A push
+// keeps its copy until its answer, a few milliseconds, and the next push of
+// the type takes it again: a fresh allocation of hundreds of kilobytes for
+// every push costs more in page faults and zeroing than the copy itself.
+var compactPool = mem.NewTieredBufferPool(4<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20)
+
+// compactCopy appends to b the compact form of resp with its resources at
+// indexes changed: compactEnvelopeSize and compactResourceSize bytes, which
+// b has room for.
+func compactCopy(b []byte, resp *codec.Response, changed []int32) []byte {
 	if resp.VersionInfo != "" {
 		b = appendString(b, 1, resp.VersionInfo) // version_info, system_version_info
 	}

@@ -88,7 +88,7 @@ func TestCompactFormDecodesAsThePush(t *testing.T) {
 					all = append(all, int32(i))
 				}
 			}
-			compact := compactCopy(&push, all, size)
+			compact := compactCopy(make([]byte, 0, size), &push, all)
 			if len(compact) != size || cap(compact) != size {
 				t.Errorf("compact form: %d bytes in %d, want %d in one allocation of that size", len(compact), cap(compact), size)
 			}
