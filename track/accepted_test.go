@@ -25,8 +25,8 @@ import (
 type acceptedHarness struct {
 	*keepHarness
 	taker *track.Taker // takes every accepted push
-	resp codec.Response
-	gets int // buffers taken from the pool
+	resp  codec.Response
+	gets  int // buffers taken from the pool
 }
 
 // pieceSize cuts every cluster across pieces.
