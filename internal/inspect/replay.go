@@ -13,7 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/redact"
+	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/track"
 )
 
@@ -227,29 +227,21 @@ func (r *replayer) frame(rec *capture.Record) {
 		return
 	}
 	st := &step{At: rec.Time, Rec: rec, Delta: s.delta}
-	switch rec.Direction {
-	case "request":
-		req, err := redact.DecodeRequest(rec.Message, s.delta)
-		if err != nil {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, err))
-			return
-		}
-		st.Req = req
-		r.emit(st, r.tr.Request(rec.Stream, rec.Time, req, rec.Size))
-	case "response":
-		if len(rec.Message) == 0 && rec.Redacted {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, errLeftOut))
-			return
-		}
-		if err := r.resp.Decode(rec.Message, s.delta); err != nil {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, err))
-			return
-		}
-		st.Resp = &r.resp
-		// The tracker keeps the bytes until the push's answer, so that a
-		// NACK names the Istio objects it rejected (--nacks).
-		data := mem.BufferSlice{mem.SliceBuffer(rec.Message)}
-		r.emit(st, r.tr.ResponseFrame(rec.Stream, rec.Time, &r.resp, rec.Size, data))
+	if rec.Direction != "request" && rec.Direction != "response" {
+		return
+	}
+	response := rec.Direction == "response"
+	if response && len(rec.Message) == 0 && rec.Redacted {
+		r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, errLeftOut))
+		return
+	}
+	// The tracker keeps a response's bytes until the push's answer, so that
+	// a NACK names the Istio objects it rejected (--nacks).
+	evs, d := feed.Track(r.tr, &r.resp, feed.Frame{Stream: rec.Stream, At: rec.Time, Response: response, Delta: s.delta,
+		Data: mem.BufferSlice{mem.SliceBuffer(rec.Message)}, Size: rec.Size})
+	st.Req, st.Resp = d.Request, d.Response
+	r.emit(st, evs)
+	if d.Response != nil {
 		r.resp.Reset()
 	}
 }
