@@ -34,6 +34,14 @@ type consumer interface {
 	note(n note)
 }
 
+// acceptor is a consumer that follows what clients accepted: it takes the
+// tracker's accepted pushes (track.Tracker.TakeAccepted) before any
+// stream, and releases the lease of each it is handed; nil when it takes
+// none after all.
+type acceptor interface {
+	take(tr *track.Tracker) *track.Taker
+}
+
 // replayer feeds capture records to a fresh tracker, ticking it as the
 // recorded time passes, so that timeouts and the end of episodes happen as
 // they did in the tap.
@@ -71,13 +79,19 @@ type replayStream struct {
 
 func newReplayer(cfg track.Config, out ...consumer) *replayer {
 	cfg.MaxNames = 1 << 30 // every name, not a sample: inspect is for the details
-	return &replayer{
+	r := &replayer{
 		tr:       track.New(cfg),
 		horizon:  horizon(cfg),
 		out:      out,
 		streams:  map[uint64]*replayStream{},
 		reopened: map[uint64]bool{},
 	}
+	for _, c := range out {
+		if a, ok := c.(acceptor); ok {
+			a.take(r.tr)
+		}
+	}
+	return r
 }
 
 // horizon is how long after the last record time can still bring events
