@@ -242,6 +242,13 @@ func (s *scanned) scan(typeURL string, body []byte) {
 	}
 }
 
+// Holds reports whether the graph holds a resource of typeURL named name:
+// one the client accepted and has not dropped since, as the graph applied
+// what it was handed.
+func (g *Graph) Holds(typeURL, name string) bool {
+	return Reads(typeURL) && g.has(typeURL, unique1(name))
+}
+
 // has reports whether the graph holds a resource of typeURL named n.
 func (g *Graph) has(typeURL string, n name) bool {
 	switch typeURL {
