@@ -82,7 +82,10 @@ type Push struct {
 	Initial   bool // the first full sync of the type on this stream
 	First     bool // the stream's first push, of any type
 	Redundant bool // changes nothing: no resource added, removed or changed
-	SentAt    time.Time
+	// Replace is set when the push is the whole of its type, so that what
+	// it lacks is removed (codec.Replaces).
+	Replace bool
+	SentAt  time.Time
 	// Round is the stream's push round the push belongs to (1, 2, ...):
 	// the responses a control plane sent for one change (round.go).
 	Round uint64

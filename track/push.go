@@ -151,6 +151,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Type = ts.short
 	p.ev.Version = resp.VersionInfo
 	p.ev.Nonce = resp.Nonce
+	p.ev.Replace = replace
 	p.ev.Resources = len(resp.Resources)
 	p.ev.Bytes = size
 	p.ev.SentAt = at

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/feed"
@@ -55,7 +57,8 @@ func named(t *testing.T, typeURL, name string) *anypb.Any {
 // (codec.Replaces), and every part of the tap that follows what a client
 // accepted must agree on it: the tracker (its diff of the second push), the
 // reference graph, the retained configuration and inspect, each fed by
-// the tracker's hand-over through the one decode-then-track step.
+// the tracker's hand-over through the one decode-then-track step; and
+// adstap replay's account of what the client was sent.
 func TestEveryoneAgreesWhatAPushReplaces(t *testing.T) {
 	leakcheck.Check(t)
 	for _, tt := range []struct {
@@ -109,6 +112,7 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 	store.Take(tr)
 	pushes := newPushes("none", true)
 	pushes.take(tr)
+	sent := &sentCollector{byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}, named: map[uint64]bool{}}
 	graph := refgraph.New(delta, time.Minute)
 	graphs := tr.TakeAccepted(track.Takes{Types: refgraph.Reads, Superseded: true})
 
@@ -149,6 +153,7 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 			}
 		}
 		pushes.events(&step{At: at}, evs)
+		sent.events(&step{At: at, Rec: &capture.Record{Message: b}, Req: d.Request, Resp: d.Response, Delta: delta}, evs)
 	}
 	request := func(nonce string, names []string) proto.Message {
 		if delta {
@@ -202,6 +207,11 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 	}
 	_, held["inspect"] = t_.acked["b"]
 	held["the retained configuration"] = retains(t, store, typeURL, "b")
+	s, err := sent.sent(Point{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held["replay's account of what was sent"] = slices.ContainsFunc(s.Type(typeURL).Resources, func(r SentResource) bool { return r.Name == "b" })
 	if !retains(t, store, typeURL, "a") {
 		t.Fatalf("the retained configuration lacks a")
 	}
