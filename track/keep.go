@@ -24,7 +24,7 @@ const DefaultKeepBytes = 64 << 20
 // a newer push or the stream's end lets go of them; a NACK hands them to a
 // Rejected, which lets go once read. It is the tap's one place for a push
 // awaiting its answer: what an output needs of a push once answered it is
-// handed from here (Changed for tracing, Accepted for the retained
+// handed from here (Changed for tracing, Accepted, leased, for the retained
 // configuration), never kept by the output from the push's own bytes.
 //
 // A client never rejects a resource it has already accepted with the same
@@ -100,8 +100,8 @@ type kept struct {
 	unchanged     int // resources carried unchanged, heartbeats aside
 	// views are the push's resources as decoded, into data (and into the
 	// decoder's copies of the resources that straddled its buffers), and
-	// removed its Delta removals, for an ACK's Accepted; nil unless the
-	// keeper accepts.
+	// removed its Delta removals, for an ACK's Accepted; nil unless a
+	// taker takes the type's accepted pushes (lease.go).
 	views   []AcceptedResource
 	removed []string
 	// partial: views are only the resources the push added or changed,
