@@ -37,10 +37,10 @@ const DefaultRetainMaxBytes = 128 << 20
 // It is a track.Sink fed by the tracker alone: the tracker keeps each push
 // until its answer (within --nack-keep-bytes) and hands an acknowledged one
 // over with its ACK (track.Accepted, leased to the store as a taker of
-// every type, Take), its resources as the tap decoded them, by reference. The store never
-// sees a push awaiting its answer and never decodes one. It copies the
-// bodies it keeps on a goroutine of its own, behind a bounded queue: an
-// accepted push that does not fit is let go of, counted
+// every type, Take), its resources as the tap decoded them, by reference.
+// The store never sees a push awaiting its answer and never decodes one.
+// It copies the bodies it keeps on a goroutine of its own, behind a
+// bounded queue: an accepted push that does not fit is let go of, counted
 // (adstap_output_dropped_total{output="config"}), and the page says it is
 // incomplete.
 type ConfigStore struct {

@@ -33,10 +33,10 @@ const DefaultReferencesGrace = 15 * time.Second
 // It is a track.Sink fed by the tracker alone: the tracker keeps each push
 // until its answer and hands an accepted one over (track.Accepted, leased
 // to the check as a taker of the types it reads and of superseded pushes,
-// Take), its resources as the tap decoded them, by reference; the requests come with RequestSeen. References never sees a
-// push awaiting its answer and never decodes one. It scans what was
-// accepted into the graph on a goroutine of its own, behind a bounded
-// queue, and then lets go of it. Beyond the bound the queue holds one
+// Take), its resources as the tap decoded them, by reference; the requests
+// come with RequestSeen. References never sees a push awaiting its answer
+// and never decodes one. It scans what was accepted into the graph on a
+// goroutine of its own, behind a bounded queue, and then lets go of it. Beyond the bound the queue holds one
 // hand-over larger than the whole bound, so a push bigger than the queue (a
 // 40 MB CDS push, the queue 16 MiB) is checked rather than lost, one at a
 // time. What does not fit is let go of and counted
