@@ -780,6 +780,7 @@ type Accepted struct {
 	// that have taken their lease.
 	takers  takerSet
 	claimed atomic.Uint64
+	leases  [inlineLeases]Lease // the first takers', by rank in takers
 }
 
 // AcceptedResource is one resource of an acknowledged push.

@@ -14,6 +14,10 @@ import "math/bits"
 // takerSet.
 const maxTakers = 64
 
+// inlineLeases is how many leases of an Accepted live in it: as many as the
+// tap has takers (the retained configuration, the reference check).
+const inlineLeases = 2
+
 // takerSet is a set of takers, by their index.
 type takerSet uint64
 
@@ -95,6 +99,12 @@ func (tk *Taker) Lease(a *Accepted) *Lease {
 			return nil
 		}
 		if a.claimed.CompareAndSwap(c, c|uint64(tk.bit)) {
+			// The first leases live in the Accepted: a lease costs the
+			// hot path no allocation of its own with the pipeline's takers.
+			if i := (a.takers & (tk.bit - 1)).count(); i < len(a.leases) {
+				a.leases[i].a = a
+				return &a.leases[i]
+			}
 			return &Lease{a: a}
 		}
 	}
