@@ -363,12 +363,13 @@ func ended(t *testing.T, evs []track.Event) track.PushEnded {
 // before.
 func TestLeaseOnlyForWhatATakerTakes(t *testing.T) {
 	leakcheck.Check(t)
-	var clusters, listeners, all *track.Taker
+	var clusters, listeners, all, acks *track.Taker
 	h := &acceptedHarness{}
 	h.keepHarness = newKeepHarness(t, track.Config{}, adsSotW, func(tr *track.Tracker) {
 		clusters = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u == cds }})
 		listeners = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u == lds }})
 		all = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u != eds }, Superseded: true})
+		acks = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u != eds }})
 	})
 	h.send(initial(cds))
 	h.send(push(cds, 1, shopClusters(false)...))
@@ -383,7 +384,7 @@ func TestLeaseOnlyForWhatATakerTakes(t *testing.T) {
 		push  string
 		taker string
 	}
-	takers := map[string]*track.Taker{"clusters": clusters, "listeners": listeners, "all": all}
+	takers := map[string]*track.Taker{"clusters": clusters, "listeners": listeners, "all": all, "acks": acks}
 	pushes := map[string]*track.Accepted{"acked": acked, "superseded": superseded}
 	for _, c := range []struct {
 		lease
@@ -392,9 +393,11 @@ func TestLeaseOnlyForWhatATakerTakes(t *testing.T) {
 		{lease{"acked", "clusters"}, true},
 		{lease{"acked", "listeners"}, false},
 		{lease{"acked", "all"}, true},
+		{lease{"acked", "acks"}, true}, // a third lease of the push
 		{lease{"superseded", "clusters"}, false},
 		{lease{"superseded", "listeners"}, false},
 		{lease{"superseded", "all"}, true},
+		{lease{"superseded", "acks"}, false},
 	} {
 		l := takers[c.taker].Lease(pushes[c.push])
 		if got := l != nil; got != c.want {
