@@ -115,6 +115,10 @@ func (p *pushes) track(k pushKey) *pushTrack {
 // tracker's until the lease is released.
 func (t *pushTrack) accept(a *track.Accepted) {
 	if a.NotKept != "" {
+		// What the client holds is not known from here on: a changed
+		// resource shows with no previous version rather than against a
+		// stale one.
+		t.acked = map[string]body{}
 		return
 	}
 	next := t.acked
