@@ -481,6 +481,20 @@ func fixHint(f refgraph.Finding) string {
 	return b.String()
 }
 
+// Holds reports whether the reference graph of stream id holds a resource
+// of typeURL named name: one the check takes its client to have accepted
+// and not dropped since. What the tracker has judged by now is applied
+// first (within a second), as for Dangling.
+func (r *References) Holds(ctx context.Context, id uint64, typeURL, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	r.q.flush(ctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.streams[id]
+	return st != nil && st.off == "" && st.graph.Holds(typeURL, name)
+}
+
 // DanglingReference is a dangling reference as /debug/streams shows it
 // (dangling_references).
 type DanglingReference struct {

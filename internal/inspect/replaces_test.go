@@ -56,7 +56,7 @@ func named(t *testing.T, typeURL, name string) *anypb.Any {
 // then one of a alone (no removal). Whether b is gone is one rule
 // (codec.Replaces), and every part of the tap that follows what a client
 // accepted must agree on it: the tracker (its diff of the second push), the
-// reference graph, the retained configuration and inspect, each fed by
+// reference check's graph, the retained configuration and inspect, each fed by
 // the tracker's hand-over through the one decode-then-track step; and
 // adstap replay's account of what the client was sent.
 func TestEveryoneAgreesWhatAPushReplaces(t *testing.T) {
@@ -113,8 +113,9 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 	pushes := newPushes("none", true)
 	pushes.take(tr)
 	sent := &sentCollector{byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}, named: map[uint64]bool{}}
-	graph := refgraph.New(delta, time.Minute)
-	graphs := tr.TakeAccepted(track.Takes{Types: refgraph.Reads, Superseded: true})
+	refs := export.NewReferences(export.ReferencesConfig{})
+	defer refs.Close(context.Background())
+	refs.Take(tr)
 
 	method, proto_ := "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", codec.SotW
 	if delta {
@@ -136,20 +137,9 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 		}
 		for _, e := range evs {
 			store.OnEvent(e)
-			switch e := e.(type) {
-			case track.PushSent:
+			refs.OnEvent(e)
+			if e, ok := e.(track.PushSent); ok {
 				removed = e.Push.Diff.Removed
-			case track.PushEnded:
-				// As export.References hands the graph what it leases.
-				if l := graphs.Lease(e.Accepted); l != nil {
-					a := l.Accepted()
-					var res []refgraph.Resource
-					for _, v := range a.Resources {
-						res = append(res, refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged, Hash: v.Hash})
-					}
-					graph.Accepted(typeURL, res, a.Removed, a.Replace, at, 0)
-					l.Release()
-				}
 			}
 		}
 		pushes.events(&step{At: at}, evs)
@@ -184,6 +174,7 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 
 	for _, e := range tr.OpenStream(track.StreamMeta{ID: 1, ConnID: 1, Method: method, Protocol: proto_, OpenedAt: at}) {
 		store.OnEvent(e)
+		refs.OnEvent(e)
 		pushes.events(&step{At: at}, []track.Event{e})
 	}
 	if names != nil {
@@ -199,7 +190,10 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 
 	held := map[string]bool{"the tracker": removed == 0}
 	if refgraph.Reads(typeURL) {
-		held["the reference graph"] = graph.Holds(typeURL, "b")
+		held["the reference check"] = refs.Holds(context.Background(), 1, typeURL, "b")
+		if !refs.Holds(context.Background(), 1, typeURL, "a") {
+			t.Fatalf("the reference check's graph lacks a")
+		}
 	}
 	t_ := pushes.tracks[pushKey{1, typeURL}]
 	if t_ == nil || t_.acked["a"].value == nil {
@@ -217,6 +211,7 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 	}
 	for _, e := range tr.CloseStream(1, at, 0, "") {
 		store.OnEvent(e)
+		refs.OnEvent(e)
 	}
 	return held
 }
