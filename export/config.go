@@ -36,16 +36,17 @@ const DefaultRetainMaxBytes = 128 << 20
 //
 // It is a track.Sink fed by the tracker alone: the tracker keeps each push
 // until its answer (within --nack-keep-bytes) and hands an acknowledged one
-// over with its ACK (track.Accepted, with track.Config.HandOverAccepted),
-// its resources as the tap decoded them, by reference. The store never
-// sees a push awaiting its answer and never decodes one. It copies the
-// bodies it keeps on a goroutine of its own, behind a bounded queue: an
-// accepted push that does not fit is let go of, counted
+// over with its ACK (track.Accepted, leased to the store as a taker of
+// every type, Take), its resources as the tap decoded them, by reference.
+// The store never sees a push awaiting its answer and never decodes one.
+// It copies the bodies it keeps on a goroutine of its own, behind a
+// bounded queue: an accepted push that does not fit is let go of, counted
 // (adstap_output_dropped_total{output="config"}), and the page says it is
 // incomplete.
 type ConfigStore struct {
 	maxBytes int64
 	q        *queue[configOp]
+	taker    *track.Taker
 
 	// Written under mu on the queue's goroutine, which alone reads them
 	// without it, but for full, which OnEvent sets when an accepted push
@@ -78,7 +79,7 @@ type configOp struct {
 	kind     uint8 // opOpen, opClose, opAccepted, opEnded
 	stream   uint64
 	typeURL  string
-	accepted *track.Accepted
+	accepted *track.Lease
 }
 
 const (
@@ -108,7 +109,7 @@ func (c *ConfigStore) do(op configOp) {
 	case opClose:
 		c.closeStream(op.stream)
 	case opAccepted:
-		c.accept(op.stream, op.typeURL, op.accepted)
+		c.accept(op.stream, op.typeURL, op.accepted.Accepted())
 		op.accepted.Release()
 	case opEnded:
 		if st := c.streams[op.stream]; st != nil && st.types[op.typeURL] == nil {
@@ -131,28 +132,28 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 	case track.StreamClosed:
 		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
-		a := e.Accepted
-		if e.Result == track.ResultSuperseded {
-			// Retained once acknowledged only: the tracker hands a push
-			// it assumes applied over for the reference check.
-			a.Release()
-			a = nil
-		}
-		c.ended(e.Push, a)
+		// Retained once acknowledged only: the store takes no push
+		// superseded before its answer, which the tracker assumes applied.
+		c.ended(e.Push, c.taker.Lease(e.Accepted))
 	case track.LateAnswer:
-		c.ended(e.Push, e.Accepted)
+		c.ended(e.Push, c.taker.Lease(e.Accepted))
 	}
 }
+
+// Take registers the store with tr as a taker of every accepted push of
+// every type; call it before tr tracks a stream. Without it the store sees
+// the streams and their types but retains no resource.
+func (c *ConfigStore) Take(tr *track.Tracker) { c.taker = tr.TakeAccepted(track.Takes{}) }
 
 // ended takes what a push that ended accepted, if anything. A type whose
 // pushes ended with nothing accepted (NACKed, say) is on the page all the
 // same, with no resources.
-func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
-	if a != nil {
-		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
+func (c *ConfigStore) ended(p track.Push, l *track.Lease) {
+	if a := l.Accepted(); a != nil {
+		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: l}, int(a.Bytes), false) {
 			return
 		}
-		a.Release()
+		l.Release()
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()

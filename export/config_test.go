@@ -54,7 +54,8 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 				}()
 				sinks = append(sinks, tr)
 			}
-			tk := track.New(track.Config{HandOverAccepted: 1, HandOverChanged: tracing})
+			tk := track.New(track.Config{})
+			takeAll(tk, sinks...)
 			at := t0
 			feed := func(evs []track.Event) {
 				for _, e := range evs {

@@ -105,7 +105,8 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := track.New(track.Config{HandOverChanged: true})
+	tk := track.New(track.Config{})
+	tk.TakeChanged()
 	s := openStamped(t, tk, tr)
 	s.push("1", map[string]string{"reviews": "reviews"}) // everything is new: reviews' rule
 	s.answer("1", "")
@@ -173,7 +174,8 @@ func TestUnsampledPushSpansLetGoOfWhatTheirPushKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	tk := track.New(track.Config{HandOverChanged: true})
+	tk := track.New(track.Config{})
+	tk.TakeChanged()
 	feed := func(evs []track.Event) {
 		for _, e := range evs {
 			tr.OnEvent(e)
@@ -217,7 +219,10 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 	for _, objects := range []bool{false, true} {
 		b.Run(map[bool]string{false: "without-objects", true: "with-objects"}[objects], func(b *testing.B) {
 			tr := newBenchTracing(b, export.GroupByVersion)
-			tk := track.New(track.Config{HandOverChanged: objects})
+			tk := track.New(track.Config{})
+			if objects {
+				tk.TakeChanged()
+			}
 			feed := func(evs []track.Event) {
 				for _, e := range evs {
 					tr.OnEvent(e)

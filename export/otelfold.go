@@ -411,6 +411,11 @@ func (t *Tracing) endAllEpisodes() {
 	})
 }
 
+// Take has tr hand over what each push that ended changed (track.Changed),
+// which the spans read the Istio objects of; call it before tr tracks a
+// stream.
+func (t *Tracing) Take(tr *track.Tracker) { tr.TakeChanged() }
+
 // CountFolds has fn told of every push folded into an episode span, by
 // type; with the episode's trace and span ids (hex) for the first push
 // of each episode, for an exemplar, empty for the rest. Call it before

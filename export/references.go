@@ -31,12 +31,12 @@ const DefaultReferencesGrace = 15 * time.Second
 // and on spans.
 //
 // It is a track.Sink fed by the tracker alone: the tracker keeps each push
-// until its answer and hands an accepted one over (track.Accepted, with
-// track.Config.HandOverAccepted), its resources as the tap decoded them, by
-// reference; the requests come with RequestSeen. References never sees a
-// push awaiting its answer and never decodes one. It scans what was
-// accepted into the graph on a goroutine of its own, behind a bounded
-// queue, and then lets go of it. Beyond the bound the queue holds one
+// until its answer and hands an accepted one over (track.Accepted, leased
+// to the check as a taker of the types it reads and of superseded pushes,
+// Take), its resources as the tap decoded them, by reference; the requests
+// come with RequestSeen. References never sees a push awaiting its answer
+// and never decodes one. It scans what was accepted into the graph on a
+// goroutine of its own, behind a bounded queue, and then lets go of it. Beyond the bound the queue holds one
 // hand-over larger than the whole bound, so a push bigger than the queue (a
 // 40 MB CDS push, the queue 16 MiB) is checked rather than lost, one at a
 // time. What does not fit is let go of and counted
@@ -48,6 +48,7 @@ type References struct {
 	detail  bool
 	tracing *Tracing
 	q       *queue[refOp]
+	taker   *track.Taker
 	// large is set while the hand-over held beyond the queue's bound waits.
 	large atomic.Bool
 
@@ -87,7 +88,7 @@ type refOp struct {
 	// refAnswer: the push that ended, and what the client accepted of it
 	// (nil when nothing: a NACK, the stream's end).
 	push     track.Push
-	accepted *track.Accepted
+	accepted *track.Lease
 	// large: accepted is the hand-over held beyond the queue's bound.
 	large bool
 	// refRequest: the request, and whether it answers the latest push.
@@ -162,6 +163,14 @@ func NewReferences(cfg ReferencesConfig) *References {
 	return r
 }
 
+// Take registers the check with tr as a taker of the accepted pushes of
+// the types the reference graph reads, and of those superseded before
+// their answer, which the tracker assumes applied; call it before tr tracks
+// a stream.
+func (r *References) Take(tr *track.Tracker) {
+	r.taker = tr.TakeAccepted(track.Takes{Types: refgraph.Reads, Superseded: true})
+}
+
 // Tick reports the references that have waited past the grace by now; call
 // it about once a second (the pipeline's clock does), so they are noticed
 // when no push is accepted.
@@ -187,12 +196,12 @@ func (r *References) OnEvent(e track.Event) {
 		case track.ResultTimeout:
 			// Kept for a late answer.
 		case track.ResultACK, track.ResultSuperseded:
-			r.ended(e.Push, e.Accepted, e.At)
+			r.ended(e.Push, r.taker.Lease(e.Accepted), e.At)
 		default:
 			r.ended(e.Push, nil, e.At)
 		}
 	case track.LateAnswer:
-		r.ended(e.Push, e.Accepted, e.At)
+		r.ended(e.Push, r.taker.Lease(e.Accepted), e.At)
 	case track.ObservationGap:
 		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
@@ -215,16 +224,18 @@ func (r *References) request(e track.RequestSeen) {
 // ended queues the end of a push, with what the client accepted of it (a
 // nil a: nothing). An accepted push that does not fit is let go of, and its
 // stream is no longer checked.
-func (r *References) ended(p track.Push, a *track.Accepted, at time.Time) {
+func (r *References) ended(p track.Push, l *track.Lease, at time.Time) {
 	op := refOp{kind: refAnswer, stream: p.StreamID, push: p, at: at}
+	a := l.Accepted()
 	if a == nil || a.NotKept != "" {
 		if a != nil {
 			op.why = "the tracker did not keep a push the client accepted: " + a.NotKept
+			l.Release()
 		}
 		r.q.put(op, 256, true)
 		return
 	}
-	op.accepted = a
+	op.accepted = l
 	var queued bool
 	if a.Bytes > r.q.maxBytes && r.large.CompareAndSwap(false, true) {
 		// Larger than the whole queue: held beyond it, alone.
@@ -236,7 +247,7 @@ func (r *References) ended(p track.Push, a *track.Accepted, at time.Time) {
 		queued = r.q.put(op, int(a.Bytes)+256, false)
 	}
 	if !queued {
-		a.Release()
+		l.Release()
 		r.q.put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
 	}
 }
@@ -312,13 +323,10 @@ func (r *References) do(op refOp) {
 			r.stop(op.stream, st, op.why)
 			return
 		case op.accepted != nil:
-			res := r.resources(op.accepted)
+			a := op.accepted.Accepted()
+			res := r.resources(a)
 			st.graph.ShareScans(r.sharedScans())
-			accept := st.graph.Accepted
-			if op.accepted.Partial {
-				accept = st.graph.AcceptedChanges
-			}
-			changes := accept(op.push.TypeURL, res, op.accepted.Removed, op.at, op.push.Round)
+			changes := st.graph.Accepted(op.push.TypeURL, res, a.Removed, a.Replace, op.at, op.push.Round)
 			clear(res) // the bodies are not to be read once the push is let go of
 			r.report(op.stream, st, &op.push, changes)
 		}
@@ -471,6 +479,20 @@ func fixHint(f refgraph.Finding) string {
 		}
 	}
 	return b.String()
+}
+
+// Holds reports whether the reference graph of stream id holds a resource
+// of typeURL named name: one the check takes its client to have accepted
+// and not dropped since. What the tracker has judged by now is applied
+// first (within a second), as for Dangling.
+func (r *References) Holds(ctx context.Context, id uint64, typeURL, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	r.q.flush(ctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.streams[id]
+	return st != nil && st.off == "" && st.graph.Holds(typeURL, name)
 }
 
 // DanglingReference is a dangling reference as /debug/streams shows it

@@ -37,13 +37,20 @@ type refStream struct {
 
 func openRefStream(t testing.TB, cfg track.Config, sinks ...track.Sink) *refStream {
 	t.Helper()
-	if cfg.HandOverAccepted == 0 {
-		cfg.HandOverAccepted = 1
-	}
-	cfg.HandOverSuperseded = true
 	s := &refStream{t: t, tk: track.New(cfg), sinks: sinks, pool: &countingPool{}, at: t0, asked: map[string]bool{}}
+	takeAll(s.tk, sinks...)
 	s.feed(s.tk.OpenStream(track.StreamMeta{ID: 3, Method: ads, Protocol: codec.SotW, OpenedAt: t0}))
 	return s
+}
+
+// takeAll has each output among sinks that takes what the tracker keeps
+// of pushes take it, as the pipeline does before any stream.
+func takeAll(tk *track.Tracker, sinks ...track.Sink) {
+	for _, s := range sinks {
+		if t, ok := s.(interface{ Take(*track.Tracker) }); ok {
+			t.Take(tk)
+		}
+	}
 }
 
 func (s *refStream) feed(evs []track.Event) {
@@ -247,7 +254,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := openRefStream(t, track.Config{HandOverAccepted: 2, HandOverChanged: true}, r, store, tr)
+	s := openRefStream(t, track.Config{}, r, store, tr)
 	clusters := func(changed string) []*anypb.Any {
 		var out []*anypb.Any
 		for i := range 8 {

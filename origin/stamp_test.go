@@ -25,7 +25,8 @@ import (
 // whether the tracker holds no byte once they are read.
 func ackedChanges(t *testing.T, pushes ...mem.BufferSlice) ([]origin.Stamped, bool) {
 	t.Helper()
-	tr := track.New(track.Config{HandOverChanged: true})
+	tr := track.New(track.Config{})
+	tr.TakeChanged()
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	tr.OpenStream(track.StreamMeta{ID: 1, Method: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", OpenedAt: at})
 	tr.Request(1, at, &codec.Request{TypeURL: clusterType}, 10)

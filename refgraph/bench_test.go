@@ -77,8 +77,7 @@ func newMeshConfig(b *testing.B, clustersN, routesN int) meshConfig {
 // sync applies the configuration's pushes to g, each accepted.
 func (m meshConfig) sync(g *refgraph.Graph) {
 	for _, p := range m.pushes {
-		g.Sent(p)
-		g.Answered(p.TypeURL, p.Nonce, true, start, 1)
+		g.Accepted(p.TypeURL, resourcesOf(p), nil, replaces(false, p.TypeURL), start, 1)
 	}
 }
 
@@ -121,18 +120,16 @@ func BenchmarkGraphEDSPush(b *testing.B) {
 	m := newMeshConfig(b, 10_000, 2_000)
 	g := refgraph.New(false, time.Second)
 	m.sync(g)
-	one := *m.pushes[1]
-	one.Resources = one.Resources[:1]
+	one := resourcesOf(m.pushes[1])[:1]
 	for b.Loop() {
-		g.Sent(&one)
-		if c := g.Answered(one.TypeURL, one.Nonce, true, start, 2); len(c) != 0 {
+		if c := g.Accepted(m.pushes[1].TypeURL, one, nil, false, start, 2); len(c) != 0 {
 			b.Fatalf("an unchanged assignment changed %v", c)
 		}
 	}
 }
 
 // BenchmarkGraphCDSChange is the check of a config change on that
-// configuration as the tracker hands it over (AcceptedChanges): 200 of the
+// configuration as the tracker hands it over (partial): 200 of the
 // 10,000 clusters changed, the rest carried as they were. It costs what
 // the push changed, not what it carried.
 func BenchmarkGraphCDSChange(b *testing.B) {
@@ -146,7 +143,7 @@ func BenchmarkGraphCDSChange(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		if c := g.AcceptedChanges(codec.TypeCluster, changed, nil, start, 2); len(c) != 0 {
+		if c := g.Accepted(codec.TypeCluster, changed, nil, false, start, 2); len(c) != 0 {
 			b.Fatalf("unchanged clusters changed %v", c)
 		}
 	}
@@ -163,6 +160,6 @@ func BenchmarkGraphFirstCDS(b *testing.B) {
 	}
 	for b.Loop() {
 		g := refgraph.New(false, time.Second)
-		g.AcceptedChanges(codec.TypeCluster, all, nil, start, 1)
+		g.Accepted(codec.TypeCluster, all, nil, false, start, 1)
 	}
 }

@@ -11,10 +11,10 @@ import (
 
 // Graph is the reference graph of one stream: what the client has accepted
 // of each type, as the names each resource refers to, and the references
-// that dangle. It is told each push as it is sent (Sent), the client's
-// requests (Requested) and each push's answer (Answered); it applies what the
-// client accepted and checks the references the change touched. Not safe for
-// concurrent use.
+// that dangle. It is told the client's requests (Requested) and each push
+// the client accepted (Accepted), as the tracker, the one judge of which
+// push awaits its answer, hands it over; it applies it and checks the
+// references the change touched. Not safe for concurrent use.
 type Graph struct {
 	delta bool
 	grace time.Duration
@@ -37,8 +37,6 @@ type Graph struct {
 	// from its routes), so a route's new cluster comes after the route.
 	explicitClusters bool
 	requested        map[string]bool
-
-	pending map[string][]*sentPush // by type URL, oldest first
 
 	open map[owner][]*openFinding
 	// openPeak is the most owners open has held since it was made: a Go
@@ -135,14 +133,14 @@ func New(delta bool, grace time.Duration) *Graph {
 		delta: delta, grace: grace,
 		nodes: map[name]node{}, byService: map[name][]name{}, routes: map[name][]routeRef{},
 		listeners: map[name]listenerRefs{}, secrets: map[name]struct{}{},
-		accepted: map[string]bool{}, requested: map[string]bool{}, pending: map[string][]*sentPush{},
+		accepted: map[string]bool{}, requested: map[string]bool{},
 		open: map[owner][]*openFinding{},
 	}
 }
 
-// sentPush is a push's resources, scanned, until its answer.
-type sentPush struct {
-	nonce     string
+// acceptedPush is an accepted push's resources, scanned, as apply reads
+// them.
+type acceptedPush struct {
 	replace   bool
 	removed   []name
 	resources []scanned
@@ -159,44 +157,14 @@ type scanned struct {
 	assignment assignment
 }
 
-// maxPending is how many unanswered pushes of one type the graph keeps; a
-// control plane does not send more than a couple before an answer.
-const maxPending = 4
-
-// checked reports whether the graph reads a type.
-func checked(typeURL string) bool {
+// Reads reports whether the graph reads the resources of a type: what an
+// output need hand it of what a client accepted.
+func Reads(typeURL string) bool {
 	switch typeURL {
 	case codec.TypeCluster, codec.TypeEndpoint, codec.TypeListener, codec.TypeRoute, codec.TypeSecret:
 		return true
 	}
 	return false
-}
-
-// Sent scans a push (its resources' bodies must stay valid only during the
-// call) and keeps what it refers to until its answer.
-func (g *Graph) Sent(resp *codec.Response) {
-	if !checked(resp.TypeURL) {
-		return
-	}
-	p := &sentPush{nonce: resp.Nonce, replace: !resp.Delta && (resp.TypeURL == codec.TypeListener || resp.TypeURL == codec.TypeCluster)}
-	for _, n := range resp.RemovedResources {
-		p.removed = append(p.removed, unique1(n))
-	}
-	p.resources = make([]scanned, 0, len(resp.Resources))
-	for i := range resp.Resources {
-		r := &resp.Resources[i]
-		if r.Heartbeat || len(r.Name) == 0 {
-			continue
-		}
-		s := scanned{name: intern(r.Name)}
-		s.scan(resp.TypeURL, r.Body)
-		p.resources = append(p.resources, s)
-	}
-	q := append(g.pending[resp.TypeURL], p)
-	if len(q) > maxPending {
-		q = q[len(q)-maxPending:]
-	}
-	g.pending[resp.TypeURL] = q
 }
 
 func unique1(s string) name { return intern([]byte(s)) }
@@ -217,27 +185,19 @@ type Resource struct {
 }
 
 // Accepted applies a push of a type that the client accepted (an ACK, or a
-// newer push superseding it, which the tracker assumes applied), as Sent
-// then Answered would, and returns what the change started and resolved.
-// removed are a Delta push's removals.
-func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
-	return g.accepted1(typeURL, resources, removed, at, round, !g.delta && (typeURL == codec.TypeListener || typeURL == codec.TypeCluster))
-}
-
-// AcceptedChanges is Accepted for a push given as what it changed: the
-// resources it added or changed, and removed, the names it dropped (a
-// Delta push's removals, or what a SotW push that replaces its type no
-// longer carried); everything else the graph holds of the type stays as
-// it is, unchecked again. It costs what the push changed.
-func (g *Graph) AcceptedChanges(typeURL string, resources []Resource, removed []string, at time.Time, round uint64) []Change {
-	return g.accepted1(typeURL, resources, removed, at, round, false)
-}
-
-func (g *Graph) accepted1(typeURL string, resources []Resource, removed []string, at time.Time, round uint64, replace bool) []Change {
-	if !checked(typeURL) {
+// newer push superseding it, which the tracker assumes applied), and
+// returns what the change started and resolved. removed are the names it
+// dropped: a Delta push's removals, or what a SotW push that replaces its
+// type no longer carried when only what it changed is given. replace is
+// set when the push is the whole of its type (codec.Replaces), so that
+// what it lacks is gone; otherwise everything else the graph holds of the
+// type stays as it is, unchecked again, and the call costs what the push
+// changed.
+func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, replace bool, at time.Time, round uint64) []Change {
+	if !Reads(typeURL) {
 		return nil
 	}
-	p := &sentPush{replace: replace}
+	p := &acceptedPush{replace: replace}
 	for _, n := range removed {
 		p.removed = append(p.removed, unique1(n))
 	}
@@ -282,6 +242,13 @@ func (s *scanned) scan(typeURL string, body []byte) {
 	}
 }
 
+// Holds reports whether the graph holds a resource of typeURL named name:
+// one the client accepted and has not dropped since, as the graph applied
+// what it was handed.
+func (g *Graph) Holds(typeURL, name string) bool {
+	return Reads(typeURL) && g.has(typeURL, unique1(name))
+}
+
 // has reports whether the graph holds a resource of typeURL named n.
 func (g *Graph) has(typeURL string, n name) bool {
 	switch typeURL {
@@ -304,7 +271,7 @@ func (g *Graph) has(typeURL string, n name) bool {
 // SotW its names are what it wants (others of the type are dropped, but for
 // a wildcard); in Delta it drops what it unsubscribes from.
 func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Change {
-	if !checked(req.TypeURL) {
+	if !Reads(req.TypeURL) {
 		return nil
 	}
 	first := !g.requested[req.TypeURL]
@@ -342,28 +309,6 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 	return ch.out
 }
 
-// Answered applies the push of a type with a nonce when the client
-// accepted it (an ACK, or a newer push superseding it, which the tracker
-// assumes applied), forgets it when it was rejected or its stream ended, and
-// returns what the change started and resolved. A push that timed out is kept
-// for a late answer.
-func (g *Graph) Answered(typeURL, nonce string, accepted bool, at time.Time, round uint64) []Change {
-	q := g.pending[typeURL]
-	i := slices.IndexFunc(q, func(p *sentPush) bool { return p.nonce == nonce })
-	if i < 0 {
-		return nil
-	}
-	p := q[i]
-	g.pending[typeURL] = slices.Delete(q, i, i+1)
-	if !accepted {
-		return nil
-	}
-	var ch changeSet
-	g.apply(typeURL, p, &ch)
-	g.recheck(&ch, at, round)
-	return ch.out
-}
-
 // changeSet gathers what one change touched, then what it started and ended.
 type changeSet struct {
 	owners              map[owner]bool
@@ -384,7 +329,7 @@ func (c *changeSet) touch(o owner) {
 }
 
 // apply makes an accepted push part of the client's state.
-func (g *Graph) apply(typeURL string, p *sentPush, ch *changeSet) {
+func (g *Graph) apply(typeURL string, p *acceptedPush, ch *changeSet) {
 	if !g.accepted[typeURL] {
 		g.accepted[typeURL] = true
 		// A type now checked for the first time: every reference to it.

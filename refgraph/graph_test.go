@@ -189,14 +189,33 @@ func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, al
 				req.ResourceNames = s.request
 			}
 			last = g.Requested(req, at, s.round)
+		case s.nack:
+			last = nil // nothing accepted
 		default:
-			nonce := string(rune('a' + i))
-			g.Sent(response(t, delta, s.typeURL, nonce, s.removed, s.res))
-			last = g.Answered(s.typeURL, nonce, !s.nack, at, s.round)
+			resp := response(t, delta, s.typeURL, "n", s.removed, s.res)
+			last = g.Accepted(s.typeURL, resourcesOf(resp), s.removed, replaces(delta, s.typeURL), at, s.round)
 		}
 		all = append(all, last...)
 	}
 	return g, last, all
+}
+
+// replaces is whether a push of typeURL replaces its type in these
+// tests: each type is asked for by name, as Envoy asks for route
+// configurations and assignments, so SotW listeners and clusters alone
+// come whole.
+func replaces(delta bool, typeURL string) bool {
+	return codec.Replaces(delta, typeURL, false, true)
+}
+
+// resourcesOf are a decoded push's resources as the graph is handed them:
+// all of them, with their bodies.
+func resourcesOf(resp *codec.Response) []refgraph.Resource {
+	var res []refgraph.Resource
+	for _, r := range resp.Resources {
+		res = append(res, refgraph.Resource{Name: string(r.Name), Body: r.Body, Hash: r.Hash})
+	}
+	return res
 }
 
 // response encodes a push as a control plane sends it and decodes its
@@ -298,12 +317,13 @@ func TestGraph(t *testing.T) {
 	}
 }
 
-// TestGraphAcceptedIsSentThenAnswered: every case of TestGraph, each push
-// handed over once accepted as the tracker does (Accepted), and kept
-// compact: a resource the push carries byte for byte as last accepted comes
-// without its body. Every step changes what Sent then Answered change, and
-// the same findings stay open.
-func TestGraphAcceptedIsSentThenAnswered(t *testing.T) {
+// TestGraphAcceptedAsTheTrackerHandsItOver: every case of TestGraph, each
+// push handed over as the tracker does: kept compact (a resource the push
+// carries byte for byte as last accepted comes without its body), or
+// partial (only what it changed, and the names a replacing push dropped).
+// Every step changes what the whole push changes, and the same findings
+// stay open.
+func TestGraphAcceptedAsTheTrackerHandsItOver(t *testing.T) {
 	leakcheck.Check(t)
 	// And resources carried unchanged whose references dangle.
 	unchanged := []graphCase{{
@@ -331,21 +351,21 @@ func TestGraphAcceptedIsSentThenAnswered(t *testing.T) {
 	for _, tt := range append(graphCases(t), unchanged...) {
 		t.Run(tt.name, func(t *testing.T) {
 			want, _, wantAll := runAll(t, tt.delta, tt.steps)
-			// As the tracker hands pushes over: whole, then as what they
-			// changed (AcceptedChanges), then through a second stream's
+			// As the tracker hands pushes over: compact, then as what they
+			// changed (partial), then through a second stream's
 			// graph that finds every resource scanned by the first's.
 			scans := refgraph.NewScans()
 			for _, way := range []struct {
 				name    string
 				partial bool
 				scans   *refgraph.Scans
-			}{{"Accepted", false, nil}, {"AcceptedChanges", true, nil}, {"first stream", true, scans}, {"second stream", true, scans}} {
+			}{{"compact", false, nil}, {"partial", true, nil}, {"first stream", true, scans}, {"second stream", true, scans}} {
 				got, gotAll := runAccepted(t, tt.delta, tt.steps, way.partial, way.scans)
 				if diff := cmp.Diff(briefs(wantAll), briefs(gotAll)); diff != "" {
-					t.Errorf("%s: every step's changes (-Sent and Answered +Accepted):\n%s", way.name, diff)
+					t.Errorf("%s: every step's changes (-whole +as handed over):\n%s", way.name, diff)
 				}
 				if diff := cmp.Diff(findingBriefs(want.Findings()), findingBriefs(got.Findings())); diff != "" {
-					t.Errorf("%s: open findings (-Sent and Answered +Accepted):\n%s", way.name, diff)
+					t.Errorf("%s: open findings (-whole +as handed over):\n%s", way.name, diff)
 				}
 			}
 			if hits, misses := scans.Stats(); hits < misses {
@@ -355,10 +375,10 @@ func TestGraphAcceptedIsSentThenAnswered(t *testing.T) {
 	}
 }
 
-// runAccepted is runAll with each accepted push handed over by Accepted, a
+// runAccepted is runAll with each accepted push handed over compact, a
 // resource unchanged since it was last accepted without its body; with
-// partial, by AcceptedChanges: only what changed, and the names a push
-// replacing its type dropped. scans, when set, are shared.
+// partial, only what changed, and the names a push replacing its type
+// dropped, replacing nothing itself. scans, when set, are shared.
 func runAccepted(t *testing.T, delta bool, steps []step, partial bool, scans *refgraph.Scans) (*refgraph.Graph, []refgraph.Change) {
 	t.Helper()
 	g := refgraph.New(delta, grace)
@@ -410,7 +430,8 @@ func runAccepted(t *testing.T, delta bool, steps []step, partial bool, scans *re
 				next[v.Name] = bytes.Clone(r.Body)
 			}
 			removed := s.removed
-			if !delta && (s.typeURL == codec.TypeCluster || s.typeURL == codec.TypeListener) {
+			replace := replaces(delta, s.typeURL)
+			if replace {
 				if partial {
 					for n := range bodies {
 						if _, ok := next[n]; !ok {
@@ -425,9 +446,9 @@ func runAccepted(t *testing.T, delta bool, steps []step, partial bool, scans *re
 			}
 			maps.Copy(bodies, next)
 			if partial {
-				all = append(all, g.AcceptedChanges(s.typeURL, res, removed, at, s.round)...)
+				all = append(all, g.Accepted(s.typeURL, res, removed, false, at, s.round)...)
 			} else {
-				all = append(all, g.Accepted(s.typeURL, res, s.removed, at, s.round)...)
+				all = append(all, g.Accepted(s.typeURL, res, s.removed, replace, at, s.round)...)
 			}
 		}
 	}
@@ -659,27 +680,6 @@ func graphCases(t *testing.T) []graphCase {
 			rds(2, routeConfig("9080", routeTo("r", v2, splitVS))),
 		},
 	}}
-}
-
-// TestGraphTimedOutPushIsAppliedOnItsLateACK: a push that timed out is kept
-// for its late answer; a NACK forgets it.
-func TestGraphLateAnswer(t *testing.T) {
-	leakcheck.Check(t)
-	g := refgraph.New(false, grace)
-	g.Sent(response(t, false, codec.TypeCluster, "c1", nil, []proto.Message{edsCluster(v1, reviewDR)}))
-	g.Answered(codec.TypeCluster, "c1", true, start, 1)
-	g.Sent(response(t, false, codec.TypeRoute, "r1", nil, []proto.Message{routeConfig("9080", routeTo("r", v2, splitVS))}))
-	g.Sent(response(t, false, codec.TypeRoute, "r2", nil, []proto.Message{routeConfig("9080", routeTo("r", v1, splitVS))}))
-	if got := g.Answered(codec.TypeRoute, "r2", false, start, 2); len(got) != 0 {
-		t.Errorf("a NACK changed %v", briefs(got))
-	}
-	got := g.Answered(codec.TypeRoute, "r1", true, start.Add(time.Minute), 2)
-	if len(got) != 1 || got[0].Target != v2 || got[0].Resolved {
-		t.Errorf("the late ACK of r1 gave %v, want the route to %s", briefs(got), v2)
-	}
-	if got := g.Answered(codec.TypeRoute, "r1", true, start.Add(time.Minute), 2); len(got) != 0 {
-		t.Errorf("a second answer to r1 changed %v", briefs(got))
-	}
 }
 
 // TestSummaries: the sentences the outputs show.

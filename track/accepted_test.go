@@ -24,18 +24,28 @@ import (
 // they point into would read garbage.
 type acceptedHarness struct {
 	*keepHarness
-	resp codec.Response
-	gets int // buffers taken from the pool
+	taker *track.Taker // takes every accepted push
+	resp  codec.Response
+	gets  int // buffers taken from the pool
 }
 
 // pieceSize cuts every cluster across pieces.
 const pieceSize = 64
 
 func newAcceptedHarness(t *testing.T, cfg track.Config, method string) *acceptedHarness {
-	if cfg.HandOverAccepted == 0 {
-		cfg.HandOverAccepted = 1
+	h := &acceptedHarness{}
+	h.keepHarness = newKeepHarness(t, cfg, method, func(tr *track.Tracker) { h.taker = tr.TakeAccepted(track.Takes{}) })
+	return h
+}
+
+// release releases the harness's taker's lease of a, taken now.
+func (h *acceptedHarness) release(a *track.Accepted) {
+	h.t.Helper()
+	l := h.taker.Lease(a)
+	if a != nil && l == nil {
+		h.t.Fatal("the taker of every accepted push got no lease of one")
 	}
-	return &acceptedHarness{keepHarness: newKeepHarness(t, cfg, method)}
+	l.Release()
 }
 
 func (h *acceptedHarness) pieces(b []byte) mem.BufferSlice {
@@ -176,13 +186,13 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		h.send(v1)
 		a, _ := acceptedIn(h.send(ack(cds, 1)))
 		checkPartial(t, a, ver(1), sotwViews(v1))
-		a.Release()
+		h.release(a)
 
 		v2 := push(cds, 2, shopClusters(false, 3)...) // one cluster of eight changed: kept compact
 		h.send(v2)
 		a, _ = acceptedIn(h.send(ack(cds, 2)))
 		checkPartial(t, a, ver(2), sotwViews(v2, 0, 1, 2, 4, 5, 6, 7))
-		a.Release()
+		h.release(a)
 
 		h.send(push(cds, 3, shopClusters(false, 4)...))
 		nacked := h.send(nack(cds, 3, 2, "bad"))
@@ -206,12 +216,12 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		h.send(initial(cds))
 		h.send(push(cds, 1, shopClusters(false)...))
 		a, _ := acceptedIn(h.send(ack(cds, 1)))
-		a.Release()
+		h.release(a)
 		v2 := push(cds, 2, shopClusters(false, 3)[:6]...) // one changed, the last two dropped
 		h.send(v2)
 		a, _ = acceptedIn(h.send(ack(cds, 2)))
 		checkPartial(t, a, ver(2), sotwViews(v2, 0, 1, 2, 4, 5), shopCluster(6), shopCluster(7))
-		a.Release()
+		h.release(a)
 		// A push superseded before its answer is assumed applied: the next
 		// one's diff is not vouched for, so it is handed over whole.
 		h.send(push(cds, 3, shopClusters(false, 4)[:6]...))
@@ -222,7 +232,7 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 			t.Fatalf("the ACK of a push after a superseded one handed %+v, want the whole push", a)
 		}
 		checkAccepted(t, a, ver(4), true, sotwViews(v4))
-		a.Release()
+		h.release(a)
 		h.tr.CloseStream(1, h.now(), 0, "")
 		if got := h.tr.Kept().Bytes; got != 0 {
 			t.Errorf("%d bytes still kept", got)
@@ -240,7 +250,7 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 			want = append(want, resourceView{name: r.Name, body: r.Resource.Value})
 		}
 		checkAccepted(t, a, ver(1), false, want, "gone")
-		a.Release()
+		h.release(a)
 	})
 	t.Run("late ACK", func(t *testing.T) {
 		h := newAcceptedHarness(t, track.Config{PushTimeout: time.Second}, adsSotW)
@@ -255,7 +265,7 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		}
 		a, _ := acceptedIn(evs)
 		checkPartial(t, a, ver(1), sotwViews(v1))
-		a.Release()
+		h.release(a)
 		if got := h.tr.Kept().Bytes; got != 0 {
 			t.Errorf("%d bytes still kept", got)
 		}
@@ -268,20 +278,26 @@ func TestAcceptedIsThePushAsDecoded(t *testing.T) {
 		if a == nil || a.NotKept == "" || a.Resources != nil {
 			t.Fatalf("an ACK of a push over --nack-keep-bytes handed %+v, want an Accepted that says why it holds nothing", a)
 		}
-		a.Release()
+		h.release(a)
 	})
 }
 
-// TestAcceptedHasAnOwnerPerOutput: an ACK's push taken by two outputs
-// (Config.HandOverAccepted 2: the retained configuration and the reference
-// check) and by tracing (its Changed) is kept until the last of the three
-// lets go, whoever that is: before, its views read the push as it came (the
-// pool scribbles over what is given back). A push superseded
-// (Config.HandOverSuperseded) is handed over the same way. Then nothing is
-// kept and every buffer is back in the pool.
+// TestAcceptedHasAnOwnerPerOutput: an ACK's push taken by two outputs (the
+// retained configuration and the reference check, a lease each) and by
+// tracing (its Changed) is kept until the last of the three lets go,
+// whoever that is: before, its views read the push as it came (the pool
+// scribbles over what is given back). A push superseded is leased to the
+// taker that follows superseded pushes alone, and kept until it and
+// tracing let go. Then nothing is kept and every buffer is back in the pool.
 func TestAcceptedHasAnOwnerPerOutput(t *testing.T) {
 	leakcheck.Check(t)
-	h := newAcceptedHarness(t, track.Config{HandOverAccepted: 2, HandOverChanged: true, HandOverSuperseded: true}, adsSotW)
+	var config, refs *track.Taker
+	h := &acceptedHarness{}
+	h.keepHarness = newKeepHarness(t, track.Config{}, adsSotW, func(tr *track.Tracker) {
+		config = tr.TakeAccepted(track.Takes{})
+		refs = tr.TakeAccepted(track.Takes{Superseded: true})
+		tr.TakeChanged()
+	})
 	h.send(initial(cds))
 	v1 := push(cds, 1, shopClusters(false)...)
 	h.send(v1)
@@ -292,21 +308,25 @@ func TestAcceptedHasAnOwnerPerOutput(t *testing.T) {
 	if superseded.Result != track.ResultSuperseded {
 		t.Fatalf("the newer push ended the previous one with %s", superseded.Result)
 	}
+	if l := config.Lease(superseded.Accepted); l != nil {
+		t.Fatal("a taker of acknowledged pushes alone got a lease of a superseded one")
+	}
 	v2Views := sotwViews(v2)
 	v2Views[1].unchanged = true // held whole: with its body
+	ackedConfig, ackedRefs, supRefs := config.Lease(acked.Accepted), refs.Lease(acked.Accepted), refs.Lease(superseded.Accepted)
 	for _, c := range []struct {
 		e       track.PushEnded
 		views   []resourceView
 		release []func()
 	}{
-		{acked, sotwViews(v1), []func(){acked.Accepted.Release, acked.Changed.Release, acked.Accepted.Release}},
-		{superseded, v2Views, []func(){superseded.Changed.Release, superseded.Accepted.Release, superseded.Accepted.Release}},
+		{acked, sotwViews(v1), []func(){ackedConfig.Release, acked.Changed.Release, ackedRefs.Release}},
+		{superseded, v2Views, []func(){superseded.Changed.Release, supRefs.Release}},
 	} {
-		for _, release := range c.release[:2] {
+		for _, release := range c.release[:len(c.release)-1] {
 			release()
 			checkPartial(t, c.e.Accepted, c.e.Push.Version, c.views)
 		}
-		c.release[2]()
+		c.release[len(c.release)-1]()
 	}
 	for _, e := range h.tr.CloseStream(1, h.now(), 0, "") {
 		if e, ok := e.(track.PushEnded); ok {
@@ -334,4 +354,72 @@ func ended(t *testing.T, evs []track.Event) track.PushEnded {
 	}
 	t.Fatal("no push ended")
 	return track.PushEnded{}
+}
+
+// TestLeaseOnlyForWhatATakerTakes: each taker is leased the accepted pushes
+// of the types it takes, once, and a superseded push only when it follows
+// those; a type no taker takes is handed over to none, and what a push
+// kept is given back when the leases it was handed to are released, not
+// before.
+func TestLeaseOnlyForWhatATakerTakes(t *testing.T) {
+	leakcheck.Check(t)
+	var clusters, listeners, all, acks *track.Taker
+	h := &acceptedHarness{}
+	h.keepHarness = newKeepHarness(t, track.Config{}, adsSotW, func(tr *track.Tracker) {
+		clusters = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u == cds }})
+		listeners = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u == lds }})
+		all = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u != eds }, Superseded: true})
+		acks = tr.TakeAccepted(track.Takes{Types: func(u string) bool { return u != eds }})
+	})
+	h.send(initial(cds))
+	h.send(push(cds, 1, shopClusters(false)...))
+	acked, _ := acceptedIn(h.send(ack(cds, 1)))
+	h.send(push(cds, 2, shopClusters(false, 3)...))
+	superseded, _ := acceptedIn(h.send(push(cds, 3, shopClusters(false, 4)...)))
+	h.send(initial(eds, "a"))
+	h.send(push(eds, 1, endpoint("a", "10.0.0.1")))
+	untaken, _ := acceptedIn(h.send(ack(eds, 1)))
+
+	type lease struct {
+		push  string
+		taker string
+	}
+	takers := map[string]*track.Taker{"clusters": clusters, "listeners": listeners, "all": all, "acks": acks}
+	pushes := map[string]*track.Accepted{"acked": acked, "superseded": superseded}
+	for _, c := range []struct {
+		lease
+		want bool
+	}{
+		{lease{"acked", "clusters"}, true},
+		{lease{"acked", "listeners"}, false},
+		{lease{"acked", "all"}, true},
+		{lease{"acked", "acks"}, true}, // a third lease of the push
+		{lease{"superseded", "clusters"}, false},
+		{lease{"superseded", "listeners"}, false},
+		{lease{"superseded", "all"}, true},
+		{lease{"superseded", "acks"}, false},
+	} {
+		l := takers[c.taker].Lease(pushes[c.push])
+		if got := l != nil; got != c.want {
+			t.Errorf("%s.Lease(%s push) = %v, want a lease %v", c.taker, c.push, l, c.want)
+		}
+		if again := takers[c.taker].Lease(pushes[c.push]); again != nil {
+			t.Errorf("%s leased the %s push twice", c.taker, c.push)
+		}
+		if l != nil && h.tr.Kept().Bytes == 0 {
+			t.Errorf("nothing kept while %s holds a lease of the %s push", c.taker, c.push)
+		}
+		l.Release()
+		l.Release() // a second release does nothing
+	}
+	if untaken != nil {
+		t.Errorf("an ACK of a type no taker takes handed over %+v", untaken)
+	}
+	h.tr.CloseStream(1, h.now(), 0, "")
+	if got := h.tr.Kept().Bytes; got != 0 {
+		t.Errorf("%d bytes still kept once every lease was released", got)
+	}
+	if got := h.pool.returned(); got != h.gets {
+		t.Errorf("%d buffers of %d back in the pool", got, h.gets)
+	}
 }

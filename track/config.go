@@ -19,25 +19,6 @@ type Config struct {
 	// released (Rejected, Changed, Accepted), across all streams; negative
 	// keeps none.
 	KeepBytes int64
-	// HandOverChanged makes a push that ends with an ACK, superseded or
-	// with its stream hand what it kept to its PushEnded (Changed) rather
-	// than let go of it, for an output to read the Istio objects the
-	// resources it changed came from. Whoever takes a Changed must release
-	// it. Set it only when such an output is there (tracing).
-	HandOverChanged bool
-	// HandOverAccepted, when positive, makes an ACK hand what its push
-	// kept, with its resources as decoded, to its PushEnded or LateAnswer
-	// (Accepted), for the outputs that follow what each client accepted; a
-	// push is then kept whole or compact as ever, within KeepBytes. It is
-	// how many outputs take each Accepted: each must release it once, and
-	// the last release lets go of the bytes. Set it only when such outputs
-	// are there (the retained configuration, the reference check).
-	HandOverAccepted int
-	// HandOverSuperseded makes a push superseded before its answer, which
-	// the tracker assumes the client applied, hand an Accepted to its
-	// PushEnded as an ACK would (with HandOverAccepted), for an output
-	// that applies what the tracker assumes (the reference check).
-	HandOverSuperseded bool
 	// Resources follows each type's resources one by one (client status,
 	// accepted version, rejection, since when asked for), for CSDS and the
 	// per-resource status; at most MaxResources per type and stream.

@@ -82,7 +82,10 @@ type Push struct {
 	Initial   bool // the first full sync of the type on this stream
 	First     bool // the stream's first push, of any type
 	Redundant bool // changes nothing: no resource added, removed or changed
-	SentAt    time.Time
+	// Replace is set when the push is the whole of its type, so that what
+	// it lacks is removed (codec.Replaces).
+	Replace bool
+	SentAt  time.Time
 	// Round is the stream's push round the push belongs to (1, 2, ...):
 	// the responses a control plane sent for one change (round.go).
 	Round uint64
@@ -169,13 +172,14 @@ type PushEnded struct {
 	Rejected *Rejected
 	// Changed is what the push kept of the resources it added or changed,
 	// for an output to read the Istio objects they came from and release
-	// (Config.HandOverChanged; nil without it, for a NACK or a timeout, or
+	// (Tracker.TakeChanged; nil without it, for a NACK or a timeout, or
 	// when nothing was kept).
 	Changed *Changed
 	// Accepted is what an acknowledged push kept of its resources, for an
-	// output to keep what the client accepted and release (an ACK's, with
-	// Config.HandOverAccepted, and a superseded push's, which the tracker
-	// assumes applied, with Config.HandOverSuperseded too; nil otherwise).
+	// output to keep what the client accepted (an ACK's, when a taker takes
+	// its type, and a superseded push's, which the tracker assumes applied,
+	// when one takes those too; nil otherwise). A taker reads it through
+	// its lease (Taker.Lease), never directly.
 	Accepted *Accepted
 }
 

@@ -24,7 +24,7 @@ const DefaultKeepBytes = 64 << 20
 // a newer push or the stream's end lets go of them; a NACK hands them to a
 // Rejected, which lets go once read. It is the tap's one place for a push
 // awaiting its answer: what an output needs of a push once answered it is
-// handed from here (Changed for tracing, Accepted for the retained
+// handed from here (Changed for tracing, Accepted, leased, for the retained
 // configuration), never kept by the output from the push's own bytes.
 //
 // A client never rejects a resource it has already accepted with the same
@@ -51,18 +51,13 @@ const DefaultKeepBytes = 64 << 20
 type keeper struct {
 	limit int64 // <0: keep nothing
 	held  atomic.Int64
-	// handOver: a push that ends otherwise than by a NACK or a timeout
+	// handsOver: a push that ends otherwise than by a NACK or a timeout
 	// hands what it kept to its PushEnded (Changed) rather than letting go
-	// of it (Config.HandOverChanged).
+	// of it (Tracker.TakeChanged).
 	handsOver bool
-	// accepts: an ACK hands what its push kept, with the views of its
-	// resources, to its PushEnded or LateAnswer (Accepted) rather than
-	// letting go of it, to takers outputs (Config.HandOverAccepted).
-	accepts bool
-	takers  int32
-	// supersedes: a push superseded before its answer hands an Accepted
-	// too (Config.HandOverSuperseded).
-	supersedes bool
+	// takers are the outputs that take accepted pushes (lease.go), each
+	// leased what it takes; registered before any stream.
+	takers []Takes
 	// skipped counts pushes not kept because the bound was reached.
 	skipped atomic.Uint64
 	// store holds the bytes kept, each once for every stream that kept
@@ -105,8 +100,8 @@ type kept struct {
 	unchanged     int // resources carried unchanged, heartbeats aside
 	// views are the push's resources as decoded, into data (and into the
 	// decoder's copies of the resources that straddled its buffers), and
-	// removed its Delta removals, for an ACK's Accepted; nil unless the
-	// keeper accepts.
+	// removed its Delta removals, for an ACK's Accepted; nil unless a
+	// taker takes the type's accepted pushes (lease.go).
 	views   []AcceptedResource
 	removed []string
 	// partial: views are only the resources the push added or changed,
@@ -146,6 +141,7 @@ func (k *keeper) drop(slot *kept) {
 // caller has no bytes to give) keeps nothing.
 func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	k, slot := ts.keep, &ts.held
+	accepts := ts.acceptTakers != 0
 	switch {
 	case slot.pending:
 		// Superseded unanswered: send assumed it applied.
@@ -195,9 +191,9 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	// only what it added or changed, and what a replacing push dropped;
 	// an output applies that to what it has, and a push of 10,000
 	// resources that changed 200 costs it 200.
-	partial := k.accepts && trust && !resp.Delta
+	partial := accepts && trust && !resp.Delta
 	nviews := 0
-	if k.accepts {
+	if accepts {
 		nviews = len(resp.Resources)
 		if partial {
 			nviews = len(changed)
@@ -222,7 +218,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		if sameViews {
 			own = 0 // the share's
 		}
-		if k.accepts && !compact {
+		if accepts && !compact {
 			// The decoder's copies of what straddled gRPC's buffers,
 			// which a push held by reference keeps for the views.
 			need += int64(resp.KeepViews())
@@ -244,13 +240,13 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 			b := compactCopy((*buf)[:0], resp, changed)
 			*buf = b
 			share.data = mem.BufferSlice{mem.NewBuffer(buf, compactPool)}
-			if k.accepts {
+			if accepts {
 				share.bodies = compactBodies(b, resp, changed)
 			}
 		} else {
 			data.Ref()
 			share.data = data
-			if k.accepts {
+			if accepts {
 				share.bodies = make([][]byte, len(resp.Resources))
 				for i := range resp.Resources {
 					b := resp.Resources[i].Body
@@ -262,7 +258,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	}
 	slot.share, slot.data = share, share.data
 	slot.size, slot.unchanged, slot.compact = own, unchanged, compact
-	if k.accepts {
+	if accepts {
 		slot.partial = partial
 		switch {
 		case own == 0 && share.views != nil:
@@ -390,7 +386,7 @@ func (k *keeper) notKept(slot *kept) string {
 }
 
 // handOver moves what slot holds to a Changed for the push's PushEnded,
-// when the keeper hands over (Config.HandOverChanged) and holds bytes; nil
+// when the keeper hands over (Tracker.TakeChanged) and holds bytes; nil
 // otherwise. What slot says of the push's answer (pending) and of the
 // acknowledged state stays for the caller to settle, as after drop.
 func (k *keeper) handOver(slot *kept, delta bool) *Changed {
@@ -404,20 +400,20 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 }
 
 // accept hands what slot holds over for an ACK of its push, or for a newer
-// push superseding it (Config.HandOverSuperseded): to an Accepted when the keeper accepts
-// (Config.HandOverAccepted), and to a Changed too when changed is set and
-// the keeper hands over (Config.HandOverChanged). Every holder of the
-// bytes, the Changed and each of the Accepted's takers, counts as an
-// owner, and the last to let go frees them. Either is nil when not handed
-// over. What slot says of the acknowledged state stays, as after handOver.
-func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted) {
-	if !k.accepts {
+// push superseding it: to an Accepted leased to the takers in takers
+// (lease.go), and to a Changed too when changed is set and the keeper hands
+// over (Tracker.TakeChanged). Every holder of the bytes, the Changed and
+// each lease, counts as an owner, and the last to let go frees them. Either
+// is nil when not handed over. What slot says of the acknowledged state
+// stays, as after handOver.
+func (k *keeper) accept(slot *kept, p *push, changed bool, takers takerSet) (*Changed, *Accepted) {
+	if takers == 0 {
 		if changed {
 			return k.handOver(slot, p.delta), nil
 		}
 		return nil, nil
 	}
-	a := &Accepted{Version: p.ev.Version, Replace: p.replace}
+	a := &Accepted{Version: p.ev.Version, Replace: p.replace, takers: takers}
 	if slot.data == nil {
 		a.NotKept = k.notKept(slot)
 		return nil, a
@@ -430,7 +426,7 @@ func (k *keeper) accept(slot *kept, p *push, changed bool) (*Changed, *Accepted)
 		a.Partial, a.Replace = true, false
 	}
 	a.kept = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k}
-	owners := k.takers
+	owners := int32(takers.count())
 	var c *Changed
 	if changed && k.handsOver {
 		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
@@ -726,7 +722,7 @@ func (r *Rejected) discard() {
 
 // Changed is what a push kept of its resources, handed to the outputs when
 // it ends with an ACK, superseded or with its stream
-// (PushEnded.Changed, with Config.HandOverChanged): the bytes of the
+// (PushEnded.Changed, with Tracker.TakeChanged): the bytes of the
 // resources it added or changed since the state the client acknowledged,
 // for an output to read the Istio objects they record, on its own
 // goroutine. The tracker never reads them. They count against
@@ -751,25 +747,26 @@ func (c *Changed) Release() {
 
 // Accepted is what an acknowledged push kept, handed to the outputs with
 // its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
-// Config.HandOverAccepted): its resources as the tap decoded them, for an
+// a taker of it, Tracker.TakeAccepted): its resources as the tap decoded them, for an
 // output to keep what the client accepted (the retained configuration), on
 // its own goroutine. The tracker is what tells pushes awaiting an answer
 // from accepted ones; whoever keeps a copy of what was accepted needs no
 // other account of them. The views count against Config.KeepBytes until
-// Release, which whoever takes an Accepted must call.
+// the last of its leases is released (lease.go): a taker leases it
+// (Taker.Lease) and releases the lease once done with the views.
 type Accepted struct {
 	Version string // version_info (SotW) or system_version_info (Delta)
 	// Replace is set when the push is the whole set of its type (SotW LDS
 	// and CDS, wildcard and unrequested types): what it lacks is removed.
 	Replace bool
 	// Resources are the push's resources in its order, their bodies views
-	// into the push's bytes valid until Release.
+	// into the push's bytes valid until the reader's lease is released.
 	Resources []AcceptedResource
 	// Removed are the Delta push's removed_resources, or, when Partial,
 	// the names a SotW push replacing its type no longer carried.
 	Removed []string
 	// Bytes is what the push's kept bytes and the views take until
-	// Release, for an output's bound on the work waiting for it; bytes
+	// released, for an output's bound on the work waiting for it; bytes
 	// shared with other streams' pushes (the same sent to each) are
 	// counted by the push that kept them first.
 	Bytes int64
@@ -787,6 +784,11 @@ type Accepted struct {
 	Partial bool
 
 	kept keptBytes
+	// takers are the takers it is leased to, a bit each; claimed those
+	// that have taken their lease.
+	takers  takerSet
+	claimed atomic.Uint64
+	leases  [inlineLeases]Lease // the first takers', by rank in takers
 }
 
 // AcceptedResource is one resource of an acknowledged push.
@@ -794,7 +796,7 @@ type AcceptedResource struct {
 	Name    string
 	TypeURL string // its Any's type URL
 	// Body is the serialized resource, a view valid until
-	// Accepted.Release; nil when Unchanged and the push was kept compact
+	// the reader's Lease.Release; nil when Unchanged and the push was kept compact
 	// (only what it added or changed).
 	Body []byte
 	// Unchanged is set when the push carried the resource byte for byte as
@@ -805,21 +807,6 @@ type AcceptedResource struct {
 	// (codec.Resource.Hash): the same bytes, the same hash, whichever
 	// stream they were sent on.
 	Hash uint64
-}
-
-// Release lets go of the push's bytes for one of the outputs that took the
-// Accepted (Config.HandOverAccepted counts them): each calls it once, and
-// then reads the views no more. The last release frees the bytes. A nil
-// Accepted is fine.
-func (a *Accepted) Release() {
-	if a == nil || a.kept.data == nil {
-		return
-	}
-	if a.kept.owners == nil {
-		a.kept.once.Do(a.kept.free)
-		return
-	}
-	a.kept.release(a.kept.data)
 }
 
 // keptBytes are the bytes of a push a keeper let go of to a Rejected, a
@@ -833,8 +820,8 @@ type keptBytes struct {
 	unchangedBits []uint64
 	read          any
 	// owners counts the holders of data when an ACK handed it to more than
-	// one (a Changed, and each output taking the Accepted); nil when there
-	// is one.
+	// one (a Changed, and each lease of the Accepted); nil when there is
+	// one.
 	owners *atomic.Int32
 }
 

@@ -84,8 +84,11 @@ type keepHarness struct {
 	at   int
 }
 
-func newKeepHarness(t *testing.T, cfg track.Config, method string) *keepHarness {
+func newKeepHarness(t *testing.T, cfg track.Config, method string, takers ...func(*track.Tracker)) *keepHarness {
 	h := &keepHarness{t: t, tr: track.New(cfg), pool: &scribblingPool{}}
+	for _, take := range takers {
+		take(h.tr) // before any stream, as the pipeline registers its outputs
+	}
 	h.tr.OpenStream(track.StreamMeta{ID: 1, Method: method, OpenedAt: t0})
 	return h
 }

@@ -120,8 +120,8 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	ts.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
-		if ts.keep.supersedes {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true)
+		if ts.supersedeTakers != 0 {
+			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.supersedeTakers)
 		} else {
 			e.Changed = ts.keep.handOver(&ts.held, p.delta)
 		}
@@ -132,7 +132,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 		ts.apply()
 	}
 	content := contentOf(resp)
-	replace := !resp.Delta && (ts.replaceType || ts.wildcard || !ts.requested)
+	replace := codec.Replaces(resp.Delta, ts.url, ts.wildcard, ts.requested)
 	// A control plane re-sending the same content against the same state
 	// (a NACK loop) gets the previous diff: it would come out the same.
 	same := p.state != pushNone && p.content == content && p.gen == ts.gen &&
@@ -151,6 +151,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Type = ts.short
 	p.ev.Version = resp.VersionInfo
 	p.ev.Nonce = resp.Nonce
+	p.ev.Replace = replace
 	p.ev.Resources = len(resp.Resources)
 	p.ev.Bytes = size
 	p.ev.SentAt = at
@@ -198,13 +199,13 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	if p.state == pushTimedOut {
 		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
-			_, e.Accepted = ts.keep.accept(&ts.held, p, false)
+			_, e.Accepted = ts.keep.accept(&ts.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true)
+			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.acceptTakers)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code

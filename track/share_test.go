@@ -30,15 +30,16 @@ func TestFanOutKeepsOnce(t *testing.T) {
 	const streams = 100
 	v1, v2 := push(cds, 1, shopClusters(false)...), push(cds, 2, shopClusters(false, 3)...)
 	size := int64(proto.Size(v1))
-	h := newKeepHarness(t, track.Config{KeepBytes: 2*size + streams*1024, HandOverAccepted: 1}, adsSotW)
+	var taker *track.Taker
+	h := newKeepHarness(t, track.Config{KeepBytes: 2*size + streams*1024}, adsSotW, func(tr *track.Tracker) { taker = tr.TakeAccepted(track.Takes{}) })
 	for id := uint64(2); id <= streams; id++ {
 		h.tr.OpenStream(track.StreamMeta{ID: id, Method: adsSotW, OpenedAt: t0})
 	}
-	var accepted []*track.Accepted
+	var accepted []*track.Lease
 	answer := func(evs []track.Event) {
 		for _, e := range evs {
 			if e, ok := e.(track.PushEnded); ok && e.Accepted != nil {
-				accepted = append(accepted, e.Accepted)
+				accepted = append(accepted, taker.Lease(e.Accepted))
 			}
 		}
 	}
@@ -54,11 +55,12 @@ func TestFanOutKeepsOnce(t *testing.T) {
 		answer(h.sendOn(id, ack(cds, 1)))
 		h.sendOn(id, v2)
 	}
-	for _, a := range accepted {
+	for _, l := range accepted {
+		a := l.Accepted()
 		if len(a.Resources) != 8 || a.Resources[7].Body == nil {
 			t.Fatalf("an Accepted of the shared push holds %d resources, want the 8 with their bodies", len(a.Resources))
 		}
-		a.Release()
+		l.Release()
 	}
 	accepted = accepted[:0]
 	if got := h.tr.Kept(); got.Skipped != 0 {
@@ -74,8 +76,8 @@ func TestFanOutKeepsOnce(t *testing.T) {
 			answer(h.sendOn(id, ack(cds, 2)))
 		}
 	}
-	for _, a := range accepted {
-		a.Release()
+	for _, l := range accepted {
+		l.Release()
 	}
 	for id := uint64(1); id <= streams; id++ {
 		h.tr.CloseStream(id, h.now(), 0, "")

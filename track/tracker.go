@@ -34,9 +34,7 @@ type Tracker struct {
 // New returns a Tracker; zero fields of cfg take their defaults.
 func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg.withDefaults()}
-	t.keep.limit, t.keep.handsOver = t.cfg.KeepBytes, t.cfg.HandOverChanged
-	t.keep.accepts, t.keep.takers = t.cfg.HandOverAccepted > 0, int32(t.cfg.HandOverAccepted)
-	t.keep.supersedes = t.keep.accepts && t.cfg.HandOverSuperseded
+	t.keep.limit = t.cfg.KeepBytes
 	t.det = newDetectors(&t.cfg)
 	return t
 }
@@ -164,10 +162,10 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 // within Config.KeepBytes, the tracker keeps what a NACK needs to name what
 // it rejected (PushEnded.Rejected): a copy of the resources the push added
 // or changed when they are a small part of it, and data may be reused once
-// ResponseFrame returns; otherwise a reference to data (data.Ref). With
-// Config.HandOverAccepted it keeps the views of resp's resources too, for
-// the push's Accepted, and resp then lets go of the copies they point into
-// (codec.Response.KeepViews).
+// ResponseFrame returns; otherwise a reference to data (data.Ref). When a
+// taker takes the type's accepted pushes (TakeAccepted) it keeps the views
+// of resp's resources too, for the push's Accepted, and resp then lets go
+// of the copies they point into (codec.Response.KeepViews).
 func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	s := t.lockTracked(streamID, resp != nil)
 	if s == nil {

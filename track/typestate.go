@@ -15,6 +15,10 @@ type typeState struct {
 	// replaceType marks LDS and CDS, whose SotW responses always carry the
 	// whole set the client needs, so a name missing from one is removed.
 	replaceType bool
+	// acceptTakers are the takers (lease.go) of the type's accepted
+	// pushes, a bit each; supersedeTakers those of them that take a
+	// push superseded before its answer too.
+	acceptTakers, supersedeTakers takerSet
 
 	requested bool // the client asked for the type on this stream
 	wildcard  bool
@@ -97,9 +101,12 @@ func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 	return &typeState{
 		url:         url,
 		short:       codec.ShortType(url),
-		replaceType: url == codec.TypeListener || url == codec.TypeCluster,
+		replaceType: codec.WholeType(url),
 		sc:          sc,
 		keep:        keep,
+
+		acceptTakers:    keep.takersOf(url, false),
+		supersedeTakers: keep.takersOf(url, true),
 	}
 }
 

@@ -32,6 +32,27 @@ type filtered struct {
 	keepOpens bool
 	node      map[uint64]string // stream → node id, once known
 	held      map[uint64]heldOpen
+	// taker is next's, when it takes accepted pushes: what the filter
+	// keeps from next it lets go of in next's stead.
+	taker *track.Taker
+}
+
+// take lets next take accepted pushes, if it does.
+func (c *filtered) take(tr *track.Tracker) *track.Taker {
+	if a, ok := c.next.(acceptor); ok {
+		c.taker = a.take(tr)
+	}
+	return c.taker
+}
+
+// drop lets go of what e hands next, which the filter keeps from it.
+func (c *filtered) drop(e track.Event) {
+	switch e := e.(type) {
+	case track.PushEnded:
+		c.taker.Lease(e.Accepted).Release()
+	case track.LateAnswer:
+		c.taker.Lease(e.Accepted).Release()
+	}
 }
 
 type heldOpen struct {
@@ -58,7 +79,7 @@ func (c *filtered) events(st *step, evs []track.Event) {
 	for _, e := range evs {
 		if open, ok := e.(track.StreamOpened); ok {
 			if c.f.Stream != 0 && open.Stream.ID != c.f.Stream {
-				continue
+				continue // a StreamOpened hands nothing over
 			}
 			if c.f.Node != "" {
 				c.held[open.Stream.ID] = heldOpen{st: st, ev: open}
@@ -84,6 +105,8 @@ func (c *filtered) events(st *step, evs []track.Event) {
 		}
 		if c.keeps(id, node, typeURL, st.At) {
 			out = append(out, e)
+		} else {
+			c.drop(e)
 		}
 		if _, closed := e.(track.StreamClosed); closed {
 			delete(c.held, id)

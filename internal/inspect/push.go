@@ -60,13 +60,16 @@ type pushKey struct {
 }
 
 // pushTrack follows one type of one stream: the resources the client
-// accepted (as bytes, by name) and the latest push.
+// accepted (as bytes, by name), as the tracker hands accepted pushes over,
+// and the report of the latest push.
 type pushTrack struct {
-	acked   map[string]body
-	nonce   string
-	pending []body // the latest push's resources, until applied
-	removed []string
-	report  *pushDiff
+	acked  map[string]body
+	nonce  string
+	report *pushDiff
+	// redacted: the capture replaced the secrets of the latest push's
+	// record, which is the one the tracker hands over next (accepted, or
+	// superseded by the next push and assumed applied).
+	redacted bool
 }
 
 type pushes struct {
@@ -76,10 +79,23 @@ type pushes struct {
 	versions  []string
 	seen      map[string]bool
 	tracks    map[pushKey]*pushTrack
+	// taker leases what the tracker hands over of each accepted push, with
+	// --resources: the client's state that a changed resource is compared
+	// with. The tracker alone knows which push awaits its answer.
+	taker *track.Taker
 }
 
 func newPushes(version string, resources bool) *pushes {
 	return &pushes{version: version, resources: resources, seen: map[string]bool{}, tracks: map[pushKey]*pushTrack{}}
+}
+
+// take takes every accepted push with --resources, and those superseded
+// before their answer, which the tracker assumes applied.
+func (p *pushes) take(tr *track.Tracker) *track.Taker {
+	if p.resources {
+		p.taker = tr.TakeAccepted(track.Takes{Superseded: true})
+	}
+	return p.taker
 }
 
 func (p *pushes) note(note) {}
@@ -93,18 +109,48 @@ func (p *pushes) track(k pushKey) *pushTrack {
 	return t
 }
 
-// apply makes the latest push what the client has, as the tracker does on
-// an ACK (or a push superseded before its answer, assumed applied).
-func (t *pushTrack) apply() {
-	for _, b := range t.pending {
-		if !b.heartbeat {
-			t.acked[b.name] = b
+// accept makes what the tracker handed over of an accepted push what the
+// client has: the whole of its type when it replaces it, else what it
+// added, changed and removed. The bodies are copied: the views are the
+// tracker's until the lease is released.
+func (t *pushTrack) accept(a *track.Accepted) {
+	if a.NotKept != "" {
+		// What the client holds is not known from here on: a changed
+		// resource shows with no previous version rather than against a
+		// stale one.
+		t.acked = map[string]body{}
+		return
+	}
+	next := t.acked
+	if a.Replace {
+		next = make(map[string]body, len(a.Resources))
+	}
+	for _, n := range a.Removed {
+		delete(next, n)
+	}
+	for _, v := range a.Resources {
+		if v.Unchanged {
+			if b, ok := t.acked[v.Name]; ok {
+				next[v.Name] = b // as it was, a heartbeat's too
+				continue
+			}
+			if v.Body == nil {
+				continue
+			}
 		}
+		next[v.Name] = body{name: v.Name, typeURL: v.TypeURL, value: slices.Clone(v.Body), redacted: t.redacted}
 	}
-	for _, name := range t.removed {
-		delete(t.acked, name)
+	t.acked = next
+}
+
+// accepted applies the push e ended if its lease is the taker's, and lets
+// go of the lease.
+func (p *pushes) accepted(push track.Push, a *track.Accepted) {
+	l := p.taker.Lease(a)
+	defer l.Release()
+	if t := p.tracks[pushKey{push.StreamID, push.TypeURL}]; t != nil && l != nil {
+		t.accept(l.Accepted())
 	}
-	t.pending, t.removed = nil, nil
 }
 
 func (p *pushes) events(st *step, evs []track.Event) {
@@ -113,6 +159,7 @@ func (p *pushes) events(st *step, evs []track.Event) {
 		case track.PushSent:
 			p.sent(st, e.Push)
 		case track.PushEnded:
+			p.accepted(e.Push, e.Accepted)
 			t := p.tracks[pushKey{e.Push.StreamID, e.Push.TypeURL}]
 			if t == nil || t.nonce != e.Push.Nonce {
 				continue
@@ -120,19 +167,14 @@ func (p *pushes) events(st *step, evs []track.Event) {
 			if t.report != nil {
 				t.report.Result, t.report.Latency, t.report.Error = string(e.Result), e.Latency, e.Error
 			}
-			if e.Result == track.ResultACK || e.Result == track.ResultSuperseded {
-				t.apply()
-			}
 		case track.LateAnswer:
+			p.accepted(e.Push, e.Accepted)
 			t := p.tracks[pushKey{e.Push.StreamID, e.Push.TypeURL}]
 			if t == nil || t.nonce != e.Push.Nonce {
 				continue
 			}
 			if t.report != nil {
 				t.report.Result, t.report.Latency = string(e.Result)+" (late)", e.Latency
-			}
-			if e.Result == track.ResultACK {
-				t.apply()
 			}
 		case track.StreamClosed:
 			for k := range p.tracks {
@@ -151,12 +193,11 @@ func (p *pushes) sent(st *step, push track.Push) {
 	}
 	t := p.track(pushKey{push.StreamID, push.TypeURL})
 	t.nonce, t.report = push.Nonce, nil
+	t.redacted = st.Rec != nil && st.Rec.Redacted
 	var bodies []body
 	var decodeErr error
 	if p.resources && st.Resp != nil && st.Rec != nil {
 		bodies, decodeErr = decodeBodies(st.Rec.Message, st.Delta, st.Rec.Redacted, st.Resp)
-		t.pending = bodies
-		t.removed = slices.Clone(st.Resp.RemovedResources)
 	}
 	id := push.PushID()
 	if push.Version != p.version && id != p.version {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/redact"
+	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/track"
 )
 
@@ -32,6 +32,14 @@ type step struct {
 type consumer interface {
 	events(st *step, evs []track.Event)
 	note(n note)
+}
+
+// acceptor is a consumer that follows what clients accepted: it takes the
+// tracker's accepted pushes (track.Tracker.TakeAccepted) before any
+// stream, and releases the lease of each it is handed; nil when it takes
+// none after all.
+type acceptor interface {
+	take(tr *track.Tracker) *track.Taker
 }
 
 // replayer feeds capture records to a fresh tracker, ticking it as the
@@ -71,13 +79,19 @@ type replayStream struct {
 
 func newReplayer(cfg track.Config, out ...consumer) *replayer {
 	cfg.MaxNames = 1 << 30 // every name, not a sample: inspect is for the details
-	return &replayer{
+	r := &replayer{
 		tr:       track.New(cfg),
 		horizon:  horizon(cfg),
 		out:      out,
 		streams:  map[uint64]*replayStream{},
 		reopened: map[uint64]bool{},
 	}
+	for _, c := range out {
+		if a, ok := c.(acceptor); ok {
+			a.take(r.tr)
+		}
+	}
+	return r
 }
 
 // horizon is how long after the last record time can still bring events
@@ -227,29 +241,21 @@ func (r *replayer) frame(rec *capture.Record) {
 		return
 	}
 	st := &step{At: rec.Time, Rec: rec, Delta: s.delta}
-	switch rec.Direction {
-	case "request":
-		req, err := redact.DecodeRequest(rec.Message, s.delta)
-		if err != nil {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, err))
-			return
-		}
-		st.Req = req
-		r.emit(st, r.tr.Request(rec.Stream, rec.Time, req, rec.Size))
-	case "response":
-		if len(rec.Message) == 0 && rec.Redacted {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, errLeftOut))
-			return
-		}
-		if err := r.resp.Decode(rec.Message, s.delta); err != nil {
-			r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, err))
-			return
-		}
-		st.Resp = &r.resp
-		// The tracker keeps the bytes until the push's answer, so that a
-		// NACK names the Istio objects it rejected (--nacks).
-		data := mem.BufferSlice{mem.SliceBuffer(rec.Message)}
-		r.emit(st, r.tr.ResponseFrame(rec.Stream, rec.Time, &r.resp, rec.Size, data))
+	if rec.Direction != "request" && rec.Direction != "response" {
+		return
+	}
+	response := rec.Direction == "response"
+	if response && len(rec.Message) == 0 && rec.Redacted {
+		r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, errLeftOut))
+		return
+	}
+	// The tracker keeps a response's bytes until the push's answer, so that
+	// a NACK names the Istio objects it rejected (--nacks).
+	evs, d := feed.Track(r.tr, &r.resp, feed.Frame{Stream: rec.Stream, At: rec.Time, Response: response, Delta: s.delta,
+		Data: mem.BufferSlice{mem.SliceBuffer(rec.Message)}, Size: rec.Size})
+	st.Req, st.Resp = d.Request, d.Response
+	r.emit(st, evs)
+	if d.Response != nil {
 		r.resp.Reset()
 	}
 }

@@ -129,6 +129,7 @@ type sentPush struct {
 	node                   string
 	stream                 uint64
 	delta                  bool
+	replace                bool // the push is the whole of its type (track.Push.Replace)
 	typeURL                string
 	version, pushID, nonce string
 	at                     time.Time
@@ -192,7 +193,7 @@ func (c *sentCollector) events(st *step, evs []track.Event) {
 
 func (c *sentCollector) sentPush(st *step, push track.Push) {
 	p := &sentPush{
-		node: push.Node.ID, stream: push.StreamID, delta: st.Delta, typeURL: push.TypeURL,
+		node: push.Node.ID, stream: push.StreamID, delta: st.Delta, replace: push.Replace, typeURL: push.TypeURL,
 		version: push.Version, pushID: push.PushID(), nonce: push.Nonce, at: push.SentAt,
 	}
 	if !c.pushed[p.node] {
@@ -322,8 +323,8 @@ func (s *resourceSet) apply(p *sentPush) error {
 	if len(entries) != len(p.names) {
 		return fmt.Errorf("%d resources, %d names", len(entries), len(p.names))
 	}
-	if !p.delta && (p.typeURL == codec.TypeListener || p.typeURL == codec.TypeCluster) {
-		// A SotW listener or cluster push is the whole state.
+	if p.replace {
+		// The push is the whole state of its type, as the tracker judged.
 		*s = resourceSet{}
 	}
 	if s.index == nil {

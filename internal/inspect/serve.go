@@ -24,8 +24,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/origin"
-	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
@@ -439,12 +439,12 @@ func (s *session) gone(err error) error {
 
 // request handles one request of the client; done ends the replay.
 func (s *session) request(b []byte) (done bool, err error) {
-	req, err := redact.DecodeRequest(b, s.delta)
-	if err != nil {
-		return false, fmt.Errorf("%w sent an undecodable request: %v", errClient, err)
+	evs, d := feed.Track(s.tr, &s.resp, feed.Frame{Stream: s.id, At: time.Now(), Delta: s.delta, Data: mem.BufferSlice{mem.SliceBuffer(b)}, Size: len(b)})
+	if d.Err != nil {
+		s.emit(evs)
+		return false, fmt.Errorf("%w sent an undecodable request: %v", errClient, d.Err)
 	}
-	now := time.Now()
-	evs := s.tr.Request(s.id, now, req, len(b))
+	req := d.Request
 	var seen *track.RequestSeen
 	for _, e := range evs {
 		switch e := e.(type) {
@@ -582,7 +582,7 @@ func (s *session) checkNames(ts *typeServe) error {
 // a time (grpc-go asks anew for each) gets the same push rather than one
 // per name.
 func (s *session) wanted(ts *typeServe, first bool) (part []int, ok bool) {
-	whole := !s.delta && (ts.st.TypeURL == codec.TypeListener || ts.st.TypeURL == codec.TypeCluster)
+	whole := !s.delta && codec.WholeType(ts.st.TypeURL)
 	for i, r := range ts.st.Resources {
 		if whole || ts.wildcard || ts.names[r.Name] {
 			if s.delta && !first && ts.given[r.Name] {
@@ -633,10 +633,12 @@ func (s *session) push(ts *typeServe, version string, part []int, removed []stri
 		b = codec.AppendSotWResponse(nil, ts.st.TypeURL, version, nonce, res)
 	}
 	now := time.Now()
-	if err := s.resp.Decode(b, s.delta); err == nil {
-		s.emit(s.tr.ResponseFrame(s.id, now, &s.resp, len(b), mem.BufferSlice{mem.SliceBuffer(b)}))
-		s.resp.Reset()
-	}
+	// A push the tap cannot decode is served all the same, as the capture
+	// has it, and said (a DecodeError in the live log): the client's
+	// answer is then judged without knowing what it answers.
+	evs, _ := feed.Track(s.tr, &s.resp, feed.Frame{Stream: s.id, At: now, Response: true, Delta: s.delta, Data: mem.BufferSlice{mem.SliceBuffer(b)}, Size: len(b)})
+	s.emit(evs)
+	s.resp.Reset()
 	ts.pending, ts.pendingSince = nonce, now
 	if err := s.stream.SendMsg(&codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
 		return "", fmt.Errorf("%w could not be sent the %s push: %v", errClient, typeLabel(ts.st.TypeURL), err)

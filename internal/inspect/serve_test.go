@@ -397,3 +397,30 @@ func mustAnyOf(t *testing.T, b []byte) *anypb.Any {
 	}
 	return &a
 }
+
+// TestReplayReportsAPushItCannotDecode: a captured resource the tap cannot
+// decode is served as the capture has it, and the replay's log says the
+// push did not decode rather than go on as if it had not been sent.
+func TestReplayReportsAPushItCannotDecode(t *testing.T) {
+	leakcheck.Check(t)
+	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v3"})
+	clusters := sent.Type(resource.ClusterType)
+	clusters.Resources[0].Any = []byte{0x12, 0x05, 0x01} // an Any's value cut short
+	_, err, out := replay(t, sent, "", func(addr string) {
+		s, cancel := rawSotW(t, addr)
+		defer cancel()
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: inspecttest.CDSNode}, TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err == nil {
+			t.Error("the client decoded a push with a resource cut short")
+		}
+	})
+	t.Logf("replay:\n%s", out)
+	if !strings.Contains(out, "undecodable response") || !strings.Contains(out, "resources[0]") {
+		t.Errorf("the replay's log does not report the push it could not decode")
+	}
+	if err == nil {
+		t.Errorf("the replay ended without error, though the client left")
+	}
+}

@@ -4,10 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/mem"
-
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/redact"
+	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -41,8 +39,9 @@ func (o *Observer) OnStreamOpen(s tap.StreamInfo) {
 	o.emit(o.tracker.OpenStream(metaOf(s)))
 }
 
-// OnFrame decodes one frame's envelope and tracks it. Undecodable frames
-// were relayed all the same; they are reported as DecodeError events.
+// OnFrame decodes one frame's envelope and tracks it (feed.Track).
+// Undecodable frames were relayed all the same; they are reported as
+// DecodeError events.
 func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	proto := s.Protocol
 	if proto == codec.Opaque {
@@ -51,28 +50,14 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	if f.Skipped > 0 {
 		o.emit(o.tracker.Gap(s.ID, f.Time, f.Skipped))
 	}
-	delta := proto == codec.Delta
-	switch f.Direction {
-	case tap.Request:
-		b, release := contiguous(f.Data)
-		defer release()
-		req, err := redact.DecodeRequest(b, delta)
-		if err != nil {
-			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
-			return
-		}
-		o.emit(o.tracker.Request(s.ID, f.Time, req, f.Size))
-	case tap.Response:
-		resp := o.responses.Get().(*codec.Response)
+	var resp *codec.Response
+	if f.Direction == tap.Response {
+		resp = o.responses.Get().(*codec.Response)
 		defer o.responses.Put(resp)
-		// Read in the pieces gRPC received it in: a copy of a 10 MB push
-		// into one buffer cost as much as decoding it.
-		if err := resp.DecodeBuffers(f.Data, delta); err != nil {
-			o.emit(o.tracker.DecodeFailed(s.ID, f.Time, f.Direction.String(), err))
-			return
-		}
-		o.emit(o.tracker.ResponseFrame(s.ID, f.Time, resp, f.Size, f.Data))
 	}
+	evs, _ := feed.Track(o.tracker, resp, feed.Frame{Stream: s.ID, At: f.Time, Response: f.Direction == tap.Response,
+		Delta: proto == codec.Delta, Data: f.Data, Size: f.Size})
+	o.emit(evs)
 }
 
 // OnStreamClose ends tracking of a stream.
@@ -111,17 +96,6 @@ func metaOf(s tap.StreamInfo) track.StreamMeta {
 		m.Peer = s.Peer.String()
 	}
 	return m
-}
-
-// contiguous returns a request's bytes in one slice: the buffer itself when
-// gRPC received the message in one piece, else a pooled copy (requests are
-// small).
-func contiguous(data mem.BufferSlice) ([]byte, func()) {
-	if len(data) == 1 {
-		return data[0].ReadOnlyData(), func() {}
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	return buf.ReadOnlyData(), buf.Free
 }
 
 // startClock calls Tick every interval until stop is called, so push

@@ -168,21 +168,21 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
-	// Tracing reads the Istio objects of what each push changed from what
-	// the tracker kept of it, on its own goroutine; the retained
-	// configuration keeps what each ACK accepted, from the same, and the
-	// reference check scans it, and what the tracker assumes applied.
-	detect.HandOverChanged = p.Tracing != nil
-	detect.HandOverAccepted = 0
-	if p.Retained != nil {
-		detect.HandOverAccepted++
-	}
-	if p.References != nil {
-		detect.HandOverAccepted++
-		detect.HandOverSuperseded = true
-	}
 	detect.Resources = detect.Resources || cfg.Resources
 	p.Tracker = track.New(detect)
+	// Each output that reads what the tracker kept of a push takes it on
+	// its own, before any stream: tracing the Istio objects of what each
+	// push changed, the retained configuration what each ACK accepted, the
+	// reference check that and what the tracker assumes applied.
+	if p.Tracing != nil {
+		p.Tracing.Take(p.Tracker)
+	}
+	if p.Retained != nil {
+		p.Retained.Take(p.Tracker)
+	}
+	if p.References != nil {
+		p.References.Take(p.Tracker)
+	}
 	p.Metrics.WatchKept(p.Tracker.Kept)
 	p.Metrics.WatchStreams(p.Tracker)
 	p.tracking = NewObserver(p.Tracker, sinks...)

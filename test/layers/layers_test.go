@@ -40,15 +40,16 @@ var mayImport = map[string][]string{
 	"refgraph":              {"codec"},
 	"origin":                {"codec", "track", "redact"},
 	"export":                {"codec", "track", "origin", "capture", "redact", "refgraph"},
+	"internal/feed":         {"codec", "track", "redact"},
 	"internal/gctune":       {},
 	"internal/rollout":      {"origin"},
-	"internal/inspect":      {"codec", "track", "origin", "capture", "redact", "export", "refgraph"},
-	"internal/pipeline":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph"},
-	"internal/runconfig":    {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph", "internal/gctune", "internal/pipeline"},
+	"internal/inspect":      {"codec", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed"},
+	"internal/pipeline":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed"},
+	"internal/runconfig":    {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed", "internal/gctune", "internal/pipeline"},
 	"internal/xdsconfig":    {},
 	"internal/controlplane": {},
 	"internal/demo":         {"internal/xdsconfig", "internal/controlplane"},
-	"cmd/adstap":            {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo"},
+	"cmd/adstap":            {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/feed", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo"},
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
