@@ -3,6 +3,7 @@ package refgraph
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unique"
 
@@ -201,7 +202,13 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 	for _, n := range removed {
 		p.removed = append(p.removed, unique1(n))
 	}
-	p.resources = make([]scanned, 0, len(resources))
+	scratch := scannedPool.Get().(*[]scanned)
+	p.resources = slices.Grow((*scratch)[:0], len(resources))
+	defer func() {
+		clear(p.resources)
+		*scratch = p.resources[:0]
+		scannedPool.Put(scratch)
+	}()
 	for i := range resources {
 		r := &resources[i]
 		if r.Name == "" {
@@ -516,9 +523,13 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 			ch.touch(owner{'r', n})
 		}
 	}
+	found := foundPool.Get().(*[]openFinding)
 	for o := range ch.owners {
-		g.settle(o, g.check(o, nil), at, round, ch)
+		*found = g.check(o, (*found)[:0])
+		g.settle(o, *found, at, round, ch)
 	}
+	clear(*found)
+	foundPool.Put(found)
 	g.openPeak = max(g.openPeak, len(g.open))
 	if len(g.open) == 0 && g.openPeak > 64 {
 		g.open, g.openPeak = map[owner][]*openFinding{}, 0
@@ -527,7 +538,7 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 }
 
 // check returns the dangling references of an owner, Since and Round unset.
-func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
+func (g *Graph) check(o owner, out []openFinding) []openFinding {
 	switch o.typ {
 	case 'c':
 		c, ok := g.nodes[o.n]
@@ -540,10 +551,10 @@ func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
 			switch {
 			case a.flags&hasAssignment == 0:
 				f := Finding{Kind: ClusterEndpoints, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value()}
-				out = append(out, &openFinding{Finding: f, target: service})
+				out = append(out, openFinding{Finding: f, target: service})
 			case a.healthy == 0 && a.flags&endpointsElsewhere == 0:
 				f := Finding{Kind: ClusterUnhealthy, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value(), Endpoints: int(a.endpoints)}
-				out = append(out, &openFinding{Finding: f, target: service, immediate: true})
+				out = append(out, openFinding{Finding: f, target: service, immediate: true})
 			}
 		}
 		if secrets := c.secrets(); len(secrets) > 0 {
@@ -559,7 +570,7 @@ func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
 			if _, ok := g.routes[rc]; !ok {
 				f := base
 				f.Kind, f.Target = ListenerRoute, rc.Value()
-				out = append(out, &openFinding{Finding: f, target: rc})
+				out = append(out, openFinding{Finding: f, target: rc})
 			}
 		}
 		out = g.checkRoutes(base, l.routes, out)
@@ -570,7 +581,7 @@ func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
 				}
 				f := base
 				f.Kind, f.Target, f.Weight, f.TotalWeight = ListenerCluster, t.cluster.Value(), t.weight, t.total
-				out = append(out, &openFinding{Finding: f, target: t.cluster, immediate: !g.explicitClusters})
+				out = append(out, openFinding{Finding: f, target: t.cluster, immediate: !g.explicitClusters})
 			}
 		}
 		out = g.checkSecrets(base, l.secrets, out)
@@ -584,7 +595,7 @@ func (g *Graph) check(o owner, out []*openFinding) []*openFinding {
 	return out
 }
 
-func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []*openFinding) []*openFinding {
+func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []openFinding) []openFinding {
 	if !g.accepted[codec.TypeCluster] {
 		return out
 	}
@@ -598,17 +609,17 @@ func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []*openFinding) [
 		if c := str(r.config); c != "" {
 			f.Config = c
 		}
-		out = append(out, &openFinding{Finding: f, target: r.cluster, immediate: !g.explicitClusters})
+		out = append(out, openFinding{Finding: f, target: r.cluster, immediate: !g.explicitClusters})
 	}
 	return out
 }
 
-func (g *Graph) checkSecrets(base Finding, secrets []name, out []*openFinding) []*openFinding {
+func (g *Graph) checkSecrets(base Finding, secrets []name, out []openFinding) []openFinding {
 	for _, s := range secrets {
 		if _, ok := g.secrets[s]; !ok {
 			f := base
 			f.Kind, f.Target = Secret, s.Value()
-			out = append(out, &openFinding{Finding: f, target: s})
+			out = append(out, openFinding{Finding: f, target: s})
 		}
 	}
 	return out
@@ -670,9 +681,10 @@ func (g *Graph) present(f *openFinding) bool {
 }
 
 // settle replaces an owner's open findings with those found now.
-func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64, ch *changeSet) {
+func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64, ch *changeSet) {
 	old := g.open[o]
-	for _, f := range found {
+	for i := range found {
+		f := &found[i]
 		kind := f.Kind
 		if kind == ClusterEndpoints {
 			// One finding while a cluster has no usable endpoints, whether
@@ -682,7 +694,7 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 		f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
 	}
 	for _, f := range old {
-		if slices.ContainsFunc(found, func(n *openFinding) bool { return n.key == f.key }) {
+		if slices.ContainsFunc(found, func(n openFinding) bool { return n.key == f.key }) {
 			continue
 		}
 		if f.reported {
@@ -692,12 +704,24 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 			ch.out = append(ch.out, c)
 		}
 	}
-	next := found[:0]
-	for _, f := range found {
-		if i := slices.IndexFunc(old, func(o *openFinding) bool { return o.key == f.key }); i >= 0 {
+	// The same findings as before, in the same order (a changed resource
+	// whose references dangle as they did): old stays, updated in place,
+	// with nothing allocated; a check of a push that changed 200 clusters
+	// waiting for their endpoints is 200 of these.
+	same := len(found) == len(old)
+	for i := 0; same && i < len(found); i++ {
+		same = old[i].key == found[i].key
+	}
+	var next []*openFinding
+	if !same {
+		next = make([]*openFinding, 0, len(found))
+	}
+	for i := range found {
+		f := &found[i]
+		if j := slices.IndexFunc(old, func(o *openFinding) bool { return o.key == f.key }); j >= 0 {
 			// The same reference still dangles: it keeps its start, and
 			// takes what the new push says of it (its weight, its object).
-			prev := old[i]
+			prev := old[j]
 			prev.Weight, prev.TotalWeight, prev.Endpoints, prev.Config = f.Weight, f.TotalWeight, f.Endpoints, f.Config
 			if !prev.reported {
 				// Not said yet: what it is now, reported at once if the
@@ -709,18 +733,25 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 					ch.out = append(ch.out, Change{Finding: prev.Finding, At: at})
 				}
 			}
-			next = append(next, prev)
+			if !same {
+				next = append(next, prev)
+			}
 			continue
 		}
-		f.Since, f.Round = at, round
-		if f.immediate {
-			f.reported = true
+		nf := new(openFinding)
+		*nf = *f
+		nf.Since, nf.Round = at, round
+		if nf.immediate {
+			nf.reported = true
 			g.reported++
-			ch.out = append(ch.out, Change{Finding: f.Finding, At: at})
+			ch.out = append(ch.out, Change{Finding: nf.Finding, At: at})
 		} else if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
 			g.due = d
 		}
-		next = append(next, f)
+		next = append(next, nf)
+	}
+	if same {
+		return
 	}
 	if len(next) == 0 {
 		delete(g.open, o)
@@ -728,6 +759,16 @@ func (g *Graph) settle(o owner, found []*openFinding, at time.Time, round uint64
 	}
 	g.open[o] = next
 }
+
+// scannedPool holds the scratch space a push's resources are scanned into
+// before the graph takes what it keeps of them, shared by every stream's
+// graph: a fresh slice for every push was one more large allocation per
+// push.
+var scannedPool = sync.Pool{New: func() any { return new([]scanned) }}
+
+// foundPool holds the scratch space a check finds an owner's dangling
+// references in, shared by every stream's graph.
+var foundPool = sync.Pool{New: func() any { return new([]openFinding) }}
 
 // Tick reports the references that have waited for their target longer than
 // the grace by now.
