@@ -40,7 +40,12 @@ type MetricsConfig struct {
 	// "max_streams_per_connection", "max_pending_connections"), what it
 	// turned away.
 	Refused map[string]func() uint64
-	Logger  *slog.Logger
+	// ConnectReportsDropped, when set, counts the reports of upstream
+	// connection attempts the relay dropped because the observer was far
+	// behind (tap.Server.DroppedConnectReports): the upstream's health
+	// missed them.
+	ConnectReportsDropped func() uint64
+	Logger                *slog.Logger
 }
 
 const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
@@ -193,6 +198,11 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_refused_total",
 			Help:        "Streams (ResourceExhausted) and connections (closed unread) the tap turned away at a limit: --max-concurrent-streams, --max-streams-per-connection, --max-pending-connections.",
 			ConstLabels: prometheus.Labels{"limit": limit}}, func() float64 { return float64(n()) }))
+	}
+	if n := cfg.ConnectReportsDropped; n != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_upstream_connect_reports_dropped_total",
+			Help: "Reports of the tap's attempts to connect to its control plane that were dropped because observation was far behind: the upstream's health (adstap_upstream_failing, adstap status) missed them."},
+			func() float64 { return float64(n()) }))
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)

@@ -274,12 +274,6 @@ func run(t *testing.T, tr *track.Tracker, steps []step) {
 	play(t, tr, steps, false)
 }
 
-// runRounds plays a script against tr, comparing every step's events.
-func runRounds(t *testing.T, tr *track.Tracker, steps []step) {
-	t.Helper()
-	play(t, tr, steps, true)
-}
-
 func play(t *testing.T, tr *track.Tracker, steps []step, rounds bool) {
 	t.Helper()
 	for i, st := range steps {

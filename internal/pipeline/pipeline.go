@@ -141,6 +141,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
+		ConnectReportsDropped: p.droppedConnectReports,
 	}, export.RelayStatsFunc(p.relayStats))
 	p.Tracing.CountFolds(p.Metrics.SpansFolded)
 	p.Upstream = export.NewUpstreamHealth()
@@ -218,6 +219,13 @@ func (p *Pipeline) refused() tap.Refused {
 		return srv.Refused()
 	}
 	return tap.Refused{}
+}
+
+func (p *Pipeline) droppedConnectReports() uint64 {
+	if srv := p.relay.Load(); srv != nil {
+		return srv.DroppedConnectReports()
+	}
+	return 0
 }
 
 func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
