@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"runtime"
@@ -15,9 +16,10 @@ import (
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
-// waitTimeout is far longer than anything here takes on a loaded machine
-// (internal/testutil/xdstest's WaitTimeout; xdstest imports tap, so not from there).
-const waitTimeout = 10 * time.Second
+// waitTimeout only catches a hang: on a loaded 2-core machine under the race
+// detector, hundreds of streams taking turns on a few workers take many
+// seconds, and a wait for progress must not mistake that for a hang.
+const waitTimeout = time.Minute
 
 // seqFrame is a frame whose bytes are its sequence number in its stream.
 func seqFrame(seq uint32) Frame {
@@ -37,6 +39,7 @@ type callChecker struct {
 type streamCalls struct {
 	busy     atomic.Bool   // a call for the stream is running
 	observed atomic.Uint32 // frames observed so far
+	progress chan struct{} // signalled (without blocking) after each frame observed
 
 	mu                 sync.Mutex
 	opened, closedDone bool
@@ -47,7 +50,7 @@ type streamCalls struct {
 func newCallChecker(streams int) *callChecker {
 	c := &callChecker{closed: make(chan uint64, streams)}
 	for range streams {
-		c.streams = append(c.streams, &streamCalls{})
+		c.streams = append(c.streams, &streamCalls{progress: make(chan struct{}, 1)})
 	}
 	return c
 }
@@ -97,6 +100,24 @@ func (c *callChecker) OnFrame(info StreamInfo, f Frame) {
 	}
 	s.next = seq + 1
 	s.observed.Add(1)
+	select {
+	case s.progress <- struct{}{}:
+	default:
+	}
+}
+
+// waitObserved waits until n frames of the stream have been observed,
+// parked on the stream's progress signal rather than spinning: 200 spinning
+// producers would take the CPU from the workers they wait for.
+func (s *streamCalls) waitObserved(n uint32, timeout <-chan struct{}) bool {
+	for s.observed.Load() < n {
+		select {
+		case <-s.progress:
+		case <-timeout:
+			return s.observed.Load() >= n
+		}
+	}
+	return true
 }
 
 func (c *callChecker) OnStreamClose(info StreamInfo, e StreamEnd) {
@@ -144,6 +165,11 @@ func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
 	var workers sync.WaitGroup
 	p := newObservePool(check, &byteBudget{limit: 1 << 40}, frames, 3, make(chan struct{}), &workers)
 
+	// One overall bound for the whole run, which only a hang reaches; a
+	// closed channel, since every producer waits on it.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	hang := ctx.Done()
 	var producers sync.WaitGroup
 	for id := range streams {
 		producers.Go(func() {
@@ -160,13 +186,9 @@ func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
 				// before queuing the next. The wait is for progress, not
 				// for the whole stream: on a loaded machine 200 streams
 				// take turns on three workers for a long while.
-				deadline := time.Now().Add(waitTimeout)
-				for s.observed.Load() < seq+1-burst/2 {
-					if time.Now().After(deadline) {
-						t.Errorf("stream %d: frame %d never observed", id, seq-burst/2)
-						return
-					}
-					runtime.Gosched()
+				if !s.waitObserved(seq+1-burst/2, hang) {
+					t.Errorf("stream %d: frame %d never observed", id, seq-burst/2)
+					return
 				}
 			}
 			o.close(StreamEnd{By: "client"})
@@ -176,7 +198,7 @@ func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
 	for range streams {
 		select {
 		case <-check.closed:
-		case <-time.After(waitTimeout):
+		case <-hang:
 			t.Fatal("not every stream's end was observed")
 		}
 	}
@@ -364,7 +386,7 @@ func TestPoolStreamsOfEveryShardTakeTurns(t *testing.T) {
 	close(ready)
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitTimeout):
 		t.Fatal("the worker did not observe the frames")
 	}
 	for _, o := range obs {

@@ -2,7 +2,6 @@ package track_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -149,33 +148,42 @@ func TestNACKLoop(t *testing.T) {
 
 	at := t0.Add(time.Second)
 	var last track.PushEnded
-	play := func(from, to int) {
-		for i := from; i < to; i++ {
-			at = at.Add(time.Millisecond)
-			collect(tr.Response(1, at, cycles[i].resp, cycles[i].size))
-			at = at.Add(time.Millisecond)
-			evs := tr.Request(1, at, cycles[i].nack, 100)
-			collect(evs)
-			for _, e := range evs {
-				if e, ok := e.(track.PushEnded); ok {
-					last = e
-				}
+	playOne := func(i int) {
+		at = at.Add(time.Millisecond)
+		collect(tr.Response(1, at, cycles[i].resp, cycles[i].size))
+		at = at.Add(time.Millisecond)
+		evs := tr.Request(1, at, cycles[i].nack, 100)
+		collect(evs)
+		for _, e := range evs {
+			if e, ok := e.(track.PushEnded); ok {
+				last = e
 			}
 		}
 	}
-	mallocs := func() uint64 {
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.Mallocs
+	play := func(from, to int) {
+		for i := from; i < to; i++ {
+			playOne(i)
+		}
+	}
+	// The tracker's own allocations per cycle, measured by
+	// testing.AllocsPerRun on the cycle itself (one processor while it
+	// counts), not by the whole process's counters, which every other
+	// goroutine of a busy test binary adds to. It makes runs+1 cycles.
+	measure := func(from, to int) float64 {
+		i := from
+		perCycle := testing.AllocsPerRun(to-from-1, func() {
+			playOne(i)
+			i++
+		})
+		if i != to {
+			t.Fatalf("measured cycles %d to %d, want %d to %d", from, i, from, to)
+		}
+		return perCycle
 	}
 	play(0, 100)
-	before := mallocs()
-	play(100, 200)
-	early := mallocs() - before
+	perEarly := measure(100, 200)
 	play(200, 900)
-	before = mallocs()
-	play(900, 1000)
-	late := mallocs() - before
+	perLate := measure(900, 1000)
 
 	// A second too late for a storm window to empty, but not for the
 	// control plane to give up: an ACK of good content ends the loop.
@@ -215,7 +223,6 @@ func TestNACKLoop(t *testing.T) {
 		Subscribed: []string{"*"}, Resources: 2,
 	})(t, tr)
 
-	perEarly, perLate := float64(early)/100, float64(late)/100
 	t.Logf("allocations per push+NACK: %.2f (pushes 100-200), %.2f (pushes 900-1000)", perEarly, perLate)
 	if perLate > perEarly+0.5 {
 		t.Errorf("allocations per push+NACK grew from %.2f to %.2f", perEarly, perLate)

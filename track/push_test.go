@@ -2,7 +2,6 @@ package track_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -87,19 +86,23 @@ func TestPushAllocationsDoNotDependOnResources(t *testing.T) {
 				}
 			}
 			at := t0
-			play := func(from, to int) {
-				for n := from; n < to; n++ {
-					at = at.Add(time.Millisecond)
-					tr.Response(1, at, pushes[n], 1000)
-					tr.Request(1, at, answers[n], 100)
-				}
+			n := 1
+			playOne := func() {
+				at = at.Add(time.Millisecond)
+				tr.Response(1, at, pushes[n], 1000)
+				tr.Request(1, at, answers[n], 100)
+				n++
 			}
-			play(1, 10)
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			play(10, cycles+1)
-			runtime.ReadMemStats(&after)
-			per := float64(after.Mallocs-before.Mallocs) / float64(cycles+1-10)
+			for n < 10 {
+				playOne()
+			}
+			// The tracker's own allocations per cycle, by
+			// testing.AllocsPerRun on the cycle itself, not the whole
+			// process's counters; it makes runs+1 cycles: 10 to cycles.
+			per := testing.AllocsPerRun(cycles-10, playOne)
+			if n != cycles+1 {
+				t.Fatalf("played pushes up to %d, want %d", n-1, cycles)
+			}
 			t.Logf("%.1f allocations per push and %s of %d resources", per, answer, resources)
 			// Events and capped name lists; a copied name per resource would be 200.
 			if per > 25 {

@@ -34,9 +34,10 @@ func TestStatusShowsAFailingUpstream(t *testing.T) {
 		return xdstest.StartControlPlane(t, xdstest.ListenTCP(t), grpc.Creds(creds)).Addr()
 	}
 	valid := ca.Issue(t, istiod, []string{istiod}, nil, false)
-	lis := xdstest.ListenTCP(t)
-	nothing := lis.Addr().String()
-	lis.Close()
+	// Held bound for the test: a port freed by closing a listener can be
+	// taken by another process on a busy machine, or be the dial's own
+	// source port.
+	nothing := xdstest.RefusingAddr(t)
 
 	for _, tc := range []struct {
 		name, upstream string

@@ -431,12 +431,15 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Exporter: spans}, Detect: track.Config{
 		NACKStormThreshold: 3, NACKLoopThreshold: 3, RepeatedFullSyncLimit: 1,
 		HerdThreshold: 3, HerdWindow: 5 * time.Second,
-		PushTimeout: 300 * time.Millisecond, FullSyncSettle: 50 * time.Millisecond,
+		// Long enough that no ACKed push times out on a loaded machine,
+		// so that only v9, never answered, does: the poll below waits
+		// for it.
+		PushTimeout: 5 * time.Second, FullSyncSettle: 50 * time.Millisecond,
 	}})
 	srv := httptest.NewServer(tp.Metrics.Handler())
 	defer srv.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cc := tp.Client(t)
 	node := &core.Node{Id: "sidecar~10.0.0.1~reviews-v1-7d9f.default~default.svc.cluster.local"}
@@ -510,7 +513,9 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 		"adstap_push_timeouts_total", "adstap_stale_nonces_total", "adstap_redundant_pushes_total", "adstap_decode_errors_total",
 		"adstap_reconnect_herds_total", "adstap_full_sync_seconds", "adstap_push_ack_seconds", "adstap_upstream_connect_seconds"}
 	var missing []string
-	deadline := time.Now().Add(20 * time.Second)
+	// A bound only a hang reaches: the scrape is polled until it has them.
+	const hang = time.Minute
+	deadline := time.Now().Add(hang)
 	for {
 		families = scrape(t, srv.URL)
 		missing = missing[:0]
@@ -531,7 +536,7 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
-		t.Fatalf("after 20s the tap's scrape still lacks %v; the dashboard reads them", missing)
+		t.Fatalf("after %v the tap's scrape still lacks %v; the dashboard reads them", hang, missing)
 	}
 	// The exemplars, as Prometheus asks for them (protobuf keeps them; the
 	// text format has none).

@@ -55,7 +55,10 @@ func TestNACKLoopAtFullSpeed(t *testing.T) {
 		}
 	})
 	heap = append(heap, rel.HeapAfterGC())
-	if !xdstest.Until(10*time.Second, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
+	// The tracker works through what the relay moved at full speed; on a
+	// loaded machine that takes a while after the client is done. The
+	// bound only catches a tracker that never gets there.
+	if !xdstest.Until(time.Minute, func() bool { return tp.Events.Counts().StreamsClosed == 1 }) {
 		t.Fatal("the tracker never saw the stream close")
 	}
 	ev := tp.Events.Counts()

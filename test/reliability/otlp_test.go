@@ -280,7 +280,14 @@ func TestCollectorDownOrSilent(t *testing.T) {
 	if !strings.Contains(r.tap.Log.String(), "spans dropped") {
 		t.Errorf("the log never warned of dropped spans")
 	}
-	if got, want := r.tap.Metric(t, "adstap_spans_dropped_total", nil), float64(r.tap.Tracing.Dropped()); got != want {
+	// An export in flight when the load stopped can still fail and drop
+	// its spans between the scrape and the count: compare until they agree
+	// (the bound only catches a metric that never follows the count).
+	var got, want float64
+	if !xdstest.Until(time.Minute, func() bool {
+		got, want = r.tap.Metric(t, "adstap_spans_dropped_total", nil), float64(r.tap.Tracing.Dropped())
+		return got == want
+	}) {
 		t.Errorf("adstap_spans_dropped_total = %v, the exporter dropped %v", got, want)
 	}
 	if resumed() == 0 {
@@ -307,15 +314,22 @@ func TestSpanExportResumesPromptlyAfterAnOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r := startOTLPRig(t, ctx, 2)
-	r.run("before", rel.Forward, 2*time.Second, nil)
-	r.jaeger.WaitTraces(t, r.service, map[string]string{"xds.node.id": "otlp-before"}, func(tr []jaegertest.Trace) bool { return len(tr) > 0 })
+	// The twin of the measure: how long spans take to show in Jaeger with
+	// no backoff at all (the exporter's first dial), measured the same way
+	// under the same load. A loaded machine lengthens both alike; only the
+	// exporter's wait for its next dial is compared with the limit.
+	untilFirst, first := r.resumed("before", 2*time.Minute)
+	r.run("before", rel.Forward, 2*time.Second, untilFirst)
+	if first() == 0 {
+		t.Fatal("no span reached Jaeger within 2 min of the tap's start")
+	}
 	r.run("outage", rel.Refuse, outage, nil)
 	until, resumed := r.resumed("after", 2*time.Minute)
 	after := r.run("after", rel.Forward, time.Second, until)
-	rel.Figure(t, "otlp-resume-after-30s-outage", "spans in Jaeger again %s after the collector came back (0 = not within 2 min); %d spans dropped meanwhile",
-		resumed().Round(100*time.Millisecond), after.dropped)
-	if resumed() == 0 || resumed() > limit {
-		t.Errorf("after a %v collector outage, spans reached Jaeger again %v after it came back (0: not within 2 min); want within %v",
-			outage, resumed().Round(100*time.Millisecond), limit)
+	rel.Figure(t, "otlp-resume-after-30s-outage", "spans in Jaeger again %s after the collector came back (0 = not within 2 min), %s at the start; %d spans dropped meanwhile",
+		resumed().Round(100*time.Millisecond), first().Round(100*time.Millisecond), after.dropped)
+	if resumed() == 0 || resumed()-first() > limit {
+		t.Errorf("after a %v collector outage, spans reached Jaeger again %v after it came back (0: not within 2 min), %v at the start; want within %v more",
+			outage, resumed().Round(100*time.Millisecond), first().Round(100*time.Millisecond), limit)
 	}
 }

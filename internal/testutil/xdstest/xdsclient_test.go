@@ -24,6 +24,10 @@ import (
 
 const waitTime = 10 * time.Second
 
+// hangTime bounds work whose length grows with the machine's load (tens of
+// megabytes under the race detector): long enough that only a hang reaches it.
+const hangTime = time.Minute
+
 // TestXDSResolver proves grpc-go's real xDS client resolves xds:///svc
 // through the go-control-plane peer (LDS→RDS→CDS→EDS over one ADS stream)
 // and reaches the backend, over TCP, a Unix socket and mTLS (in-memory and
