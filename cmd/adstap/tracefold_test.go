@@ -70,15 +70,17 @@ func TestANACKLoopIsOneReadableTraceInJaeger(t *testing.T) {
 		return value(t, text, `adstap_streams_active{protocol="sotw"}`) == 0
 	})
 	t.Logf("FIGURE nack-loop-traced: %.0f NACKs/s through the tap for %s (%.0f NACKs in all)", looped/elapsed.Seconds(), elapsed.Round(time.Millisecond), total)
-	if looped/elapsed.Seconds() < 100 {
-		t.Fatalf("%.0f NACKs/s: the loop did not run (log:\n%s)", looped/elapsed.Seconds(), log.String())
+	// The loop runs at thousands a second on an idle machine and at a
+	// hundred on one loaded by other tests; a handful says it did not run.
+	if looped < 50 {
+		t.Fatalf("%.0f NACKs in %s: the loop did not run (log:\n%s)", looped, elapsed.Round(time.Millisecond), log.String())
 	}
 
 	// Every NACK the tap counted is in Jaeger once: a span of its own or
 	// an episode's count.
 	traceOf := export.VersionTraceID("", version).String()
 	var counted float64
-	xdstest.EventuallyWithin(t, 60*time.Second, "every NACK in Jaeger, own span or folded", func() bool {
+	inJaeger := xdstest.Until(60*time.Second, func() bool {
 		counted = 0
 		for _, tr := range j.Traces(t, service, map[string]string{"xds.result": "nack"}) {
 			for _, s := range tr.Spans {
@@ -94,6 +96,12 @@ func TestANACKLoopIsOneReadableTraceInJaeger(t *testing.T) {
 		}
 		return counted == total
 	})
+	if !inJaeger {
+		text := scrape(t, admin)
+		t.Fatalf("Jaeger holds %.0f NACKs (spans of their own and folded counts), the tap counted %.0f; spans dropped: %.0f (queue full), %.0f (export failed), %.0f (trace limit)",
+			counted, total, value(t, text, `adstap_spans_dropped_total{reason="queue_full"}`), value(t, text, `adstap_spans_dropped_total{reason="export_failed"}`),
+			value(t, text, `adstap_spans_dropped_total{reason="trace_limit"}`))
+	}
 
 	// The looping version's trace, as the UI reads it and as api_v3 does.
 	for _, path := range []string{"/api/traces/" + traceOf, "/api/v3/traces/" + traceOf} {
