@@ -178,15 +178,6 @@ func endpoints(cluster string, n, seed int) *endpointv3.ClusterLoadAssignment {
 	}
 }
 
-// endpointsOfSize is endpoints with as many endpoints as fit in about size bytes.
-func endpointsOfSize(cluster string, size, seed int) *endpointv3.ClusterLoadAssignment {
-	n := 1
-	for proto.Size(endpoints(cluster, n+1, seed)) <= size {
-		n++
-	}
-	return endpoints(cluster, n, seed)
-}
-
 // clusterName is the Istio-style name of service i.
 func clusterName(i int) string {
 	return fmt.Sprintf("outbound|8080||svc-%05d.ns-%d.svc.cluster.local", i, i%17)

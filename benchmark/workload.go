@@ -209,17 +209,6 @@ func waitFor(ch <-chan struct{}, d time.Duration, what string) error {
 	}
 }
 
-// closeAll closes what was opened, returning the first error.
-func closeAll(fs ...func() error) error {
-	var first error
-	for _, f := range fs {
-		if err := f(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
 // filesPerStream is what one stream of one connection costs in file
 // descriptors, in the load generator (the client's connection and the
 // upstream's) and in a middle (the client's and its upstream connection);

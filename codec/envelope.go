@@ -332,6 +332,7 @@ func (d *nodeDecoder) decode(b []byte) error {
 		}
 	}
 	if rd.err != nil {
+		//lint:ignore ST1005 the error names the message it was reading, as every error of the decoder does
 		return fmt.Errorf("Node %w", rd.err)
 	}
 	return nil
@@ -635,10 +636,12 @@ func (r *Response) decodeControlPlane(b []byte, prev string) error {
 func decodeSotWResource(b []byte, res *Resource) error {
 	typeURL, value, err := decodeAny(b)
 	if err != nil {
+		//lint:ignore ST1005 the error names the message it was reading, as every error of the decoder does
 		return fmt.Errorf("Any %w", err)
 	}
 	if string(typeURL) == TypeResource {
 		if err := decodeResource(value, res); err != nil {
+			//lint:ignore ST1005 the error names the message it was reading, as every error of the decoder does
 			return fmt.Errorf("Any value: Resource %w", err)
 		}
 		return nil

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -236,13 +235,8 @@ var (
 	cliErr  error
 )
 
-// goTool is the go command running the tests.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+// goTool is the go command running the tests: go test puts it first on PATH.
+func goTool() string { return "go" }
 
 // adstapCLI reads the real flag set: it runs `adstap run --help` once.
 func adstapCLI(t *testing.T) cli {
@@ -852,16 +846,6 @@ func onePod(t *testing.T, file string) pod {
 		t.Fatalf("%s: want one pod template, found %d", file, len(found))
 	}
 	return found[0]
-}
-
-func portList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // TestDebugPodReachable follows debug-target.yaml's discoveryAddress to the

@@ -249,7 +249,7 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 	attrs := func(kvs []attribute.KeyValue) string {
 		var parts []string
 		for _, kv := range kvs {
-			parts = append(parts, fmt.Sprintf("%s=%s:%s", kv.Key, kv.Value.Type(), kv.Value.Emit()))
+			parts = append(parts, fmt.Sprintf("%s=%s:%s", kv.Key, kv.Value.Type(), kv.Value.String()))
 		}
 		return strings.Join(parts, " ")
 	}

@@ -32,10 +32,7 @@ func humanBytesByFmt(n int) string {
 
 func TestAppendLatencyMatchesFmt(t *testing.T) {
 	leakcheck.Check(t)
-	var ds []time.Duration
-	for _, d := range []time.Duration{-time.Second, -1500 * time.Microsecond, -time.Microsecond, -1, 0, 1, 499, 500, 999, 1000, 1001} {
-		ds = append(ds, d)
-	}
+	ds := []time.Duration{-time.Second, -1500 * time.Microsecond, -time.Microsecond, -1, 0, 1, 499, 500, 999, 1000, 1001}
 	// Every microsecond to 2 ms, then steps around every boundary.
 	for d := time.Duration(0); d <= 2*time.Millisecond; d += time.Microsecond {
 		ds = append(ds, d, d+499, d+500)

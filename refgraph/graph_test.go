@@ -162,14 +162,8 @@ var start = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
 const grace = 15 * time.Second
 
-// run feeds the steps to a graph, each push sent and answered at once, and
-// returns the changes of the last step.
-func run(t *testing.T, delta bool, steps []step) (*refgraph.Graph, []refgraph.Change) {
-	g, last, _ := runAll(t, delta, steps)
-	return g, last
-}
-
-// runAll is run, returning also every step's changes, in order.
+// runAll feeds the steps to a graph, each push sent and answered at once, and
+// returns the changes of the last step and every step's changes, in order.
 func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, all []refgraph.Change) {
 	t.Helper()
 	g = refgraph.New(delta, grace)

@@ -72,7 +72,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 	connectedBefore := conn.connect()
 	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
 	if err != nil {
-		err, _ = s.upstreamFailure(upCtx, call, err)
+		_, err = s.upstreamFailure(upCtx, call, err)
 		return err
 	}
 
@@ -196,7 +196,7 @@ func (r *relay) observe(d Direction, f *codec.RawMessage) bool {
 // finish decides the status the client receives and reports the end.
 func (r *relay) finish(ctx context.Context, err error, by string) error {
 	if err != nil {
-		err, by = r.srv.upstreamFailure(ctx, r.call, err)
+		by, err = r.srv.upstreamFailure(ctx, r.call, err)
 	}
 	if r.obs != nil {
 		st := status.Convert(err)
@@ -205,30 +205,30 @@ func (r *relay) finish(ctx context.Context, err error, by string) error {
 	return err
 }
 
-// upstreamFailure turns an error from the upstream stream into the status the
-// client receives, and names the side that ended the stream. A status the
+// upstreamFailure names the side that ended the stream and turns an error
+// from the upstream stream into the status the client receives. A status the
 // control plane sent is passed on exactly; one the tap caused (a drain, an
 // oversized message) says so; a failure of the upstream connection itself is
 // Unavailable and names the upstream, so the client retries, as it would had
 // it lost the control plane directly.
-func (s *Server) upstreamFailure(ctx context.Context, call *callState, err error) (error, string) {
+func (s *Server) upstreamFailure(ctx context.Context, call *callState, err error) (string, error) {
 	if cause := context.Cause(ctx); cause != nil {
 		if _, ok := status.FromError(cause); ok {
-			return cause, "tap"
+			return "tap", cause
 		}
 		// The client went away or its deadline passed.
-		return status.FromContextError(ctx.Err()).Err(), "client"
+		return "client", status.FromContextError(ctx.Err()).Err()
 	}
 	if call.gotTrailer.Load() {
-		return err, "upstream"
+		return "upstream", err
 	}
 	st := status.Convert(err)
 	if st.Code() == codes.ResourceExhausted {
-		return status.Errorf(codes.ResourceExhausted,
+		return "tap", status.Errorf(codes.ResourceExhausted,
 			"adstap: a response message from upstream %s exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
-			s.upstream, s.cfg.MaxMessageSize, st.Message()), "tap"
+			s.upstream, s.cfg.MaxMessageSize, st.Message())
 	}
-	return status.Errorf(codes.Unavailable, "adstap: upstream %s: %s", s.upstream, st.Message()), "upstream"
+	return "upstream", status.Errorf(codes.Unavailable, "adstap: upstream %s: %s", s.upstream, st.Message())
 }
 
 // forwardedHeader is the request metadata the control plane receives: all of

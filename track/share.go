@@ -108,15 +108,3 @@ func (k *keeper) unshare(p *sharedPush) {
 		k.held.Add(-p.size)
 	}
 }
-
-// shares counts the pushes kept in the store now, for tests.
-func (s *shareStore) shares() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}

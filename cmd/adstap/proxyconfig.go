@@ -269,9 +269,5 @@ func firstFew(items []string, n int) string {
 // room for certificates.
 func secretSummary(v any) string {
 	m, _ := v.(map[string]any)
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, k)
-	}
-	return strings.Join(parts, ", ")
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }

@@ -81,7 +81,7 @@ func recordGRPC(t *testing.T, target string, bad, fixed map[resource.Type][]type
 // replay serves sent on a loopback port, calls connect with its address,
 // and returns what Serve returned and printed. A replay that does not end
 // fails the test: it never hangs.
-func replay(t *testing.T, sent *Sent, bisect string, connect func(addr string)) (*Outcome, error, string) {
+func replay(t *testing.T, sent *Sent, bisect string, connect func(addr string)) (*Outcome, string, error) {
 	t.Helper()
 	lis := xdstest.ListenTCP(t)
 	var out syncbuf.Buffer
@@ -97,11 +97,11 @@ func replay(t *testing.T, sent *Sent, bisect string, connect func(addr string)) 
 	connect(lis.Addr().String())
 	select {
 	case r := <-done:
-		return r.o, r.err, out.String()
+		return r.o, out.String(), r.err
 	case <-time.After(replayWait):
 		t.Fatalf("the replay did not end within %s:\n%s", replayWait, out.String())
 	}
-	return nil, nil, ""
+	return nil, "", nil
 }
 
 func connectGRPC(t *testing.T, target string) func(string) {
@@ -136,7 +136,7 @@ func TestReplayReproducesGRPCGoNACK(t *testing.T) {
 		t.Fatalf("as of v1, CDS is %+v, want the NACKed cluster", cds)
 	}
 
-	o, err, out := replay(t, sent, "", connectGRPC(t, "svc"))
+	o, out, err := replay(t, sent, "", connectGRPC(t, "svc"))
 	t.Logf("replay:\n%s", out)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestReplayBisectsAThousandClustersToTheBadOne(t *testing.T) {
 	if cds := sent.Type(resource.ClusterType); cds == nil || len(cds.Resources) != n || cds.Result != "nack" {
 		t.Fatalf("as of v1, CDS is %d resources (%v), want the %d NACKed", len(cds.Resources), cds.Result, n)
 	}
-	o, err, out := replay(t, sent, "cds", connectGRPC(t, "fleet"))
+	o, out, err := replay(t, sent, "cds", connectGRPC(t, "fleet"))
 	t.Logf("replay --bisect cds:\n%s", out)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func scenarioSent(t *testing.T, node string, at Point) *Sent {
 func TestReplayEndsWithOneLineWhenTheClientLeavesMidBisection(t *testing.T) {
 	leakcheck.Check(t)
 	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v3"})
-	_, err, out := replay(t, sent, "cds", func(addr string) {
+	_, out, err := replay(t, sent, "cds", func(addr string) {
 		s, cancel := rawSotW(t, addr)
 		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: inspecttest.CDSNode}, TypeUrl: resource.ClusterType}); err != nil {
 			t.Fatal(err)
@@ -256,7 +256,7 @@ func TestReplayRefusesAClientOfAnotherKind(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err, _ := replay(t, sent, "", func(addr string) {
+			_, _, err := replay(t, sent, "", func(addr string) {
 				s, _ := rawSotW(t, addr)
 				if err := s.Send(tt.req); err != nil {
 					t.Fatal(err)
@@ -274,7 +274,7 @@ func TestReplayRefusesAClientOfAnotherKind(t *testing.T) {
 func TestReplayServesACaptureToADeltaClient(t *testing.T) {
 	leakcheck.Check(t)
 	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v4"})
-	o, err, out := replay(t, sent, "", func(addr string) {
+	o, out, err := replay(t, sent, "", func(addr string) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		s := xdstest.OpenDelta(t, ctx, xdstest.DialRaw(t, addr))
@@ -305,7 +305,7 @@ func TestReplaySaysWhichResourcesHadSecretsReplaced(t *testing.T) {
 	if got := sent.redactedNames(); len(got) != 1 || got[0] != "SDS "+inspecttest.SecretName {
 		t.Fatalf("Redacted() = %v, want the secret", got)
 	}
-	o, err, out := replay(t, sent, "", func(addr string) {
+	o, out, err := replay(t, sent, "", func(addr string) {
 		s, _ := rawSotW(t, addr)
 		s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: inspecttest.SDSNode}, TypeUrl: resource.SecretType, ResourceNames: []string{inspecttest.SecretName}})
 		push := xdstest.RecvWithin(t, replayWait, s.Recv)

@@ -43,9 +43,6 @@ func (c *Chain) Add(frame []byte) {
 // Len is the number of frames in the chain.
 func (c *Chain) Len() int { return c.n }
 
-// currentLink is the chain's current link.
-func (c *Chain) currentLink() [32]byte { return c.link }
-
 // linkAtIndex is the link after the first n frames; ok is false when n is past
 // the end or the links were not kept.
 func (c *Chain) linkAtIndex(n int) (link [32]byte, ok bool) {

@@ -18,9 +18,6 @@ func HeapAfterGC() uint64 {
 	return m.HeapAlloc
 }
 
-// mebibytes formats bytes as mebibytes.
-func mebibytes(b uint64) float64 { return float64(b) / (1 << 20) }
-
 // Latencies collects durations from several goroutines, each with the time
 // it was taken at.
 type Latencies struct {
@@ -28,9 +25,6 @@ type Latencies struct {
 	d  []time.Duration
 	at []time.Time
 }
-
-// add records one duration, taken now.
-func (l *Latencies) add(d time.Duration) { l.AddAt(time.Now(), d) }
 
 // AddAt records one duration taken at at.
 func (l *Latencies) AddAt(at time.Time, d time.Duration) {

@@ -153,13 +153,6 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// allLines is how many lines the tap logged.
-func (l *logBuffer) allLines() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines
-}
-
 // Count is how many kept lines contain s: lines of the first 4 MiB, and
 // warnings and errors after them.
 func (l *logBuffer) Count(s string) int {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 )
@@ -44,7 +43,8 @@ func build() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "adstap")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, "./cmd/adstap")
+	// go test puts the go command running the tests first on PATH.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/adstap")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -122,7 +122,7 @@ func start(t testing.TB, bin, dir, config string, try int) (*Server, error) {
 			if bytes.Contains(log, []byte("address already in use")) {
 				return nil, errPortTaken
 			}
-			return nil, fmt.Errorf("Prometheus exited while starting:\n%s", log)
+			return nil, fmt.Errorf("the Prometheus server exited while starting:\n%s", log)
 		default:
 		}
 		if resp, err := client.Get(s.URL + "/-/ready"); err == nil {
@@ -141,7 +141,7 @@ func start(t testing.TB, bin, dir, config string, try int) (*Server, error) {
 		if time.Now().After(deadline) {
 			stop()
 			log, _ := os.ReadFile(s.log)
-			return nil, fmt.Errorf("Prometheus at %s not ready within 60s:\n%s", s.URL, log)
+			return nil, fmt.Errorf("the Prometheus server at %s was not ready within 60s:\n%s", s.URL, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
