@@ -226,6 +226,17 @@ func (m *Metrics) WatchObserveQueue(bytes func() int64, overBound func() uint64)
 			func() float64 { return float64(overBound()) }))
 }
 
+// WatchConnectReports reports, read at scrape time, the upstream connect
+// reports the relay dropped rather than wait for a slow observer
+// (tap.Server.DroppedConnectReports): connect phases and failures that
+// adstap_upstream_connect_seconds and adstap_upstream_connect_failures_total
+// never saw.
+func (m *Metrics) WatchConnectReports(dropped func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_upstream_connect_reports_dropped_total",
+		Help: "Reports of upstream connection attempts dropped because the observer had fallen behind: phases and failures the upstream connect metrics do not count."},
+		func() float64 { return float64(dropped()) }))
+}
+
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

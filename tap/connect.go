@@ -133,7 +133,7 @@ func (s *Server) deliverConnect(c codec.UpstreamConnect) {
 }
 
 // maxPendingConnects bounds the connect reports waiting for the observer;
-// past it they are dropped (and counted in Server.droppedConnectReports).
+// past it they are dropped (and counted in Server.DroppedConnectReports).
 const maxPendingConnects = 1024
 
 // connectReports hands upstream connect reports over from a goroutine that

@@ -239,9 +239,10 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.connects.close(ctx)
 }
 
-// droppedConnectReports counts the upstream connect reports dropped because
-// the observer had fallen more than a thousand behind.
-func (s *Server) droppedConnectReports() uint64 { return s.connects.dropped.Load() }
+// DroppedConnectReports counts the upstream connect reports dropped because
+// the observer had fallen more than a thousand behind, or came after
+// Shutdown: their phases and failures reach no output.
+func (s *Server) DroppedConnectReports() uint64 { return s.connects.dropped.Load() }
 
 // track registers a stream so that Shutdown can end it; it refuses new
 // streams once draining, or past MaxConcurrentStreams, with the status the

@@ -205,6 +205,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 func (p *Pipeline) watch(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.Metrics.WatchObserveQueue(func() int64 { return srv.ObserveQueue().Bytes }, func() uint64 { return srv.ObserveQueue().OverBound })
+	p.Metrics.WatchConnectReports(srv.DroppedConnectReports)
 	p.stop = p.tracking.startClock(time.Second)
 }
 
