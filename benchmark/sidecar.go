@@ -39,7 +39,7 @@ func startSidecar(bin, upstream string, capture bool) (Middle, error) {
 		"--upstream":             upstream,
 		"--upstream-ca":          "", // plaintext on loopback
 		"--upstream-server-name": "",
-		"--capture":              filepath.Join(dir, "xds.jsonl"),
+		"--capture":              filepath.Join(dir, "xds.capture"),
 		"--metrics-listen":       "127.0.0.1:0",
 		"--csds-listen":          "127.0.0.1:0",
 		"ADSTAP_ADMIN":           "127.0.0.1:0",

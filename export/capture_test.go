@@ -84,7 +84,7 @@ func TestCaptureOfA40MBPushHoldsNoSecretAndEveryOtherByte(t *testing.T) {
 		t.Fatalf("the push is %d bytes, want 40 MB", len(push))
 	}
 
-	path := filepath.Join(t.TempDir(), "xds.jsonl")
+	path := filepath.Join(t.TempDir(), "xds.capture")
 	w, err := capture.NewWriter(path, 32<<20, 4, "test", "istiod:15012")
 	if err != nil {
 		t.Fatal(err)

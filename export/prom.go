@@ -40,12 +40,7 @@ type MetricsConfig struct {
 	// "max_streams_per_connection", "max_pending_connections"), what it
 	// turned away.
 	Refused map[string]func() uint64
-	// ConnectReportsDropped, when set, counts the reports of upstream
-	// connection attempts the relay dropped because the observer was far
-	// behind (tap.Server.DroppedConnectReports): the upstream's health
-	// missed them.
-	ConnectReportsDropped func() uint64
-	Logger                *slog.Logger
+	Logger  *slog.Logger
 }
 
 const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
@@ -199,11 +194,6 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 			Help:        "Streams (ResourceExhausted) and connections (closed unread) the tap turned away at a limit: --max-concurrent-streams, --max-streams-per-connection, --max-pending-connections.",
 			ConstLabels: prometheus.Labels{"limit": limit}}, func() float64 { return float64(n()) }))
 	}
-	if n := cfg.ConnectReportsDropped; n != nil {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_upstream_connect_reports_dropped_total",
-			Help: "Reports of the tap's attempts to connect to its control plane that were dropped because observation was far behind: the upstream's health (adstap_upstream_failing, adstap status) missed them."},
-			func() float64 { return float64(n()) }))
-	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -234,6 +224,17 @@ func (m *Metrics) WatchObserveQueue(bytes func() int64, overBound func() uint64)
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_observe_over_bound_total",
 			Help: "Frames larger than --observe-queue-bytes that were observed, one at a time, apart from the bound, rather than skipped."},
 			func() float64 { return float64(overBound()) }))
+}
+
+// WatchConnectReports reports, read at scrape time, the upstream connect
+// reports the relay dropped rather than wait for a slow observer
+// (tap.Server.DroppedConnectReports): connect phases and failures that
+// adstap_upstream_connect_seconds and adstap_upstream_connect_failures_total
+// never saw.
+func (m *Metrics) WatchConnectReports(dropped func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_upstream_connect_reports_dropped_total",
+		Help: "Reports of upstream connection attempts dropped because the observer had fallen behind: phases and failures the upstream connect metrics do not count."},
+		func() float64 { return float64(dropped()) }))
 }
 
 // Registry is where the metrics live, for other exporters to add theirs.

@@ -215,3 +215,22 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectReportsDroppedIsReadAtScrape: the counter shows what the relay
+// says it dropped at the moment of the scrape.
+func TestConnectReportsDroppedIsReadAtScrape(t *testing.T) {
+	leakcheck.Check(t)
+	m := export.NewMetrics(export.MetricsConfig{Version: "v-test"}, export.RelayStatsFunc(noRelay))
+	var dropped uint64
+	m.WatchConnectReports(func() uint64 { return dropped })
+	for _, n := range []uint64{0, 7} {
+		dropped = n
+		want := fmt.Sprintf(`# HELP adstap_upstream_connect_reports_dropped_total Reports of upstream connection attempts dropped because the observer had fallen behind: phases and failures the upstream connect metrics do not count.
+# TYPE adstap_upstream_connect_reports_dropped_total counter
+adstap_upstream_connect_reports_dropped_total %d
+`, n)
+		if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "adstap_upstream_connect_reports_dropped_total"); err != nil {
+			t.Errorf("with %d dropped: %v", n, err)
+		}
+	}
+}

@@ -35,7 +35,7 @@ func TestPushIdentity(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			leak.Check(t)
-			capture := filepath.Join(t.TempDir(), "capture.jsonl")
+			capture := filepath.Join(t.TempDir(), "xds.capture")
 			m := startMeshWith(t, nil, mesh.TapOptions{Capture: capture})
 			m.engine.Apply(t, mesh.ServiceEntry("ratings", "ratings.example.com", "10.1.0.2"))
 			m.waitRounds(t, func(c mesh.Count) bool { return c.Full == 1 })

@@ -29,7 +29,7 @@ import (
 // capture and the NACK as the tap saw it.
 func captureMaglevNACK(t *testing.T) (string, track.PushEnded) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "xds.jsonl")
+	path := filepath.Join(t.TempDir(), "xds.capture")
 	engine := mesh.StartEngine(t, mesh.EngineOptions{ConfigString: shopConfig})
 	tp := mesh.StartTap(t, mesh.TapOptions{Upstream: engine.Addr, Capture: path})
 	mesh.Delta(t, tp.Addr, "productpage", "10.0.0.7", rejectMaglev)

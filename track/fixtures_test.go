@@ -268,7 +268,7 @@ func tick() action {
 }
 
 // run plays a script against tr, comparing every step's events but the
-// FullPush ones, which only the scripts about push rounds check (runRounds).
+// FullPush ones.
 func run(t *testing.T, tr *track.Tracker, steps []step) {
 	t.Helper()
 	play(t, tr, steps, false)

@@ -72,7 +72,7 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 		"--upstream":             up.Addr.Addr,
 		"--upstream-ca":          "", // plaintext on loopback
 		"--upstream-server-name": "",
-		"--capture":              filepath.Join(captures, "xds.jsonl"),
+		"--capture":              filepath.Join(captures, "xds.capture"),
 		"--metrics-listen":       "127.0.0.1:0",
 		"--csds-listen":          "127.0.0.1:0",
 		"ADSTAP_ADMIN":           "127.0.0.1:0",
@@ -162,7 +162,7 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 // captured reports whether the capture files in dir hold a frame whose
 // bytes hash to want.
 func captured(t *testing.T, dir string, want uint64) bool {
-	files, err := filepath.Glob(filepath.Join(dir, "xds.jsonl*"))
+	files, err := filepath.Glob(filepath.Join(dir, "xds.capture*"))
 	if err != nil {
 		t.Fatal(err)
 	}

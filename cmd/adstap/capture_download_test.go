@@ -33,7 +33,7 @@ func TestCaptureDownload(t *testing.T) {
 	leakcheck.Check(t)
 	cp := xdstest.StartControlPlane(t, xdstest.ListenTCP(t))
 	dir := t.TempDir()
-	capturePath := filepath.Join(dir, "xds.jsonl")
+	capturePath := filepath.Join(dir, "xds.capture")
 	os.WriteFile(filepath.Join(dir, "other.txt"), []byte("not a capture"), 0o600)
 	var log syncbuf.Buffer
 	tapAddr, admin := startTracedTap(t, cp.Addr(), &log, "--capture="+capturePath, "--capture-max-bytes=4KiB", "--capture-max-files=3")
@@ -94,7 +94,7 @@ func TestCaptureDownload(t *testing.T) {
 	for _, f := range list {
 		names = append(names, f.Name)
 	}
-	if want := "xds.jsonl.2 xds.jsonl.1 xds.jsonl"; strings.Join(names, " ") != want {
+	if want := "xds.capture.2 xds.capture.1 xds.capture"; strings.Join(names, " ") != want {
 		t.Fatalf("GET /debug/capture lists %v, want %s (oldest first)", names, want)
 	}
 	for i, f := range list {
@@ -110,7 +110,7 @@ func TestCaptureDownload(t *testing.T) {
 			t.Errorf("%s: the download is not the file as written (%d bytes, %d on disk)", f.URL, len(body), len(onDisk))
 		}
 	}
-	for _, bad := range []string{"other.txt", "..%2Fother.txt", "xds.jsonl.9", "%2Fetc%2Fpasswd"} {
+	for _, bad := range []string{"other.txt", "..%2Fother.txt", "xds.capture.9", "%2Fetc%2Fpasswd"} {
 		resp, err := http.Get("http://" + admin + "/debug/capture/" + bad)
 		if err != nil {
 			t.Fatal(err)

@@ -51,12 +51,12 @@ func inspectCommand(f *inspectFlags) *command {
 
 const inspectExamples = `
 Examples:
-  adstap inspect capture.jsonl                     the timeline and the summary (capture.jsonl.N included)
-  adstap inspect --summary-only capture.jsonl.2 capture.jsonl.1 capture.jsonl
-  adstap inspect --push=2026-11-30T10:20:50Z/42 --resources capture.jsonl
-  adstap inspect --nacks capture.jsonl
-  adstap inspect --follow capture.jsonl            while adstap run --capture=capture.jsonl runs
-  adstap inspect --jsonl capture.jsonl | jq -c 'select(.kind=="close")'
+  adstap inspect xds.capture                       the timeline and the summary (xds.capture.N included)
+  adstap inspect --summary-only xds.capture.2 xds.capture.1 xds.capture
+  adstap inspect --push=2026-11-30T10:20:50Z/42 --resources xds.capture
+  adstap inspect --nacks xds.capture
+  adstap inspect --follow xds.capture              while adstap run --capture=xds.capture runs
+  adstap inspect --jsonl xds.capture | jq -c 'select(.kind=="close")'
 
 A file cut short (the tap killed mid-write) is read up to its last complete
 record, with a warning, and inspect exits 0. Exit status 2: bad flags, or a

@@ -46,9 +46,9 @@ func replayCommand(f *replayFlags) *command {
 
 const replayExamples = `
 Examples:
-  adstap replay --at=2026-11-30T10:20:50Z/42 xds.jsonl
-  adstap replay --node=sidecar~10.0.0.1~reviews-v1-7d9f.default~default.svc.cluster.local --bisect=cds xds.jsonl
-  adstap replay --print-bootstrap --at=v3 xds.jsonl > envoy.yaml && adstap replay --at=v3 xds.jsonl &
+  adstap replay --at=2026-11-30T10:20:50Z/42 xds.capture
+  adstap replay --node=sidecar~10.0.0.1~reviews-v1-7d9f.default~default.svc.cluster.local --bisect=cds xds.capture
+  adstap replay --print-bootstrap --at=v3 xds.capture > envoy.yaml && adstap replay --at=v3 xds.capture &
   envoy -c envoy.yaml
 
 Exit status: 0 the client accepted every push, 3 it rejected one, 2 bad flags,

@@ -141,7 +141,6 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
-		ConnectReportsDropped: p.droppedConnectReports,
 	}, export.RelayStatsFunc(p.relayStats))
 	p.Tracing.CountFolds(p.Metrics.SpansFolded)
 	p.Upstream = export.NewUpstreamHealth()
@@ -206,6 +205,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 func (p *Pipeline) watch(srv *tap.Server) {
 	p.relay.Store(srv)
 	p.Metrics.WatchObserveQueue(func() int64 { return srv.ObserveQueue().Bytes }, func() uint64 { return srv.ObserveQueue().OverBound })
+	p.Metrics.WatchConnectReports(srv.DroppedConnectReports)
 	p.stop = p.tracking.startClock(time.Second)
 }
 
@@ -219,13 +219,6 @@ func (p *Pipeline) refused() tap.Refused {
 		return srv.Refused()
 	}
 	return tap.Refused{}
-}
-
-func (p *Pipeline) droppedConnectReports() uint64 {
-	if srv := p.relay.Load(); srv != nil {
-		return srv.DroppedConnectReports()
-	}
-	return 0
 }
 
 func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {

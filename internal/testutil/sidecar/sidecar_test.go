@@ -20,7 +20,7 @@ func TestInjected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--listen={{ $tap }}", "--capture=/var/run/adstap/capture/xds.jsonl"} {
+	for _, want := range []string{"--listen={{ $tap }}", "--capture=/var/run/adstap/capture/xds.capture"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q: want %s among them", c.Args, want)
 		}
