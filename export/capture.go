@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
 
@@ -34,11 +35,12 @@ type Capture struct {
 	q   *queue[captured]
 
 	// gaps counts, per stream, the frames dropped since its last queued
-	// record: the next one is preceded by a gap record. large is the size
-	// of the frame held beyond the queue's bound, 0 when none is.
-	gapMu sync.Mutex
-	gaps  map[uint64]int
-	large int
+	// record: the next one is preceded by a gap record. Each stream's count
+	// is its own atomic, made at its open: a frame's way through takes no
+	// lock another stream takes. large is the size of the frame held beyond
+	// the queue's bound, 0 when none is.
+	gaps  sync.Map // stream ID → *atomic.Int64
+	large atomic.Int64
 
 	// Used by the queue's goroutine only.
 	streams map[uint64]capturedStream
@@ -73,7 +75,7 @@ const recordOverhead = 256
 // (DefaultOutputQueueBytes when 0), and one frame larger than that. Close
 // it to write out what waits.
 func NewCapture(w *capture.Writer, log *slog.Logger, maxQueueBytes int64) *Capture {
-	c := &Capture{w: w, log: log, gaps: map[uint64]int{}, streams: map[uint64]capturedStream{}}
+	c := &Capture{w: w, log: log, streams: map[uint64]capturedStream{}}
 	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"), c.release)
 	return c
 }
@@ -100,39 +102,53 @@ func (c *Capture) Frame(r capture.Record, data mem.BufferSlice) {
 }
 
 func (c *Capture) put(it captured, size int, must bool) {
-	c.gapMu.Lock()
-	defer c.gapMu.Unlock()
 	frame, stream := it.rec.Kind == capture.KindFrame, it.rec.Stream
-	if n := c.gaps[stream]; n > 0 {
-		if !c.q.put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: n}}, recordOverhead, must) {
+	gaps := c.gapsOf(stream, it.rec.Kind == capture.KindOpen)
+	if it.rec.Kind == capture.KindClose {
+		defer c.gaps.Delete(stream)
+	}
+	// Taken whole: the stream's other direction may drop frames meanwhile,
+	// and each dropped frame is told by exactly one gap record.
+	if n := gaps.Swap(0); n > 0 {
+		if !c.q.put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: int(n)}}, recordOverhead, must) {
 			if frame {
-				c.gaps[stream]++
+				n++
 				it.data.Free()
 			}
+			gaps.Add(n)
 			return
 		}
-		delete(c.gaps, stream)
 	}
 	var queued bool
 	switch {
 	case frame && int64(size) > c.q.maxBytes:
 		// Larger than the whole queue: held beyond it, alone.
-		if c.large == 0 {
+		if c.large.CompareAndSwap(0, int64(size)) {
 			it.large = true
-			if queued = c.q.put(it, recordOverhead, true); queued {
-				c.large = size
+			if queued = c.q.put(it, recordOverhead, true); !queued {
+				c.large.Store(0)
 			}
 		}
 	default:
 		queued = c.q.put(it, size, must)
 	}
 	if !queued && frame {
-		c.gaps[stream]++
+		gaps.Add(1)
 		it.data.Free()
 	}
-	if it.rec.Kind == capture.KindClose {
-		delete(c.gaps, stream)
+}
+
+// gapsOf is the stream's count of dropped frames, made at its open. The
+// map is written once a stream, at its open and close, and read without a
+// lock for every frame.
+func (c *Capture) gapsOf(stream uint64, open bool) *atomic.Int64 {
+	if !open {
+		if g, ok := c.gaps.Load(stream); ok {
+			return g.(*atomic.Int64)
+		}
 	}
+	g, _ := c.gaps.LoadOrStore(stream, new(atomic.Int64))
+	return g.(*atomic.Int64)
 }
 
 // release lets go of what a record held, written or dropped.
@@ -142,9 +158,7 @@ func (c *Capture) release(it captured) {
 	}
 	it.data.Free()
 	if it.large {
-		c.gapMu.Lock()
-		c.large = 0
-		c.gapMu.Unlock()
+		c.large.Store(0)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -28,11 +28,17 @@ type queue[T any] struct {
 	// (past Close's deadline), to let go of what it holds.
 	discard func(T)
 
-	mu         sync.Mutex
-	items      []queued[T]
-	used       int64
-	closed     bool
-	unreported uint64
+	// A put takes no lock: the producers are the relays' and the
+	// observation workers' goroutines, one per stream or worker, and a
+	// lock they all took would make each stream wait for the others. Work
+	// is pushed on a lock-free stack that the queue's goroutine takes whole
+	// and reverses, which keeps each producer's order; the bound is a byte
+	// count reserved by compare-and-swap.
+	head       atomic.Pointer[queueNode[T]]
+	used       atomic.Int64
+	closed     atomic.Bool
+	putting    atomic.Int64 // puts between their look at closed and their push
+	unreported atomic.Uint64
 	dropped    atomic.Uint64
 
 	wake chan struct{}
@@ -46,6 +52,11 @@ type queued[T any] struct {
 	// reached, when set, marks a flush: closed once everything queued
 	// before it is done.
 	reached chan struct{}
+}
+
+type queueNode[T any] struct {
+	next *queueNode[T]
+	queued[T]
 }
 
 func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64), discard func(T)) *queue[T] {
@@ -63,37 +74,79 @@ func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64
 // for small records whose loss would garble the output (a stream's open and
 // close), never for the bulk of the work.
 func (q *queue[T]) put(v T, size int, must bool) bool {
-	q.mu.Lock()
-	if q.closed || (!must && q.used+int64(size) > q.maxBytes) {
-		q.unreported++
-		q.mu.Unlock()
+	// Counted before closed is read: close, which sets closed first, then
+	// waits for putting to reach 0 before it takes the last work, so a put
+	// that saw the queue open is never lost.
+	q.putting.Add(1)
+	if q.closed.Load() || !q.reserve(int64(size), must) {
+		q.putting.Add(-1)
+		q.unreported.Add(1)
 		q.dropped.Add(1)
 		return false
 	}
-	q.items = append(q.items, queued[T]{v: v, size: int64(size)})
-	q.used += int64(size)
-	q.mu.Unlock()
+	q.push(&queueNode[T]{queued: queued[T]{v: v, size: int64(size)}})
+	q.putting.Add(-1)
+	q.signal()
+	return true
+}
+
+// reserve counts size against the bound, unless it would pass it and the
+// work need not be queued.
+func (q *queue[T]) reserve(size int64, must bool) bool {
+	if must {
+		q.used.Add(size)
+		return true
+	}
+	for {
+		used := q.used.Load()
+		if used+size > q.maxBytes {
+			return false
+		}
+		if q.used.CompareAndSwap(used, used+size) {
+			return true
+		}
+	}
+}
+
+func (q *queue[T]) push(n *queueNode[T]) {
+	for {
+		n.next = q.head.Load()
+		if q.head.CompareAndSwap(n.next, n) {
+			return
+		}
+	}
+}
+
+// take returns the work pushed so far, oldest first.
+func (q *queue[T]) take(batch []queued[T]) []queued[T] {
+	start := len(batch)
+	for n := q.head.Swap(nil); n != nil; n = n.next {
+		batch = append(batch, n.queued)
+	}
+	for i, j := start, len(batch)-1; i < j; i, j = i+1, j-1 {
+		batch[i], batch[j] = batch[j], batch[i]
+	}
+	return batch
+}
+
+func (q *queue[T]) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // flush waits, until ctx is done, for the work queued so far to be done.
 func (q *queue[T]) flush(ctx context.Context) {
 	reached := make(chan struct{})
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
+	q.putting.Add(1)
+	if q.closed.Load() {
+		q.putting.Add(-1)
 		return
 	}
-	q.items = append(q.items, queued[T]{reached: reached})
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.push(&queueNode[T]{queued: queued[T]{reached: reached}})
+	q.putting.Add(-1)
+	q.signal()
 	select {
 	case <-reached:
 	case <-ctx.Done():
@@ -107,32 +160,24 @@ func (q *queue[T]) run() {
 	defer close(q.done)
 	var batch []queued[T]
 	for {
-		q.mu.Lock()
-		for len(q.items) == 0 {
-			if q.unreported > 0 && q.lost != nil {
+		batch = q.take(batch[:0])
+		if len(batch) == 0 {
+			if n := q.unreported.Swap(0); n > 0 && q.lost != nil {
 				// Caught up after a loss: say it now, when saying it can
 				// be heard.
-				n := q.unreported
-				q.unreported = 0
-				q.mu.Unlock()
 				q.lost(n)
-				q.mu.Lock()
 				continue
 			}
-			if q.closed {
-				q.mu.Unlock()
+			if q.closed.Load() && q.putting.Load() == 0 && q.head.Load() == nil {
 				return
 			}
-			q.mu.Unlock()
 			select {
 			case <-q.wake:
 			case <-q.stop:
 				return
 			}
-			q.mu.Lock()
+			continue
 		}
-		batch, q.items = q.items, batch[:0]
-		q.mu.Unlock()
 		for i := range batch {
 			select {
 			case <-q.stop:
@@ -146,9 +191,7 @@ func (q *queue[T]) run() {
 				continue
 			}
 			q.do(batch[i].v)
-			q.mu.Lock()
-			q.used -= batch[i].size
-			q.mu.Unlock()
+			q.used.Add(-batch[i].size)
 			batch[i] = queued[T]{}
 		}
 	}
@@ -164,28 +207,24 @@ func (q *queue[T]) close(ctx context.Context) error {
 		return nil
 	default:
 	}
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.closed.Store(true)
+	q.signal()
 	select {
 	case <-q.done:
 		return nil
 	case <-ctx.Done():
 	}
-	q.mu.Lock()
-	items := q.items
-	q.items = nil
-	q.mu.Unlock()
 	select {
 	case <-q.stop:
 	default:
 		close(q.stop)
 	}
-	left := q.drop(items)
+	// A put that saw the queue open pushes within a few instructions;
+	// wait for it rather than lose its work uncounted.
+	for q.putting.Load() != 0 {
+		runtime.Gosched()
+	}
+	left := q.drop(q.take(nil))
 	q.dropped.Add(uint64(left))
 	return fmt.Errorf("%s: %d queued records dropped: the output did not take them before the deadline", q.output, left)
 }
