@@ -153,6 +153,7 @@ func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
 			return
 		}
 		a.Release()
+		takingShared("config.mu")
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()

@@ -462,6 +462,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 		return node
 	}
 	if !m.nodesFull.Load() {
+		takingShared("metrics.nodeMu")
 		m.nodeMu.Lock()
 		_, in := m.nodes.Load(node)
 		if !in && m.nodeCount < m.cfg.MaxNodes {
