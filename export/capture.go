@@ -71,12 +71,20 @@ type capturedStream struct {
 // queue's bound.
 const recordOverhead = 256
 
-// NewCapture records to w, with at most maxQueueBytes of records waiting
-// (DefaultOutputQueueBytes when 0), and one frame larger than that. Close
-// it to write out what waits.
-func NewCapture(w *capture.Writer, log *slog.Logger, maxQueueBytes int64) *Capture {
-	c := &Capture{w: w, log: log, streams: map[uint64]capturedStream{}}
-	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"), c.release)
+// CaptureConfig shapes the capture.
+type CaptureConfig struct {
+	// OutputConfig.QueueBytes bounds the records waiting, but for one frame
+	// larger than that.
+	OutputConfig
+	// Writer is the capture file, which Close closes.
+	Writer *capture.Writer
+}
+
+// NewCapture records to cfg.Writer. Close it to write out what waits.
+func NewCapture(cfg CaptureConfig) *Capture {
+	log := cfg.logger()
+	c := &Capture{w: cfg.Writer, log: log, streams: map[uint64]capturedStream{}}
+	c.q = newQueue(CaptureOutput, cfg.QueueBytes, c.write, warnLost(log, CaptureOutput, "records"), c.release)
 	return c
 }
 
@@ -161,6 +169,9 @@ func (c *Capture) release(it captured) {
 		c.large.Store(0)
 	}
 }
+
+// Name is the output's name, its queue's.
+func (c *Capture) Name() string { return CaptureOutput }
 
 // Dropped counts the records dropped because the queue was full.
 func (c *Capture) Dropped() uint64 { return c.q.Dropped() }

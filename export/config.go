@@ -22,7 +22,6 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
-	"log/slog"
 )
 
 // DefaultRetainMaxBytes bounds the resources a ConfigStore keeps unless told
@@ -88,12 +87,20 @@ const (
 	opEnded // a push of the type ended with nothing to retain
 )
 
-// NewConfigStore retains at most maxBytes of resource bodies, with at most
-// maxQueueBytes of accepted pushes waiting to be retained
-// (DefaultOutputQueueBytes when 0). Close stops it.
-func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
-	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), func(op configOp) {
+// ConfigStoreConfig shapes the retained configuration.
+type ConfigStoreConfig struct {
+	// OutputConfig.QueueBytes bounds the accepted pushes waiting to be
+	// retained.
+	OutputConfig
+	// MaxBytes bounds the resource bodies retained (--retain-max-bytes).
+	MaxBytes int64
+}
+
+// NewConfigStore retains at most cfg.MaxBytes of resource bodies. Close
+// stops it.
+func NewConfigStore(cfg ConfigStoreConfig) *ConfigStore {
+	c := &ConfigStore{maxBytes: cfg.MaxBytes, streams: map[uint64]*retainedStream{}}
+	c.q = newQueue(ConfigOutput, cfg.QueueBytes, c.do, warnLost(cfg.logger(), ConfigOutput, "pushes"), func(op configOp) {
 		op.accepted.Release()
 	})
 	return c
@@ -161,7 +168,10 @@ func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
 	c.q.put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
 }
 
-// Dropped counts the accepted pushes dropped because the queue was full.
+// Name is the output's name, its queue's.
+func (c *ConfigStore) Name() string { return ConfigOutput }
+
+// Dropped counts the accepted pushes the store's queue dropped.
 func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
 
 // Close stops retaining, once what waits is retained or ctx is done.

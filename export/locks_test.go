@@ -54,14 +54,14 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	}
 	m := export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil)
 	logOut := export.NewLogWriter(io.Discard, 1<<30, nil)
-	retained := export.NewConfigStore(1<<30, 1<<30, slog.New(slog.DiscardHandler))
-	refs := export.NewReferences(export.ReferencesConfig{QueueBytes: 1 << 30, Logger: slog.New(slog.DiscardHandler), Tracing: tr})
+	retained := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
+	refs := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Tracing: tr})
 	upstream := export.NewUpstreamHealth()
 	w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<30, 2, "test", "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	capt := export.NewCapture(w, slog.New(slog.DiscardHandler), 1<<30)
+	capt := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
 	sinks := []track.Sink{export.NewLiveLog(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
 	emit := func(e track.Event) {
 		for _, s := range sinks {

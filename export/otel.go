@@ -243,6 +243,12 @@ func (t *Tracing) Dropped() uint64 {
 	return t.queue.Dropped() + t.traceLimit.Load()
 }
 
+// Name is TracingOutput.
+func (t *Tracing) Name() string { return TracingOutput }
+
+// Close is Shutdown, for the pipeline's loop over its outputs.
+func (t *Tracing) Close(ctx context.Context) error { return t.Shutdown(ctx) }
+
 // Shutdown ends open connect spans and exports what is queued, within ctx.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil {

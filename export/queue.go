@@ -282,7 +282,7 @@ func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, los
 		}
 	}
 	l := &LogWriter{}
-	l.q = newQueue("log", maxBytes, func(it logItem) {
+	l.q = newQueue(LogOutput, maxBytes, func(it logItem) {
 		if it.later != nil {
 			it.later()
 			return
@@ -307,6 +307,9 @@ func (l *LogWriter) Write(p []byte) (int, error) {
 func (l *LogWriter) Later(f func()) bool {
 	return l.q.put(logItem{later: f}, laterSize, false)
 }
+
+// Name is the output's name, its queue's.
+func (l *LogWriter) Name() string { return LogOutput }
 
 // Dropped counts the lines dropped.
 func (l *LogWriter) Dropped() uint64 { return l.q.Dropped() }

@@ -117,10 +117,9 @@ var _ track.Sink = (*References)(nil)
 type ReferencesConfig struct {
 	// Grace is DefaultReferencesGrace when 0.
 	Grace time.Duration
-	// QueueBytes bounds the bytes of accepted pushes waiting to be scanned
-	// (DefaultOutputQueueBytes when 0), but for one larger than that.
-	QueueBytes int64
-	Logger     *slog.Logger
+	// OutputConfig.QueueBytes bounds the bytes of accepted pushes waiting
+	// to be scanned, but for one larger than that.
+	OutputConfig
 	// Registry, when set, gets the metrics.
 	Registry *prometheus.Registry
 	// Tracing, when set, gets a span per check that changed something.
@@ -134,9 +133,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultReferencesGrace
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cfg.logger()
 	_, human := cfg.Logger.Handler().(*Pretty)
 	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
@@ -157,7 +154,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "accepted pushes and requests (their streams are no longer checked)"),
+	r.q = newQueue(ReferencesOutput, cfg.QueueBytes, r.do, warnLost(cfg.Logger, ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
 		r.release) // a push dropped at Close's deadline is let go of
 	return r
 }
@@ -252,8 +249,10 @@ func (r *References) release(op refOp) {
 	}
 }
 
-// Dropped counts the accepted pushes and requests dropped because the queue
-// was full.
+// Name is the output's name, its queue's.
+func (r *References) Name() string { return ReferencesOutput }
+
+// Dropped counts what the check's queue dropped.
 func (r *References) Dropped() uint64 { return r.q.Dropped() }
 
 // Close stops checking, once what waits is done or ctx is done.

@@ -120,7 +120,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 		},
 	}
 	if env.LogOut != nil {
-		pcfg.LogDropped = env.LogOut.Dropped
+		pcfg.LogOutput = env.LogOut
 		pcfg.LogLater = env.LogOut.Later
 	}
 	if f.RetainResources {
