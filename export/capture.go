@@ -10,6 +10,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/redact"
 )
 
@@ -32,7 +33,7 @@ import (
 type Capture struct {
 	w   *capture.Writer
 	log *slog.Logger
-	q   *queue[captured]
+	q   *outq.Queue[captured]
 
 	// gaps counts, per stream, the frames dropped since its last queued
 	// record: the next one is preceded by a gap record. Each stream's count
@@ -84,7 +85,7 @@ type CaptureConfig struct {
 func NewCapture(cfg CaptureConfig) *Capture {
 	log := cfg.logger()
 	c := &Capture{w: cfg.Writer, log: log, streams: map[uint64]capturedStream{}}
-	c.q = newQueue(CaptureOutput, cfg.QueueBytes, c.write, warnLost(log, CaptureOutput, "records"), c.release)
+	c.q = outq.New(CaptureOutput, cfg.QueueBytes, c.write, outq.WarnLost(log, CaptureOutput, "records"), c.release)
 	return c
 }
 
@@ -118,7 +119,7 @@ func (c *Capture) put(it captured, size int, must bool) {
 	// Taken whole: the stream's other direction may drop frames meanwhile,
 	// and each dropped frame is told by exactly one gap record.
 	if n := gaps.Swap(0); n > 0 {
-		if !c.q.put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: int(n)}}, recordOverhead, must) {
+		if !c.q.Put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: int(n)}}, recordOverhead, must) {
 			if frame {
 				n++
 				it.data.Free()
@@ -129,16 +130,16 @@ func (c *Capture) put(it captured, size int, must bool) {
 	}
 	var queued bool
 	switch {
-	case frame && int64(size) > c.q.maxBytes:
+	case frame && int64(size) > c.q.MaxBytes():
 		// Larger than the whole queue: held beyond it, alone.
 		if c.large.CompareAndSwap(0, int64(size)) {
 			it.large = true
-			if queued = c.q.put(it, recordOverhead, true); !queued {
+			if queued = c.q.Put(it, recordOverhead, true); !queued {
 				c.large.Store(0)
 			}
 		}
 	default:
-		queued = c.q.put(it, size, must)
+		queued = c.q.Put(it, size, must)
 	}
 	if !queued && frame {
 		gaps.Add(1)
@@ -180,9 +181,9 @@ func (c *Capture) Dropped() uint64 { return c.q.Dropped() }
 // file. Past ctx the rest is dropped, and the file is closed once the write
 // in hand returns, if ever.
 func (c *Capture) Close(ctx context.Context) error {
-	if err := c.q.close(ctx); err != nil {
+	if err := c.q.Close(ctx); err != nil {
 		go func() {
-			<-c.q.done
+			<-c.q.Done()
 			c.w.Close()
 		}()
 		return err

@@ -20,6 +20,7 @@ import (
 
 	"context"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
@@ -44,7 +45,7 @@ const DefaultRetainMaxBytes = 128 << 20
 // incomplete.
 type ConfigStore struct {
 	maxBytes int64
-	q        *queue[configOp]
+	q        *outq.Queue[configOp]
 
 	// Written under mu on the queue's goroutine, which alone reads them
 	// without it, but for full, which OnEvent sets when an accepted push
@@ -100,7 +101,7 @@ type ConfigStoreConfig struct {
 // stops it.
 func NewConfigStore(cfg ConfigStoreConfig) *ConfigStore {
 	c := &ConfigStore{maxBytes: cfg.MaxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue(ConfigOutput, cfg.QueueBytes, c.do, warnLost(cfg.logger(), ConfigOutput, "pushes"), func(op configOp) {
+	c.q = outq.New(ConfigOutput, cfg.QueueBytes, c.do, outq.WarnLost(cfg.logger(), ConfigOutput, "pushes"), func(op configOp) {
 		op.accepted.Release()
 	})
 	return c
@@ -133,10 +134,10 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		if e.Stream.Protocol != codec.Opaque {
-			c.q.put(configOp{kind: opOpen, stream: e.Stream.ID}, 64, true)
+			c.q.Put(configOp{kind: opOpen, stream: e.Stream.ID}, 64, true)
 		}
 	case track.StreamClosed:
-		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
+		c.q.Put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
 		a := e.Accepted
 		if e.Result == track.ResultSuperseded {
@@ -156,7 +157,7 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 // same, with no resources.
 func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
 	if a != nil {
-		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
+		if a.NotKept == "" && c.q.Put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: a}, int(a.Bytes), false) {
 			return
 		}
 		a.Release()
@@ -165,7 +166,7 @@ func (c *ConfigStore) ended(p track.Push, a *track.Accepted) {
 		c.full = true
 		c.mu.Unlock()
 	}
-	c.q.put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
+	c.q.Put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
 }
 
 // Name is the output's name, its queue's.
@@ -175,7 +176,7 @@ func (c *ConfigStore) Name() string { return ConfigOutput }
 func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
 
 // Close stops retaining, once what waits is retained or ctx is done.
-func (c *ConfigStore) Close(ctx context.Context) error { return c.q.close(ctx) }
+func (c *ConfigStore) Close(ctx context.Context) error { return c.q.Close(ctx) }
 
 func (c *ConfigStore) closeStream(id uint64) {
 	c.mu.Lock()
@@ -298,7 +299,7 @@ func (c *ConfigStore) Handler() http.Handler {
 		// read, so it agrees with /debug/streams; a store far behind gets
 		// a second, then the page shows what it has.
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		c.q.flush(ctx)
+		c.q.Flush(ctx)
 		cancel()
 		c.mu.Lock()
 		st := c.streams[id]

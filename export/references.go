@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
@@ -47,7 +48,7 @@ type References struct {
 	log     *slog.Logger
 	detail  bool
 	tracing *Tracing
-	q       *queue[refOp]
+	q       *outq.Queue[refOp]
 	// large is set while the hand-over held beyond the queue's bound waits.
 	large atomic.Bool
 
@@ -154,7 +155,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = newQueue(ReferencesOutput, cfg.QueueBytes, r.do, warnLost(cfg.Logger, ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
+	r.q = outq.New(ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
 		r.release) // a push dropped at Close's deadline is let go of
 	return r
 }
@@ -162,7 +163,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 // Tick reports the references that have waited past the grace by now; call
 // it about once a second (the pipeline's clock does), so they are noticed
 // when no push is accepted.
-func (r *References) Tick(now time.Time) { r.q.put(refOp{kind: refTick, at: now}, 16, true) }
+func (r *References) Tick(now time.Time) { r.q.Put(refOp{kind: refTick, at: now}, 16, true) }
 
 // OnEvent follows the streams, their requests and the tracker's verdicts on
 // their pushes, and takes each accepted push the tracker hands over. It
@@ -171,10 +172,10 @@ func (r *References) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		if e.Stream.Protocol != codec.Opaque {
-			r.q.put(refOp{kind: refOpen, stream: e.Stream.ID, delta: e.Stream.Protocol == codec.Delta}, 64, true)
+			r.q.Put(refOp{kind: refOpen, stream: e.Stream.ID, delta: e.Stream.Protocol == codec.Delta}, 64, true)
 		}
 	case track.StreamClosed:
-		r.q.put(refOp{kind: refClose, stream: e.Stream.ID}, 64, true)
+		r.q.Put(refOp{kind: refClose, stream: e.Stream.ID}, 64, true)
 	case track.RequestSeen:
 		if e.Request != nil {
 			r.request(e)
@@ -191,7 +192,7 @@ func (r *References) OnEvent(e track.Event) {
 	case track.LateAnswer:
 		r.ended(e.Push, e.Accepted, e.At)
 	case track.ObservationGap:
-		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
+		r.q.Put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -204,8 +205,8 @@ func (r *References) request(e track.RequestSeen) {
 			size += len(n) + 16
 		}
 	}
-	if !r.q.put(refOp{kind: refRequest, stream: e.StreamID, req: req, answers: e.Answers, at: e.At}, size, false) {
-		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
+	if !r.q.Put(refOp{kind: refRequest, stream: e.StreamID, req: req, answers: e.Answers, at: e.At}, size, false) {
+		r.q.Put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -218,23 +219,23 @@ func (r *References) ended(p track.Push, a *track.Accepted, at time.Time) {
 		if a != nil {
 			op.why = "the tracker did not keep a push the client accepted: " + a.NotKept
 		}
-		r.q.put(op, 256, true)
+		r.q.Put(op, 256, true)
 		return
 	}
 	op.accepted = a
 	var queued bool
-	if a.Bytes > r.q.maxBytes && r.large.CompareAndSwap(false, true) {
+	if a.Bytes > r.q.MaxBytes() && r.large.CompareAndSwap(false, true) {
 		// Larger than the whole queue: held beyond it, alone.
 		op.large = true
-		if queued = r.q.put(op, 256, true); !queued {
+		if queued = r.q.Put(op, 256, true); !queued {
 			r.large.Store(false)
 		}
 	} else {
-		queued = r.q.put(op, int(a.Bytes)+256, false)
+		queued = r.q.Put(op, int(a.Bytes)+256, false)
 	}
 	if !queued {
 		a.Release()
-		r.q.put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
+		r.q.Put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -257,7 +258,7 @@ func (r *References) Dropped() uint64 { return r.q.Dropped() }
 
 // Close stops checking, once what waits is done or ctx is done.
 func (r *References) Close(ctx context.Context) error {
-	return r.q.close(ctx)
+	return r.q.Close(ctx)
 }
 
 func (r *References) do(op refOp) {
@@ -506,7 +507,7 @@ type IstioRef struct {
 // first (within a second), so the page agrees with the streams it shows.
 func (r *References) Dangling(ctx context.Context, node string) []DanglingReference {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	r.q.flush(ctx)
+	r.q.Flush(ctx)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,4 +1,8 @@
-package export
+// Package outq is the one bounded queue every output of package export
+// shares: work handed over without a lock and without waiting, done on a
+// goroutine of the queue's own, bounded by bytes, with what is dropped
+// counted and said once the output keeps up again.
+package outq
 
 import (
 	"context"
@@ -8,16 +12,16 @@ import (
 	"sync/atomic"
 )
 
-// DefaultOutputQueueBytes bounds the work waiting for each output that does
-// I/O (the capture file, stderr, /debug/config) when none is set.
-const DefaultOutputQueueBytes = 64 << 20
+// DefaultBytes bounds the work waiting for each output that does I/O (the
+// capture file, stderr, /debug/config) when none is set.
+const DefaultBytes = 64 << 20
 
-// queue runs an output's slow work — writing a file, a pipe, stderr — on a
+// Queue runs an output's slow work — writing a file, a pipe, stderr — on a
 // goroutine of its own, so whoever hands it work (the tracker's goroutine, a
 // relay's) never waits for it. It holds at most maxBytes of work; work that
 // does not fit is dropped and counted, and the loss is said once the output
 // keeps up again.
-type queue[T any] struct {
+type Queue[T any] struct {
 	output   string // names the output in messages and in adstap_output_dropped_total
 	maxBytes int64
 	do       func(T)
@@ -28,7 +32,7 @@ type queue[T any] struct {
 	// (past Close's deadline), to let go of what it holds.
 	discard func(T)
 
-	// A put takes no lock: the producers are the relays' and the
+	// A Put takes no lock: the producers are the relays' and the
 	// observation workers' goroutines, one per stream or worker, and a
 	// lock they all took would make each stream wait for the others. Work
 	// is pushed on a lock-free stack that the queue's goroutine takes whole
@@ -59,21 +63,24 @@ type queueNode[T any] struct {
 	queued[T]
 }
 
-func newQueue[T any](output string, maxBytes int64, do func(T), lost func(uint64), discard func(T)) *queue[T] {
+// New starts a queue named output (its name in messages and metrics) that
+// hands each piece of work to do, holding at most maxBytes of it
+// (DefaultBytes when 0).
+func New[T any](output string, maxBytes int64, do func(T), lost func(uint64), discard func(T)) *Queue[T] {
 	if maxBytes <= 0 {
-		maxBytes = DefaultOutputQueueBytes
+		maxBytes = DefaultBytes
 	}
-	q := &queue[T]{output: output, maxBytes: maxBytes, do: do, lost: lost, discard: discard,
+	q := &Queue[T]{output: output, maxBytes: maxBytes, do: do, lost: lost, discard: discard,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
 	go q.run()
 	return q
 }
 
-// put queues v, which holds about size bytes, unless that would pass the
+// Put queues v, which holds about size bytes, unless that would pass the
 // bound; it reports whether v was queued. must queues v whatever the bound:
 // for small records whose loss would garble the output (a stream's open and
 // close), never for the bulk of the work.
-func (q *queue[T]) put(v T, size int, must bool) bool {
+func (q *Queue[T]) Put(v T, size int, must bool) bool {
 	// Counted before closed is read: close, which sets closed first, then
 	// waits for putting to reach 0 before it takes the last work, so a put
 	// that saw the queue open is never lost.
@@ -92,7 +99,7 @@ func (q *queue[T]) put(v T, size int, must bool) bool {
 
 // reserve counts size against the bound, unless it would pass it and the
 // work need not be queued.
-func (q *queue[T]) reserve(size int64, must bool) bool {
+func (q *Queue[T]) reserve(size int64, must bool) bool {
 	if must {
 		q.used.Add(size)
 		return true
@@ -108,7 +115,7 @@ func (q *queue[T]) reserve(size int64, must bool) bool {
 	}
 }
 
-func (q *queue[T]) push(n *queueNode[T]) {
+func (q *Queue[T]) push(n *queueNode[T]) {
 	for {
 		n.next = q.head.Load()
 		if q.head.CompareAndSwap(n.next, n) {
@@ -118,7 +125,7 @@ func (q *queue[T]) push(n *queueNode[T]) {
 }
 
 // take returns the work pushed so far, oldest first.
-func (q *queue[T]) take(batch []queued[T]) []queued[T] {
+func (q *Queue[T]) take(batch []queued[T]) []queued[T] {
 	start := len(batch)
 	for n := q.head.Swap(nil); n != nil; n = n.next {
 		batch = append(batch, n.queued)
@@ -129,15 +136,15 @@ func (q *queue[T]) take(batch []queued[T]) []queued[T] {
 	return batch
 }
 
-func (q *queue[T]) signal() {
+func (q *Queue[T]) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// flush waits, until ctx is done, for the work queued so far to be done.
-func (q *queue[T]) flush(ctx context.Context) {
+// Flush waits, until ctx is done, for the work queued so far to be done.
+func (q *Queue[T]) Flush(ctx context.Context) {
 	reached := make(chan struct{})
 	q.putting.Add(1)
 	if q.closed.Load() {
@@ -154,9 +161,9 @@ func (q *queue[T]) flush(ctx context.Context) {
 }
 
 // Dropped counts the work the queue dropped, since it was made.
-func (q *queue[T]) Dropped() uint64 { return q.dropped.Load() }
+func (q *Queue[T]) Dropped() uint64 { return q.dropped.Load() }
 
-func (q *queue[T]) run() {
+func (q *Queue[T]) run() {
 	defer close(q.done)
 	var batch []queued[T]
 	for {
@@ -197,11 +204,11 @@ func (q *queue[T]) run() {
 	}
 }
 
-// close takes no more work and waits, until ctx is done, for the work
+// Close takes no more work and waits, until ctx is done, for the work
 // queued to be done. Past ctx it stops waiting: what is left is dropped and
 // counted, and the error says how much. A do call in progress is not
 // interrupted; the goroutine ends once it returns.
-func (q *queue[T]) close(ctx context.Context) error {
+func (q *Queue[T]) Close(ctx context.Context) error {
 	select {
 	case <-q.stop: // an earlier close gave up already
 		return nil
@@ -230,7 +237,7 @@ func (q *queue[T]) close(ctx context.Context) error {
 }
 
 // drop hands the work in items to discard, and counts it (flushes aside).
-func (q *queue[T]) drop(items []queued[T]) int {
+func (q *Queue[T]) drop(items []queued[T]) int {
 	n := 0
 	for i := range items {
 		if items[i].reached != nil {
@@ -245,74 +252,17 @@ func (q *queue[T]) drop(items []queued[T]) int {
 	return n
 }
 
-// warnLost is a queue's lost function that logs the loss on log.
-func warnLost(log *slog.Logger, output, what string) func(uint64) {
+// WarnLost is a queue's lost function that logs the loss on log.
+func WarnLost(log *slog.Logger, output, what string) func(uint64) {
 	return func(n uint64) {
 		log.Warn(fmt.Sprintf("%s: %d %s dropped while the output was behind", output, n, what),
 			"output", output, "dropped", n, "metric", `adstap_output_dropped_total{output="`+output+`"}`)
 	}
 }
 
-// LogWriter is where the log goes (stderr): a Write copies the line and
-// returns at once, and a goroutine of its own writes it out. A stderr that
-// blocks — a terminal paused, a pipe nobody reads — costs log lines, counted
-// and said once stderr takes lines again, never a wait on the relay or the
-// tracker.
-type LogWriter struct {
-	q *queue[logItem]
-}
+// MaxBytes is the queue's bound.
+func (q *Queue[T]) MaxBytes() int64 { return q.maxBytes }
 
-// logItem is a line to write, or work that logs lines (Later).
-type logItem struct {
-	line  []byte
-	later func()
-}
-
-// laterSize is what a Later counts against the bound: about the line it
-// makes.
-const laterSize = 512
-
-// NewLogWriter writes to w, holding at most maxBytes of lines that wait.
-// Lost lines are said, once w keeps up again, by a line built by lost
-// (given how many were dropped); nil says it in plain text.
-func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, lost func(n uint64) []byte) *LogWriter {
-	if lost == nil {
-		lost = func(n uint64) []byte {
-			return fmt.Appendf(nil, "adstap: %d log lines dropped while the log's output was blocked (adstap_output_dropped_total{output=\"log\"})\n", n)
-		}
-	}
-	l := &LogWriter{}
-	l.q = newQueue(LogOutput, maxBytes, func(it logItem) {
-		if it.later != nil {
-			it.later()
-			return
-		}
-		w.Write(it.line)
-	}, func(n uint64) { w.Write(lost(n)) }, nil)
-	return l
-}
-
-// Write queues a copy of p, or drops it when too much waits already.
-func (l *LogWriter) Write(p []byte) (int, error) {
-	l.q.put(logItem{line: append([]byte(nil), p...)}, len(p), false)
-	return len(p), nil
-}
-
-// Later runs f on the writer's goroutine, after the lines queued before it,
-// or drops it (counted as a line) when too much waits already; it reports
-// whether f was queued. The lines f logs through this writer come after
-// those queued before f ran: work whose lines need something slow (the
-// Istio objects a NACK rejected, LiveLog.DecodeLater) runs here rather than
-// on the tracker's goroutine.
-func (l *LogWriter) Later(f func()) bool {
-	return l.q.put(logItem{later: f}, laterSize, false)
-}
-
-// Name is the output's name, its queue's.
-func (l *LogWriter) Name() string { return LogOutput }
-
-// Dropped counts the lines dropped.
-func (l *LogWriter) Dropped() uint64 { return l.q.Dropped() }
-
-// Close writes out what waits, until ctx is done; later lines are dropped.
-func (l *LogWriter) Close(ctx context.Context) error { return l.q.close(ctx) }
+// Done is closed once the queue's goroutine has ended: after Close, once
+// the work in hand, if any, returns.
+func (q *Queue[T]) Done() <-chan struct{} { return q.done }
