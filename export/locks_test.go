@@ -53,7 +53,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil)
-	logOut := export.NewLogWriter(io.Discard, 1<<30, nil)
+	logOut := export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Writer: io.Discard})
 	retained := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
 	refs := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Tracing: tr})
 	upstream := export.NewUpstreamHealth()

@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/adstap/adstap/export/internal/outq"
 )
@@ -30,10 +31,21 @@ type logItem struct {
 // makes.
 const laterSize = 512
 
-// NewLogWriter writes to w, holding at most maxBytes of lines that wait.
-// Lost lines are said, once w keeps up again, by a line built by lost
-// (given how many were dropped); nil says it in plain text.
-func NewLogWriter(w interface{ Write([]byte) (int, error) }, maxBytes int64, lost func(n uint64) []byte) *LogWriter {
+// LogWriterConfig shapes the log writer. Its OutputConfig's Logger is
+// unused: the writer is the log's own way out.
+type LogWriterConfig struct {
+	// OutputConfig.QueueBytes bounds the lines that wait.
+	OutputConfig
+	// Writer is where the lines go (stderr).
+	Writer io.Writer
+	// Lost builds the line that says, once Writer keeps up again, how many
+	// lines were dropped; nil says it in plain text.
+	Lost func(n uint64) []byte
+}
+
+// NewLogWriter writes to cfg.Writer.
+func NewLogWriter(cfg LogWriterConfig) *LogWriter {
+	w, lost, maxBytes := cfg.Writer, cfg.Lost, cfg.QueueBytes
 	if lost == nil {
 		lost = func(n uint64) []byte {
 			return fmt.Appendf(nil, "adstap: %d log lines dropped while the log's output was blocked (adstap_output_dropped_total{output=\"log\"})\n", n)

@@ -106,7 +106,7 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 		t.Fatal(err)
 	}
 	// Small queues, so that the stall overflows them within a few pushes.
-	s.logOut = export.NewLogWriter(s.stderr, 4<<10, nil)
+	s.logOut = export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 4 << 10}, Writer: s.stderr})
 	log := slog.New(export.NewPretty(s.logOut, slog.LevelInfo))
 	pushes := make([][]byte, stallPushes)
 	for i := range pushes {
