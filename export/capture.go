@@ -2,6 +2,7 @@ package export
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -188,7 +189,10 @@ func (c *Capture) Close(ctx context.Context) error {
 		}()
 		return err
 	}
-	return c.w.Close()
+	if err := c.w.Close(); err != nil {
+		return fmt.Errorf("%s: closing the file: %w", CaptureOutput, err)
+	}
+	return nil
 }
 
 // write redacts a record and writes it, on the queue's goroutine.

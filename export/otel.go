@@ -246,8 +246,14 @@ func (t *Tracing) Dropped() uint64 {
 // Name is TracingOutput.
 func (t *Tracing) Name() string { return TracingOutput }
 
-// Close is Shutdown, for the pipeline's loop over its outputs.
-func (t *Tracing) Close(ctx context.Context) error { return t.Shutdown(ctx) }
+// Close is Shutdown, for the pipeline's loop over its outputs; its error
+// names the output.
+func (t *Tracing) Close(ctx context.Context) error {
+	if err := t.Shutdown(ctx); err != nil {
+		return fmt.Errorf("%s: flushing spans: %w", TracingOutput, err)
+	}
+	return nil
+}
 
 // Shutdown ends open connect spans and exports what is queued, within ctx.
 func (t *Tracing) Shutdown(ctx context.Context) error {

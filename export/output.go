@@ -7,7 +7,8 @@ import (
 
 // Output is the one shape of every output: a name (its queue's, and the
 // output label of adstap_output_dropped_total), what it dropped since it
-// was made, and a Close that writes out what waits until ctx is done. What
+// was made, and a Close that writes out what waits until ctx is done, whose
+// error begins with the output's name. What
 // it reads — the tracker's events (track.Sink) or the relay's frames — it
 // takes besides.
 type Output interface {

@@ -4,7 +4,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -270,7 +269,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 	var errs []error
 	for _, o := range p.outputs {
 		if err := o.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("closing output %s: %w", o.Name(), err))
+			errs = append(errs, err) // it names its output
 		}
 	}
 	return errors.Join(errs...)
