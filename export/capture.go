@@ -2,13 +2,16 @@ package export
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/redact"
 )
 
@@ -31,14 +34,15 @@ import (
 type Capture struct {
 	w   *capture.Writer
 	log *slog.Logger
-	q   *queue[captured]
+	q   *outq.Queue[captured]
 
 	// gaps counts, per stream, the frames dropped since its last queued
-	// record: the next one is preceded by a gap record. large is the size
-	// of the frame held beyond the queue's bound, 0 when none is.
-	gapMu sync.Mutex
-	gaps  map[uint64]int
-	large int
+	// record: the next one is preceded by a gap record. Each stream's count
+	// is its own atomic, made at its open: a frame's way through takes no
+	// lock another stream takes. large is the size of the frame held beyond
+	// the queue's bound, 0 when none is.
+	gaps  sync.Map // stream ID → *atomic.Int64
+	large atomic.Int64
 
 	// Used by the queue's goroutine only.
 	streams map[uint64]capturedStream
@@ -69,12 +73,20 @@ type capturedStream struct {
 // queue's bound.
 const recordOverhead = 256
 
-// NewCapture records to w, with at most maxQueueBytes of records waiting
-// (DefaultOutputQueueBytes when 0), and one frame larger than that. Close
-// it to write out what waits.
-func NewCapture(w *capture.Writer, log *slog.Logger, maxQueueBytes int64) *Capture {
-	c := &Capture{w: w, log: log, gaps: map[uint64]int{}, streams: map[uint64]capturedStream{}}
-	c.q = newQueue("capture", maxQueueBytes, c.write, warnLost(log, "capture", "records"), c.release)
+// CaptureConfig shapes the capture.
+type CaptureConfig struct {
+	// OutputConfig.QueueBytes bounds the records waiting, but for one frame
+	// larger than that.
+	OutputConfig
+	// Writer is the capture file, which Close closes.
+	Writer *capture.Writer
+}
+
+// NewCapture records to cfg.Writer. Close it to write out what waits.
+func NewCapture(cfg CaptureConfig) *Capture {
+	log := cfg.logger()
+	c := &Capture{w: cfg.Writer, log: log, streams: map[uint64]capturedStream{}}
+	c.q = outq.New(CaptureOutput, cfg.QueueBytes, c.write, outq.WarnLost(log, CaptureOutput, "records"), c.release)
 	return c
 }
 
@@ -100,39 +112,53 @@ func (c *Capture) Frame(r capture.Record, data mem.BufferSlice) {
 }
 
 func (c *Capture) put(it captured, size int, must bool) {
-	c.gapMu.Lock()
-	defer c.gapMu.Unlock()
 	frame, stream := it.rec.Kind == capture.KindFrame, it.rec.Stream
-	if n := c.gaps[stream]; n > 0 {
-		if !c.q.put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: n}}, recordOverhead, must) {
+	gaps := c.gapsOf(stream, it.rec.Kind == capture.KindOpen)
+	if it.rec.Kind == capture.KindClose {
+		defer c.gaps.Delete(stream)
+	}
+	// Taken whole: the stream's other direction may drop frames meanwhile,
+	// and each dropped frame is told by exactly one gap record.
+	if n := gaps.Swap(0); n > 0 {
+		if !c.q.Put(captured{rec: capture.Record{Time: it.rec.Time, Kind: capture.KindGap, Stream: stream, Skipped: int(n)}}, recordOverhead, must) {
 			if frame {
-				c.gaps[stream]++
+				n++
 				it.data.Free()
 			}
+			gaps.Add(n)
 			return
 		}
-		delete(c.gaps, stream)
 	}
 	var queued bool
 	switch {
-	case frame && int64(size) > c.q.maxBytes:
+	case frame && int64(size) > c.q.MaxBytes():
 		// Larger than the whole queue: held beyond it, alone.
-		if c.large == 0 {
+		if c.large.CompareAndSwap(0, int64(size)) {
 			it.large = true
-			if queued = c.q.put(it, recordOverhead, true); queued {
-				c.large = size
+			if queued = c.q.Put(it, recordOverhead, true); !queued {
+				c.large.Store(0)
 			}
 		}
 	default:
-		queued = c.q.put(it, size, must)
+		queued = c.q.Put(it, size, must)
 	}
 	if !queued && frame {
-		c.gaps[stream]++
+		gaps.Add(1)
 		it.data.Free()
 	}
-	if it.rec.Kind == capture.KindClose {
-		delete(c.gaps, stream)
+}
+
+// gapsOf is the stream's count of dropped frames, made at its open. The
+// map is written once a stream, at its open and close, and read without a
+// lock for every frame.
+func (c *Capture) gapsOf(stream uint64, open bool) *atomic.Int64 {
+	if !open {
+		if g, ok := c.gaps.Load(stream); ok {
+			return g.(*atomic.Int64)
+		}
 	}
+	g, _ := c.gaps.LoadOrStore(stream, new(atomic.Int64))
+	return g.(*atomic.Int64)
 }
 
 // release lets go of what a record held, written or dropped.
@@ -142,11 +168,12 @@ func (c *Capture) release(it captured) {
 	}
 	it.data.Free()
 	if it.large {
-		c.gapMu.Lock()
-		c.large = 0
-		c.gapMu.Unlock()
+		c.large.Store(0)
 	}
 }
+
+// Name is the output's name, its queue's.
+func (c *Capture) Name() string { return CaptureOutput }
 
 // Dropped counts the records dropped because the queue was full.
 func (c *Capture) Dropped() uint64 { return c.q.Dropped() }
@@ -155,14 +182,17 @@ func (c *Capture) Dropped() uint64 { return c.q.Dropped() }
 // file. Past ctx the rest is dropped, and the file is closed once the write
 // in hand returns, if ever.
 func (c *Capture) Close(ctx context.Context) error {
-	if err := c.q.close(ctx); err != nil {
+	if err := c.q.Close(ctx); err != nil {
 		go func() {
-			<-c.q.done
+			<-c.q.Done()
 			c.w.Close()
 		}()
 		return err
 	}
-	return c.w.Close()
+	if err := c.w.Close(); err != nil {
+		return fmt.Errorf("%s: closing the file: %w", CaptureOutput, err)
+	}
+	return nil
 }
 
 // write redacts a record and writes it, on the queue's goroutine.

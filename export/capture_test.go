@@ -89,7 +89,7 @@ func TestCaptureOfA40MBPushHoldsNoSecretAndEveryOtherByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := export.NewCapture(w, slog.New(slog.DiscardHandler), 16<<20)
+	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 16 << 20}, Writer: w})
 	var pool countingPool
 	data := received(push, &pool)
 	at := time.Now()

@@ -32,7 +32,7 @@ func TestCaptureHoldsOneFrameBeyondItsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	const queue = 64 << 10
-	c := export.NewCapture(w, slog.New(slog.DiscardHandler), queue)
+	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: queue}, Writer: w})
 	at := time.Now()
 	c.Record(capture.Record{Time: at, Kind: capture.KindOpen, Stream: 1, Method: ads, Protocol: string(codec.Opaque)})
 	var pool countingPool
@@ -83,7 +83,7 @@ func TestCaptureLetsGoOfWhatItDropsAtClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := export.NewCapture(w, slog.New(slog.DiscardHandler), 1<<20)
+	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 20}, Writer: w})
 	at := time.Now()
 	c.Record(capture.Record{Time: at, Kind: capture.KindOpen, Stream: 1, Method: ads, Protocol: string(codec.Opaque)})
 	var pool countingPool

@@ -20,9 +20,9 @@ import (
 
 	"context"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
-	"log/slog"
 )
 
 // DefaultRetainMaxBytes bounds the resources a ConfigStore keeps unless told
@@ -45,7 +45,7 @@ const DefaultRetainMaxBytes = 128 << 20
 // incomplete.
 type ConfigStore struct {
 	maxBytes int64
-	q        *queue[configOp]
+	q        *outq.Queue[configOp]
 	taker    *track.Taker
 
 	// Written under mu on the queue's goroutine, which alone reads them
@@ -89,12 +89,20 @@ const (
 	opEnded // a push of the type ended with nothing to retain
 )
 
-// NewConfigStore retains at most maxBytes of resource bodies, with at most
-// maxQueueBytes of accepted pushes waiting to be retained
-// (DefaultOutputQueueBytes when 0). Close stops it.
-func NewConfigStore(maxBytes, maxQueueBytes int64, log *slog.Logger) *ConfigStore {
-	c := &ConfigStore{maxBytes: maxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = newQueue("config", maxQueueBytes, c.do, warnLost(log, "config", "pushes"), func(op configOp) {
+// ConfigStoreConfig shapes the retained configuration.
+type ConfigStoreConfig struct {
+	// OutputConfig.QueueBytes bounds the accepted pushes waiting to be
+	// retained.
+	OutputConfig
+	// MaxBytes bounds the resource bodies retained (--retain-max-bytes).
+	MaxBytes int64
+}
+
+// NewConfigStore retains at most cfg.MaxBytes of resource bodies. Close
+// stops it.
+func NewConfigStore(cfg ConfigStoreConfig) *ConfigStore {
+	c := &ConfigStore{maxBytes: cfg.MaxBytes, streams: map[uint64]*retainedStream{}}
+	c.q = outq.New(ConfigOutput, cfg.QueueBytes, c.do, outq.WarnLost(cfg.logger(), ConfigOutput, "pushes"), func(op configOp) {
 		op.accepted.Release()
 	})
 	return c
@@ -127,10 +135,10 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		if e.Stream.Protocol != codec.Opaque {
-			c.q.put(configOp{kind: opOpen, stream: e.Stream.ID}, 64, true)
+			c.q.Put(configOp{kind: opOpen, stream: e.Stream.ID}, 64, true)
 		}
 	case track.StreamClosed:
-		c.q.put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
+		c.q.Put(configOp{kind: opClose, stream: e.Stream.ID}, 64, true)
 	case track.PushEnded:
 		// Retained once acknowledged only: the store takes no push
 		// superseded before its answer, which the tracker assumes applied.
@@ -150,22 +158,26 @@ func (c *ConfigStore) Take(tr *track.Tracker) { c.taker = tr.TakeAccepted(track.
 // same, with no resources.
 func (c *ConfigStore) ended(p track.Push, l *track.Lease) {
 	if a := l.Accepted(); a != nil {
-		if a.NotKept == "" && c.q.put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: l}, int(a.Bytes), false) {
+		if a.NotKept == "" && c.q.Put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: l}, int(a.Bytes), false) {
 			return
 		}
 		l.Release()
+		takingShared("config.mu")
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()
 	}
-	c.q.put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
+	c.q.Put(configOp{kind: opEnded, stream: p.StreamID, typeURL: p.TypeURL}, 64, true)
 }
 
-// Dropped counts the accepted pushes dropped because the queue was full.
+// Name is the output's name, its queue's.
+func (c *ConfigStore) Name() string { return ConfigOutput }
+
+// Dropped counts the accepted pushes the store's queue dropped.
 func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
 
 // Close stops retaining, once what waits is retained or ctx is done.
-func (c *ConfigStore) Close(ctx context.Context) error { return c.q.close(ctx) }
+func (c *ConfigStore) Close(ctx context.Context) error { return c.q.Close(ctx) }
 
 func (c *ConfigStore) closeStream(id uint64) {
 	c.mu.Lock()
@@ -288,7 +300,7 @@ func (c *ConfigStore) Handler() http.Handler {
 		// read, so it agrees with /debug/streams; a store far behind gets
 		// a second, then the page shows what it has.
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		c.q.flush(ctx)
+		c.q.Flush(ctx)
 		cancel()
 		c.mu.Lock()
 		st := c.streams[id]

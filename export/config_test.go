@@ -34,7 +34,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 	for _, tracing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tracing=%v", tracing), func(t *testing.T) {
 			leakcheck.Check(t)
-			store := export.NewConfigStore(1<<20, 0, slog.New(slog.DiscardHandler))
+			store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 			defer func() {
 				if err := store.Close(context.Background()); err != nil {
 					t.Error(err)

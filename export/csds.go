@@ -325,7 +325,7 @@ func stringMatch(m *matcherv3.StringMatcher) (func(string) bool, error) {
 // it never changes in place.
 func (c *ConfigStore) snapshot(ctx context.Context, ids []uint64) map[uint64]map[string]map[string]retained {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	c.q.flush(ctx)
+	c.q.Flush(ctx)
 	cancel()
 	out := map[uint64]map[string]map[string]retained{}
 	c.mu.Lock()

@@ -243,6 +243,18 @@ func (t *Tracing) Dropped() uint64 {
 	return t.queue.Dropped() + t.traceLimit.Load()
 }
 
+// Name is TracingOutput.
+func (t *Tracing) Name() string { return TracingOutput }
+
+// Close is Shutdown, for the pipeline's loop over its outputs; its error
+// names the output.
+func (t *Tracing) Close(ctx context.Context) error {
+	if err := t.Shutdown(ctx); err != nil {
+		return fmt.Errorf("%s: flushing spans: %w", TracingOutput, err)
+	}
+	return nil
+}
+
 // Shutdown ends open connect spans and exports what is queued, within ctx.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil {

@@ -26,8 +26,14 @@ type Pretty struct {
 
 var _ slog.Handler = (*Pretty)(nil)
 
-// NewPretty writes records at level or above to w.
+// NewPretty writes records at level or above to w. A LogWriter takes each
+// line whole and takes lines from many goroutines at once without a lock,
+// so a Pretty on one takes none; any other w is written under a lock of
+// the Pretty's, a line at a time.
 func NewPretty(w io.Writer, level slog.Leveler) *Pretty {
+	if _, ok := w.(*LogWriter); ok {
+		return &Pretty{w: w, level: level}
+	}
 	return &Pretty{mu: &sync.Mutex{}, w: w, level: level}
 }
 
@@ -59,9 +65,15 @@ func (h *Pretty) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	b = append(b, '\n')
-	h.mu.Lock()
-	_, err := h.w.Write(b)
-	h.mu.Unlock()
+	var err error
+	if h.mu == nil {
+		_, err = h.w.Write(b)
+	} else {
+		takingShared("pretty.mu")
+		h.mu.Lock()
+		_, err = h.w.Write(b)
+		h.mu.Unlock()
+	}
 	if cap(b) <= 64<<10 { // a huge line once should not pin its buffer
 		*bp = b
 		lineBufs.Put(bp)

@@ -33,9 +33,6 @@ type MetricsConfig struct {
 	// SpansDropped, when set, counts the spans that never reached the
 	// collector, by why (Tracing.Drops).
 	SpansDropped func() SpanDrops
-	// OutputDropped counts, per output that does I/O ("capture", "config",
-	// "log"), the work its queue dropped because the output fell behind.
-	OutputDropped map[string]func() uint64
 	// Refused counts, per limit of the relay ("max_concurrent_streams",
 	// "max_streams_per_connection", "max_pending_connections"), what it
 	// turned away.
@@ -183,12 +180,6 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 		drops = func() SpanDrops { return SpanDrops{} }
 	}
 	m.reg.MustRegister(spanDropsCollector{drops})
-	for name, n := range cfg.OutputDropped {
-		if n != nil {
-			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,
-				ConstLabels: prometheus.Labels{"output": name}}, func() float64 { return float64(n()) }))
-		}
-	}
 	for limit, n := range cfg.Refused {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_refused_total",
 			Help:        "Streams (ResourceExhausted) and connections (closed unread) the tap turned away at a limit: --max-concurrent-streams, --max-streams-per-connection, --max-pending-connections.",
@@ -473,6 +464,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 		return node
 	}
 	if !m.nodesFull.Load() {
+		takingShared("metrics.nodeMu")
 		m.nodeMu.Lock()
 		_, in := m.nodes.Load(node)
 		if !in && m.nodeCount < m.cfg.MaxNodes {
@@ -537,5 +529,18 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir, string(p))
 			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir, string(p))
 		}
+	}
+}
+
+// WatchOutputs counts, per output, the work its queue dropped because the
+// output fell behind (adstap_output_dropped_total{output=Name()}). Tracing
+// is left out: its spans' losses have a metric of their own, by reason.
+func (m *Metrics) WatchOutputs(outs ...Output) {
+	for _, o := range outs {
+		if o == nil || o.Name() == TracingOutput {
+			continue
+		}
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,
+			ConstLabels: prometheus.Labels{"output": o.Name()}}, func() float64 { return float64(o.Dropped()) }))
 	}
 }

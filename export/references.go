@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
@@ -47,7 +48,7 @@ type References struct {
 	log     *slog.Logger
 	detail  bool
 	tracing *Tracing
-	q       *queue[refOp]
+	q       *outq.Queue[refOp]
 	taker   *track.Taker
 	// large is set while the hand-over held beyond the queue's bound waits.
 	large atomic.Bool
@@ -118,10 +119,9 @@ var _ track.Sink = (*References)(nil)
 type ReferencesConfig struct {
 	// Grace is DefaultReferencesGrace when 0.
 	Grace time.Duration
-	// QueueBytes bounds the bytes of accepted pushes waiting to be scanned
-	// (DefaultOutputQueueBytes when 0), but for one larger than that.
-	QueueBytes int64
-	Logger     *slog.Logger
+	// OutputConfig.QueueBytes bounds the bytes of accepted pushes waiting
+	// to be scanned, but for one larger than that.
+	OutputConfig
 	// Registry, when set, gets the metrics.
 	Registry *prometheus.Registry
 	// Tracing, when set, gets a span per check that changed something.
@@ -135,9 +135,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultReferencesGrace
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cfg.logger()
 	_, human := cfg.Logger.Handler().(*Pretty)
 	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
@@ -158,7 +156,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = newQueue("references", cfg.QueueBytes, r.do, warnLost(cfg.Logger, "references", "accepted pushes and requests (their streams are no longer checked)"),
+	r.q = outq.New(ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
 		r.release) // a push dropped at Close's deadline is let go of
 	return r
 }
@@ -174,7 +172,7 @@ func (r *References) Take(tr *track.Tracker) {
 // Tick reports the references that have waited past the grace by now; call
 // it about once a second (the pipeline's clock does), so they are noticed
 // when no push is accepted.
-func (r *References) Tick(now time.Time) { r.q.put(refOp{kind: refTick, at: now}, 16, true) }
+func (r *References) Tick(now time.Time) { r.q.Put(refOp{kind: refTick, at: now}, 16, true) }
 
 // OnEvent follows the streams, their requests and the tracker's verdicts on
 // their pushes, and takes each accepted push the tracker hands over. It
@@ -183,10 +181,10 @@ func (r *References) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		if e.Stream.Protocol != codec.Opaque {
-			r.q.put(refOp{kind: refOpen, stream: e.Stream.ID, delta: e.Stream.Protocol == codec.Delta}, 64, true)
+			r.q.Put(refOp{kind: refOpen, stream: e.Stream.ID, delta: e.Stream.Protocol == codec.Delta}, 64, true)
 		}
 	case track.StreamClosed:
-		r.q.put(refOp{kind: refClose, stream: e.Stream.ID}, 64, true)
+		r.q.Put(refOp{kind: refClose, stream: e.Stream.ID}, 64, true)
 	case track.RequestSeen:
 		if e.Request != nil {
 			r.request(e)
@@ -203,7 +201,7 @@ func (r *References) OnEvent(e track.Event) {
 	case track.LateAnswer:
 		r.ended(e.Push, r.taker.Lease(e.Accepted), e.At)
 	case track.ObservationGap:
-		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
+		r.q.Put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -216,8 +214,8 @@ func (r *References) request(e track.RequestSeen) {
 			size += len(n) + 16
 		}
 	}
-	if !r.q.put(refOp{kind: refRequest, stream: e.StreamID, req: req, answers: e.Answers, at: e.At}, size, false) {
-		r.q.put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
+	if !r.q.Put(refOp{kind: refRequest, stream: e.StreamID, req: req, answers: e.Answers, at: e.At}, size, false) {
+		r.q.Put(refOp{kind: refLost, stream: e.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -232,23 +230,23 @@ func (r *References) ended(p track.Push, l *track.Lease, at time.Time) {
 			op.why = "the tracker did not keep a push the client accepted: " + a.NotKept
 			l.Release()
 		}
-		r.q.put(op, 256, true)
+		r.q.Put(op, 256, true)
 		return
 	}
 	op.accepted = l
 	var queued bool
-	if a.Bytes > r.q.maxBytes && r.large.CompareAndSwap(false, true) {
+	if a.Bytes > r.q.MaxBytes() && r.large.CompareAndSwap(false, true) {
 		// Larger than the whole queue: held beyond it, alone.
 		op.large = true
-		if queued = r.q.put(op, 256, true); !queued {
+		if queued = r.q.Put(op, 256, true); !queued {
 			r.large.Store(false)
 		}
 	} else {
-		queued = r.q.put(op, int(a.Bytes)+256, false)
+		queued = r.q.Put(op, int(a.Bytes)+256, false)
 	}
 	if !queued {
 		l.Release()
-		r.q.put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
+		r.q.Put(refOp{kind: refLost, stream: p.StreamID, why: unchecked}, 64, true)
 	}
 }
 
@@ -263,13 +261,15 @@ func (r *References) release(op refOp) {
 	}
 }
 
-// Dropped counts the accepted pushes and requests dropped because the queue
-// was full.
+// Name is the output's name, its queue's.
+func (r *References) Name() string { return ReferencesOutput }
+
+// Dropped counts what the check's queue dropped.
 func (r *References) Dropped() uint64 { return r.q.Dropped() }
 
 // Close stops checking, once what waits is done or ctx is done.
 func (r *References) Close(ctx context.Context) error {
-	return r.q.close(ctx)
+	return r.q.Close(ctx)
 }
 
 func (r *References) do(op refOp) {
@@ -487,7 +487,7 @@ func fixHint(f refgraph.Finding) string {
 // first (within a second), as for Dangling.
 func (r *References) Holds(ctx context.Context, id uint64, typeURL, name string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	r.q.flush(ctx)
+	r.q.Flush(ctx)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -529,7 +529,7 @@ type IstioRef struct {
 // first (within a second), so the page agrees with the streams it shows.
 func (r *References) Dangling(ctx context.Context, node string) []DanglingReference {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	r.q.flush(ctx)
+	r.q.Flush(ctx)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()

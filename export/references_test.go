@@ -110,7 +110,7 @@ func (s *refStream) close() {
 func TestReferencesFindsARouteToNowhere(t *testing.T) {
 	leakcheck.Check(t)
 	var log syncbuf.Buffer
-	r := export.NewReferences(export.ReferencesConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("a", false)))
@@ -186,7 +186,7 @@ func TestReferencesStopCheckingAStreamThatLostAFrame(t *testing.T) {
 	leakcheck.Check(t)
 	var log syncbuf.Buffer
 	w := &gatedWriter{log: &log, entered: make(chan struct{}), open: make(chan struct{})}
-	r := export.NewReferences(export.ReferencesConfig{QueueBytes: 2000, Logger: slog.New(slog.NewTextHandler(w, nil))})
+	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 2000, Logger: slog.New(slog.NewTextHandler(w, nil))}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	// A route to nowhere: the output's goroutine writes its line, and
@@ -219,7 +219,7 @@ func TestReferencesStopCheckingAStreamThatLostAFrame(t *testing.T) {
 // bound and checked: the dangling reference it brings is found.
 func TestReferencesCheckAPushLargerThanTheQueue(t *testing.T) {
 	leakcheck.Check(t)
-	r := export.NewReferences(export.ReferencesConfig{QueueBytes: 2000})
+	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 2000}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("a", false)))
@@ -249,7 +249,7 @@ func TestReferencesCheckAPushLargerThanTheQueue(t *testing.T) {
 func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
 	r := export.NewReferences(export.ReferencesConfig{})
-	store := export.NewConfigStore(1<<20, 0, slog.New(slog.DiscardHandler))
+	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &recorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

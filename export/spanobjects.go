@@ -54,6 +54,7 @@ func (o *spanObjects) shard(id trace.SpanID) *spanShard {
 // expect says that the span id, about to end, carries k.
 func (o *spanObjects) expect(id trace.SpanID, k kept) {
 	sh := o.shard(id)
+	takingShared("spanObjects.shard")
 	sh.mu.Lock()
 	if sh.waiting == nil {
 		sh.waiting = map[trace.SpanID]kept{}

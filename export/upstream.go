@@ -138,6 +138,7 @@ func (u *UpstreamHealth) OnEvent(e track.Event) {
 
 func (u *UpstreamHealth) record(c codec.UpstreamConnect) {
 	at := c.Start.Add(c.DNS + c.TCP + c.TLS)
+	takingShared("upstream.mu")
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.st.Address = c.Upstream

@@ -101,9 +101,7 @@ func startTap(f runFlags, log *slog.Logger, logOut *export.LogWriter) (*runningT
 	}
 	running, err := pipeline.Start(context.Background(), run)
 	if err != nil {
-		if le := (*pipeline.ListenError)(nil); errors.As(err, &le) {
-			return nil, usagef("--%s: %v", runconfig.ListenFlags[le.Which], le.Err)
-		}
+		// A ListenError names its flag already.
 		return nil, usagef("%v", err)
 	}
 	attrs := []any{"listen", running.Addr().String(), "upstream", run.Tap.Upstream.String(), "upstream_tls", run.Tap.UpstreamTLS != nil, "listen_tls", run.Tap.ListenTLS != nil, "tracing", running.Tracing != nil}

@@ -107,7 +107,7 @@ func TestEveryoneAgreesWhatAPushReplaces(t *testing.T) {
 func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, superseded bool) map[string]bool {
 	t.Helper()
 	tr := track.New(track.Config{})
-	store := export.NewConfigStore(1<<20, 0, slog.New(slog.DiscardHandler))
+	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler)}, MaxBytes: 1 << 20})
 	defer store.Close(context.Background())
 	store.Take(tr)
 	pushes := newPushes("none", true)

@@ -4,7 +4,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -49,9 +48,10 @@ type Config struct {
 	// the retained configuration), the bytes waiting for it; past it the
 	// output drops work and counts it. 0 means DefaultOutputQueueBytes.
 	OutputQueueBytes int64
-	// LogDropped, when set, counts the log lines the logger's writer
-	// dropped (export.LogWriter.Dropped), for the metrics.
-	LogDropped func() uint64
+	// LogOutput, when set, is the logger's writer (export.LogWriter), whose
+	// dropped lines the metrics count; its owner closes it, after the
+	// pipeline.
+	LogOutput export.Output
 	// LogLater, when set, runs work on the log writer's goroutine, in order
 	// with its lines (export.LogWriter.Later): the live log reads the Istio
 	// objects a NACK rejected there, not on an observation worker.
@@ -75,6 +75,10 @@ type Pipeline struct {
 	Upstream *export.UpstreamHealth
 	// References is nil without Config.CheckReferences.
 	References *export.References
+	// outputs are the pipeline's own outputs, in the order they close:
+	// those fed accepted pushes first, tracing, which the others' spans
+	// reach, last.
+	outputs []export.Output
 	// captureFile is Config.Capture, whose files /debug/capture lists.
 	captureFile *capture.Writer
 	relay       atomic.Pointer[tap.Server]
@@ -114,28 +118,18 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			}
 		}
 	}
-	dropped := map[string]func() uint64{"log": cfg.LogDropped}
+	out := export.OutputConfig{Logger: log, QueueBytes: cfg.OutputQueueBytes}
 	if cfg.RetainMaxBytes > 0 {
-		p.Retained = export.NewConfigStore(cfg.RetainMaxBytes, cfg.OutputQueueBytes, log)
-		dropped["config"] = p.Retained.Dropped
-	}
-	if cfg.CheckReferences {
-		// Made once the metrics' registry exists, below.
-		dropped["references"] = func() uint64 { return p.References.Dropped() }
-	}
-	if cfg.Capture != nil {
-		p.Capture = export.NewCapture(cfg.Capture, log, cfg.OutputQueueBytes)
-		p.captureFile = cfg.Capture
-		dropped["capture"] = p.Capture.Dropped
+		p.Retained = export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
+		p.outputs = append(p.outputs, p.Retained)
 	}
 	p.Metrics = export.NewMetrics(export.MetricsConfig{
-		NodeLabel:     cfg.MetricsNodeLabel,
-		MaxNodes:      cfg.MetricsMaxNodes,
-		Version:       cfg.Version,
-		Logger:        log,
-		TraceID:       p.Tracing.TraceIDFor,
-		SpansDropped:  p.Tracing.Drops,
-		OutputDropped: dropped,
+		NodeLabel:    cfg.MetricsNodeLabel,
+		MaxNodes:     cfg.MetricsMaxNodes,
+		Version:      cfg.Version,
+		Logger:       log,
+		TraceID:      p.Tracing.TraceIDFor,
+		SpansDropped: p.Tracing.Drops,
 		Refused: map[string]func() uint64{
 			"max_concurrent_streams":     func() uint64 { return p.refused().Streams },
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
@@ -146,9 +140,22 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p.Upstream = export.NewUpstreamHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
-		p.References = export.NewReferences(export.ReferencesConfig{Grace: cfg.ReferencesGrace, QueueBytes: cfg.OutputQueueBytes,
-			Logger: log, Registry: p.Metrics.Registry(), Tracing: p.Tracing})
+		p.References = export.NewReferences(export.ReferencesConfig{OutputConfig: out, Grace: cfg.ReferencesGrace,
+			Registry: p.Metrics.Registry(), Tracing: p.Tracing})
+		p.outputs = append(p.outputs, p.References)
 	}
+	if cfg.Capture != nil {
+		p.Capture = export.NewCapture(export.CaptureConfig{OutputConfig: out, Writer: cfg.Capture})
+		p.captureFile = cfg.Capture
+		p.outputs = append(p.outputs, p.Capture)
+	}
+	if p.Tracing != nil {
+		p.outputs = append(p.outputs, p.Tracing)
+	}
+	if cfg.LogOutput != nil {
+		p.Metrics.WatchOutputs(cfg.LogOutput)
+	}
+	p.Metrics.WatchOutputs(p.outputs...)
 	live := export.NewLiveLog(log)
 	if cfg.LogLater != nil {
 		live.DecodeLater(cfg.LogLater)
@@ -261,23 +268,10 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 func (p *Pipeline) close(ctx context.Context) error {
 	p.stop()
 	var errs []error
-	if p.Retained != nil {
-		if err := p.Retained.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("retained configuration: %w", err))
+	for _, o := range p.outputs {
+		if err := o.Close(ctx); err != nil {
+			errs = append(errs, err) // it names its output
 		}
-	}
-	if p.References != nil {
-		if err := p.References.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("checking references: %w", err))
-		}
-	}
-	if p.Capture != nil {
-		if err := p.Capture.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("closing the capture: %w", err))
-		}
-	}
-	if err := p.Tracing.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("flushing spans: %w", err))
 	}
 	return errors.Join(errs...)
 }

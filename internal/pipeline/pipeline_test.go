@@ -278,15 +278,15 @@ func TestStartFailsCleanly(t *testing.T) {
 		name      string
 		cfg       pipeline.RunConfig
 		want      string
-		wantWhich string
+		wantWhich pipeline.Listener
 	}{
 		{"tracing", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Observe: pipeline.Config{Tracing: &export.TracingConfig{
-			Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return badTracing[k] }}}}, "tracing", ""},
-		{"an observer of its own", pipeline.RunConfig{Tap: tap.Config{Upstream: up, Observer: tap.ObserverFuncs{}}, Listen: loopback}, "Observer must be nil", ""},
-		{"tap", pipeline.RunConfig{Listen: loopback}, "upstream", ""},
-		{"admin", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: busy.Addr().String()}, "address already in use", "Admin"},
-		{"metrics", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: "127.0.0.1:0", MetricsListen: busy.Addr().String()}, "address already in use", "MetricsListen"},
-		{"listen", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: tap.Address{Network: "tcp", Addr: busy.Addr().String()}, Admin: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"}, "address already in use", "Listen"},
+			Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return badTracing[k] }}}}, "tracing", -1},
+		{"an observer of its own", pipeline.RunConfig{Tap: tap.Config{Upstream: up, Observer: tap.ObserverFuncs{}}, Listen: loopback}, "Observer must be nil", -1},
+		{"tap", pipeline.RunConfig{Listen: loopback}, "upstream", -1},
+		{"admin", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: busy.Addr().String()}, "--admin: ", pipeline.ListenAdmin},
+		{"metrics", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Admin: "127.0.0.1:0", MetricsListen: busy.Addr().String()}, "--metrics-listen: ", pipeline.ListenMetrics},
+		{"listen", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: tap.Address{Network: "tcp", Addr: busy.Addr().String()}, Admin: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"}, "--listen: ", pipeline.ListenRelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<20, 2, "test", up.Addr)
@@ -303,12 +303,11 @@ func TestStartFailsCleanly(t *testing.T) {
 				t.Errorf("Start: %v, want an error with %q", err, tc.want)
 			}
 			var le *pipeline.ListenError
-			if gotWhich := ""; errors.As(err, &le) {
-				gotWhich = le.Which
-				if gotWhich != tc.wantWhich {
-					t.Errorf("ListenError.Which = %q, want %q", gotWhich, tc.wantWhich)
+			if errors.As(err, &le) {
+				if le.Listener != tc.wantWhich {
+					t.Errorf("ListenError.Listener = %v, want %v", le.Listener, tc.wantWhich)
 				}
-			} else if tc.wantWhich != "" {
+			} else if tc.wantWhich >= 0 {
 				t.Errorf("Start: %v, want a ListenError for %s", err, tc.wantWhich)
 			}
 			if w.Write(capture.Record{Kind: capture.KindOpen}) == nil {

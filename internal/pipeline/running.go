@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,14 +39,43 @@ type RunConfig struct {
 	CSDSListen string
 }
 
-// ListenError is Start's error when one of its listeners could not be
-// opened: Which is the RunConfig field (Listen, Admin or MetricsListen).
-type ListenError struct {
-	Which string
-	Err   error
+// Listener names one of RunConfig's listeners by the flag that sets it, so
+// an error about it reads as the user wrote the command line.
+type Listener int
+
+const (
+	ListenRelay   Listener = iota // RunConfig.Listen, --listen
+	ListenAdmin                   // RunConfig.Admin, --admin
+	ListenMetrics                 // RunConfig.MetricsListen, --metrics-listen
+	ListenCSDS                    // RunConfig.CSDSListen, --csds-listen
+)
+
+// Listeners are every Listener, for a test that ties each to its flag.
+var Listeners = []Listener{ListenRelay, ListenAdmin, ListenMetrics, ListenCSDS}
+
+// String is the flag's name, without dashes.
+func (l Listener) String() string {
+	switch l {
+	case ListenRelay:
+		return "listen"
+	case ListenAdmin:
+		return "admin"
+	case ListenMetrics:
+		return "metrics-listen"
+	case ListenCSDS:
+		return "csds-listen"
+	}
+	return "Listener(" + strconv.Itoa(int(l)) + ")"
 }
 
-func (e *ListenError) Error() string { return e.Which + ": " + e.Err.Error() }
+// ListenError is Start's error when one of its listeners could not be
+// opened; it reads "--admin: listen tcp ...: address already in use".
+type ListenError struct {
+	Listener Listener
+	Err      error
+}
+
+func (e *ListenError) Error() string { return "--" + e.Listener.String() + ": " + e.Err.Error() }
 func (e *ListenError) Unwrap() error { return e.Err }
 
 // Running is a tap serving clients, observed by its pipeline.
@@ -110,22 +140,22 @@ func Start(ctx context.Context, cfg RunConfig) (_ *Running, err error) {
 			pages[pattern] = h
 		}
 		if r.admin, err = startAdmin(cfg.Admin, r.Server, log, pages); err != nil {
-			return nil, &ListenError{Which: "Admin", Err: err}
+			return nil, &ListenError{Listener: ListenAdmin, Err: err}
 		}
 	}
 	if cfg.MetricsListen != "" {
 		if r.metrics, err = startMetricsServer(cfg.MetricsListen, p.Metrics.Handler(), log); err != nil {
-			return nil, &ListenError{Which: "MetricsListen", Err: err}
+			return nil, &ListenError{Listener: ListenMetrics, Err: err}
 		}
 	}
 	if cfg.CSDSListen != "" {
 		if r.csds, err = startCSDS(cfg.CSDSListen, export.NewCSDS(p.Tracker, p.Retained), export.NewSyncz(p.Tracker, cfg.Observe.Version), log); err != nil {
-			return nil, &ListenError{Which: "CSDSListen", Err: err}
+			return nil, &ListenError{Listener: ListenCSDS, Err: err}
 		}
 	}
 	lis, err := tap.Listen(cfg.Listen)
 	if err != nil {
-		return nil, &ListenError{Which: "Listen", Err: err}
+		return nil, &ListenError{Listener: ListenRelay, Err: err}
 	}
 	r.addr = cfg.Listen
 	if cfg.Listen.Network == "tcp" {

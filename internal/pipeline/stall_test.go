@@ -106,7 +106,7 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 		t.Fatal(err)
 	}
 	// Small queues, so that the stall overflows them within a few pushes.
-	s.logOut = export.NewLogWriter(s.stderr, 4<<10, nil)
+	s.logOut = export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 4 << 10}, Writer: s.stderr})
 	log := slog.New(export.NewPretty(s.logOut, slog.LevelInfo))
 	pushes := make([][]byte, stallPushes)
 	for i := range pushes {
@@ -130,7 +130,7 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 	if s.p, err = pipeline.Start(context.Background(), pipeline.RunConfig{
 		Tap: tap.Config{Upstream: up.Addr},
 		Observe: pipeline.Config{Logger: log, Capture: w, OutputQueueBytes: 256 << 10, RetainMaxBytes: 64 << 20,
-			LogDropped: s.logOut.Dropped, Sinks: []track.Sink{s.seen}},
+			LogOutput: s.logOut, Sinks: []track.Sink{s.seen}},
 		Listen: tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
 	}); err != nil {
 		t.Fatal(err)

@@ -120,7 +120,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 		},
 	}
 	if env.LogOut != nil {
-		pcfg.LogDropped = env.LogOut.Dropped
+		pcfg.LogOutput = env.LogOut
 		pcfg.LogLater = env.LogOut.Later
 	}
 	if f.RetainResources {
@@ -147,7 +147,3 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 	}
 	return run, nil
 }
-
-// ListenFlags name the flags of pipeline.RunConfig's listeners, for
-// pipeline.ListenError.Which.
-var ListenFlags = map[string]string{"Listen": "listen", "Admin": "admin", "MetricsListen": "metrics-listen", "CSDSListen": "csds-listen"}

@@ -22,13 +22,13 @@ func NewLog(w io.Writer, level, format string) (*slog.Logger, *export.LogWriter,
 	if _, err := NewLogger(io.Discard, level, format); err != nil {
 		return nil, nil, err
 	}
-	out := export.NewLogWriter(w, logQueueBytes, func(n uint64) []byte {
+	out := export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: logQueueBytes}, Writer: w, Lost: func(n uint64) []byte {
 		// Said in the log's own format, once the destination takes lines again.
 		var b bytes.Buffer
 		l, _ := NewLogger(&b, level, format)
 		l.Warn(fmt.Sprintf("log: %d lines dropped while stderr was blocked", n), "dropped", n, "metric", `adstap_output_dropped_total{output="log"}`)
 		return b.Bytes()
-	})
+	}})
 	log, _ := NewLogger(out, level, format)
 	return log, out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
@@ -100,6 +101,19 @@ func TestBuildFailsOnBadFlags(t *testing.T) {
 		}
 		if _, err := runconfig.Build(f, runconfig.Env{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want one saying %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// Each of the pipeline's listeners names, in its errors, a flag `adstap
+// run` has.
+func TestListenersAreFlags(t *testing.T) {
+	leakcheck.Check(t)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	runconfig.Define(runconfig.FlagSet(fs), new(runconfig.Flags))
+	for _, l := range pipeline.Listeners {
+		if fs.Lookup(l.String()) == nil {
+			t.Errorf("listener %d is named --%s, which adstap run does not have", int(l), l)
 		}
 	}
 }

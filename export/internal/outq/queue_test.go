@@ -1,0 +1,132 @@
+package outq
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+)
+
+// The bound is in bytes, counted from the put until the work is done: what
+// does not fit is dropped and counted, what must be queued is, whatever the
+// bound.
+func TestPutKeepsTheBound(t *testing.T) {
+	leakcheck.Check(t)
+	gate := make(chan struct{})
+	q := New("test", 100, func(int) { <-gate }, nil, nil)
+	defer q.Close(context.Background())
+	defer close(gate)
+	for i, tc := range []struct {
+		size int
+		must bool
+		want bool
+	}{
+		{60, false, true},
+		{50, false, false}, // 110 > 100
+		{40, false, true},  // 100
+		{1, false, false},
+		{50, true, true}, // must: 150
+		{0, false, false},
+	} {
+		if got := q.Put(i, tc.size, tc.must); got != tc.want {
+			t.Errorf("put %d (%d bytes, must %v) = %v, want %v", i, tc.size, tc.must, got, tc.want)
+		}
+	}
+	if got, want := q.Dropped(), uint64(3); got != want {
+		t.Errorf("Dropped() = %d, want %d", got, want)
+	}
+}
+
+// Producers on goroutines of their own, at once: each one's work is done
+// in the order it was put, and none is lost.
+func TestPutKeepsEachProducersOrder(t *testing.T) {
+	leakcheck.Check(t)
+	const producers, each = 4, 2000
+	type item struct{ producer, i int }
+	last := make([]int, producers)
+	for i := range last {
+		last[i] = -1
+	}
+	var done int
+	var bad []string
+	q := New("test", 1<<30, func(it item) {
+		if it.i != last[it.producer]+1 {
+			bad = append(bad, "out of order")
+		}
+		last[it.producer] = it.i
+		done++
+	}, nil, nil)
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				q.Put(item{p, i}, 8, false)
+			}
+		})
+	}
+	wg.Wait()
+	if err := q.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if done != producers*each || len(bad) > 0 {
+		t.Errorf("%d done, want %d; %d out of order", done, producers*each, len(bad))
+	}
+}
+
+// Flush waits for what was queued before it; a loss is said once the queue
+// has caught up, with how much was lost.
+func TestFlushAndLost(t *testing.T) {
+	leakcheck.Check(t)
+	gate := make(chan struct{})
+	var did []int
+	lost := make(chan uint64, 1)
+	q := New("test", 10, func(i int) {
+		<-gate
+		did = append(did, i)
+	}, func(n uint64) { lost <- n }, nil)
+	defer q.Close(context.Background())
+	q.Put(1, 10, false)
+	q.Put(2, 10, false) // dropped
+	q.Put(3, 10, false) // dropped
+	close(gate)
+	q.Flush(context.Background())
+	if len(did) != 1 || did[0] != 1 {
+		t.Errorf("done before the flush: %v, want [1]", did)
+	}
+	if got := <-lost; got != 2 {
+		t.Errorf("lost told %d, want 2", got)
+	}
+}
+
+// Past Close's deadline the rest is handed to discard, counted, and said in
+// the error.
+func TestCloseGivesUpAtTheDeadline(t *testing.T) {
+	leakcheck.Check(t)
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var discarded []int
+	q := New("test", 1<<20, func(int) {
+		started <- struct{}{}
+		<-gate
+	}, nil, func(i int) { discarded = append(discarded, i) })
+	q.Put(0, 1, false)
+	<-started // 0 is in hand; 1 and 2 wait
+	q.Put(1, 1, false)
+	q.Put(2, 1, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := q.Close(ctx)
+	close(gate)
+	<-q.Done()
+	if err == nil || !strings.Contains(err.Error(), "test: 2 queued records dropped") {
+		t.Errorf("Close = %v, want the 2 records it dropped", err)
+	}
+	if len(discarded) != 2 || q.Dropped() != 2 {
+		t.Errorf("discarded %v, Dropped() = %d; want 2 of each", discarded, q.Dropped())
+	}
+	if q.Put(3, 1, true) {
+		t.Error("a put after Close was queued")
+	}
+}

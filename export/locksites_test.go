@@ -1,0 +1,154 @@
+package export_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+)
+
+// lockSites is every lock the outputs take, by the function that takes it
+// and the lock, and why no two streams wait for each other on it for a
+// frame: the stream's own state, or off the frame's path (the output's own
+// goroutine, a page, a scrape, the clock, shutdown). A lock streams share
+// on the path is not listed: it calls takingShared just before, and
+// TestOutputsShareNoLockAcrossStreams counts it.
+var lockSites = map[string]string{
+	"(*LiveLog).throttle st.mu":       "stream",
+	"(*Tracing).detectorState s.mu":   "stream",
+	"(*Tracing).Tick s.mu":            "stream",
+	"(*Tracing).endAllEpisodes s.mu":  "stream",
+	"(*Tracing).references s.mu":      "stream",
+	"(*Tracing).Shutdown s.mu":        "stream",
+	"(*Tracing).TraceIDFor s.mu":      "stream",
+	"(*Tracing).stream s.mu":          "stream",
+	"(*Tracing).OnEvent s.mu":         "stream",
+	"(*Tracing).streamOpened s.mu":    "stream",
+	"(*Tracing).fullSync s.mu":        "stream",
+	"(*Tracing).streamClosed s.mu":    "stream",
+	"(*Tracing).pushEnded s.mu":       "stream",
+	"(*Tracing).detector s.mu":        "stream",
+	"(*spanObjects).take sh.mu":       "off the path: the span queue's goroutine",
+	"(*ConfigStore).snapshot c.mu":    "off the path: CSDS",
+	"(*ConfigStore).do c.mu":          "off the path: the store's goroutine",
+	"(*ConfigStore).closeStream c.mu": "off the path: the store's goroutine",
+	"(*ConfigStore).accept c.mu":      "off the path: the store's goroutine",
+	"(*ConfigStore).Handler c.mu":     "off the path: /debug/config",
+	"(*UpstreamHealth).State u.mu":    "off the path: status and pages",
+	"(*References).do r.mu":           "off the path: the check's goroutine",
+	"(*References).ScanStats r.mu":    "off the path: a scrape",
+	"(*References).Dangling r.mu":     "off the path: pages and status",
+	"(*References).Holds r.mu":        "off the path: tests of what the check holds",
+}
+
+// Every lock of the outputs' code is either listed in lockSites or said to
+// the hook (takingShared) where it is taken: a new lock cannot join a
+// frame's path unseen by TestOutputsShareNoLockAcrossStreams.
+func TestEveryLockIsAccountedFor(t *testing.T) {
+	leakcheck.Check(t)
+	var files []string
+	for _, pattern := range []string{"*.go", "internal/*/*.go"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	var unaccounted []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			where := fn.Name.Name
+			if fn.Recv != nil {
+				where = "(" + string(src[fset.Position(fn.Recv.List[0].Type.Pos()).Offset:fset.Position(fn.Recv.List[0].Type.End()).Offset]) + ")." + where
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				var list []ast.Stmt
+				switch b := n.(type) {
+				case *ast.BlockStmt:
+					list = b.List
+				case *ast.CaseClause:
+					list = b.Body
+				case *ast.CommClause:
+					list = b.Body
+				}
+				for i, s := range list {
+					lock, ok := lockOf(s, src, fset)
+					if !ok {
+						continue
+					}
+					if i > 0 && callsTakingShared(list[i-1]) {
+						continue
+					}
+					key := where + " " + lock
+					seen[key] = true
+					if _, ok := lockSites[key]; !ok {
+						unaccounted = append(unaccounted, fset.Position(s.Pos()).String()+": "+key)
+					}
+				}
+				return true
+			})
+		}
+	}
+	sort.Strings(unaccounted)
+	for _, u := range unaccounted {
+		t.Errorf("%s: a lock neither listed in lockSites (a stream's own, or off the frame's path) nor said to takingShared", u)
+	}
+	for key := range lockSites {
+		if !seen[key] {
+			t.Errorf("lockSites lists %q, which the code no longer takes", key)
+		}
+	}
+}
+
+// lockOf is the lock s takes, when s is x.Lock() or x.RLock().
+func lockOf(s ast.Stmt, src []byte, fset *token.FileSet) (string, bool) {
+	es, ok := s.(*ast.ExprStmt)
+	if !ok {
+		return "", false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return "", false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || (sel.Sel.Name != "Lock" && sel.Sel.Name != "RLock") {
+		return "", false
+	}
+	return string(src[fset.Position(sel.X.Pos()).Offset:fset.Position(sel.X.End()).Offset]), true
+}
+
+func callsTakingShared(s ast.Stmt) bool {
+	es, ok := s.(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == "takingShared"
+}

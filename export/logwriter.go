@@ -1,0 +1,88 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/adstap/adstap/export/internal/outq"
+)
+
+// DefaultOutputQueueBytes bounds the work waiting for each output that does
+// I/O (the capture file, stderr, /debug/config) when none is set.
+const DefaultOutputQueueBytes = outq.DefaultBytes
+
+// LogWriter is where the log goes (stderr): a Write copies the line and
+// returns at once, and a goroutine of its own writes it out. A stderr that
+// blocks — a terminal paused, a pipe nobody reads — costs log lines, counted
+// and said once stderr takes lines again, never a wait on the relay or the
+// tracker.
+type LogWriter struct {
+	q *outq.Queue[logItem]
+}
+
+// logItem is a line to write, or work that logs lines (Later).
+type logItem struct {
+	line  []byte
+	later func()
+}
+
+// laterSize is what a Later counts against the bound: about the line it
+// makes.
+const laterSize = 512
+
+// LogWriterConfig shapes the log writer. Its OutputConfig's Logger is
+// unused: the writer is the log's own way out.
+type LogWriterConfig struct {
+	// OutputConfig.QueueBytes bounds the lines that wait.
+	OutputConfig
+	// Writer is where the lines go (stderr).
+	Writer io.Writer
+	// Lost builds the line that says, once Writer keeps up again, how many
+	// lines were dropped; nil says it in plain text.
+	Lost func(n uint64) []byte
+}
+
+// NewLogWriter writes to cfg.Writer.
+func NewLogWriter(cfg LogWriterConfig) *LogWriter {
+	w, lost, maxBytes := cfg.Writer, cfg.Lost, cfg.QueueBytes
+	if lost == nil {
+		lost = func(n uint64) []byte {
+			return fmt.Appendf(nil, "adstap: %d log lines dropped while the log's output was blocked (adstap_output_dropped_total{output=\"log\"})\n", n)
+		}
+	}
+	l := &LogWriter{}
+	l.q = outq.New(LogOutput, maxBytes, func(it logItem) {
+		if it.later != nil {
+			it.later()
+			return
+		}
+		w.Write(it.line)
+	}, func(n uint64) { w.Write(lost(n)) }, nil)
+	return l
+}
+
+// Write queues a copy of p, or drops it when too much waits already.
+func (l *LogWriter) Write(p []byte) (int, error) {
+	l.q.Put(logItem{line: append([]byte(nil), p...)}, len(p), false)
+	return len(p), nil
+}
+
+// Later runs f on the writer's goroutine, after the lines queued before it,
+// or drops it (counted as a line) when too much waits already; it reports
+// whether f was queued. The lines f logs through this writer come after
+// those queued before f ran: work whose lines need something slow (the
+// Istio objects a NACK rejected, LiveLog.DecodeLater) runs here rather than
+// on the tracker's goroutine.
+func (l *LogWriter) Later(f func()) bool {
+	return l.q.Put(logItem{later: f}, laterSize, false)
+}
+
+// Name is the output's name, its queue's.
+func (l *LogWriter) Name() string { return LogOutput }
+
+// Dropped counts the lines dropped.
+func (l *LogWriter) Dropped() uint64 { return l.q.Dropped() }
+
+// Close writes out what waits, until ctx is done; later lines are dropped.
+func (l *LogWriter) Close(ctx context.Context) error { return l.q.Close(ctx) }

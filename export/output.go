@@ -1,0 +1,54 @@
+package export
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Output is the one shape of every output: a name (its queue's, and the
+// output label of adstap_output_dropped_total), what it dropped since it
+// was made, and a Close that writes out what waits until ctx is done, whose
+// error begins with the output's name. What
+// it reads — the tracker's events (track.Sink) or the relay's frames — it
+// takes besides.
+type Output interface {
+	Name() string
+	Dropped() uint64
+	Close(ctx context.Context) error
+}
+
+// The outputs' names, defined once: queues, loss messages and metric labels
+// all read them from here.
+const (
+	LogOutput        = "log"
+	ConfigOutput     = "config"
+	ReferencesOutput = "references"
+	CaptureOutput    = "capture"
+	TracingOutput    = "tracing"
+)
+
+var (
+	_ Output = (*LogWriter)(nil)
+	_ Output = (*ConfigStore)(nil)
+	_ Output = (*References)(nil)
+	_ Output = (*Capture)(nil)
+	_ Output = (*Tracing)(nil)
+)
+
+// OutputConfig is what every output's config embeds: one
+// --output-queue-bytes, one logger, the same for all.
+type OutputConfig struct {
+	// Logger is told of losses and failures; nil discards.
+	Logger *slog.Logger
+	// QueueBytes bounds the work waiting for the output
+	// (DefaultOutputQueueBytes when 0); past it work is dropped and counted.
+	QueueBytes int64
+}
+
+// logger is Logger, or one that discards.
+func (c OutputConfig) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
+}
