@@ -522,9 +522,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		s := stats[p]
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(s.StreamsActive), string(p))
 		ch <- prometheus.MustNewConstMetric(streamsOpenedDesc, prometheus.CounterValue, float64(s.StreamsOpened), string(p))
-		for i, dir := range []string{"request", "response"} {
-			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir, string(p))
-			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir, string(p))
+		for i, dir := range []codec.Direction{codec.DirectionRequest, codec.DirectionResponse} {
+			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir.String(), string(p))
+			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir.String(), string(p))
 		}
 	}
 }
