@@ -19,11 +19,13 @@ import (
 // literal of them elsewhere says nothing of a type.
 var generalWords = []string{codec.ShortHealthInfo, codec.ShortAddress, codec.ShortAuthorization, codec.ShortTypeOther}
 
-// TestShortTypeNamesAreCodecs fails when a non-test file outside codec
+// TestTypeNamesAndDirectionsAreCodecs fails when a non-test file outside codec
 // spells a short type name ("cds", "lds", ...) as a string literal: codec
 // owns them (codec.ShortCluster, ...), so that what a package calls a type
-// is what the metrics call it.
-func TestShortTypeNamesAreCodecs(t *testing.T) {
+// is what the metrics call it. The same for a direction ("request",
+// "response": codec.Direction's String) in a package that ships; the
+// support areas' are other requests (a pod's memory request).
+func TestTypeNamesAndDirectionsAreCodecs(t *testing.T) {
 	leakcheck.Check(t)
 	var names []string
 	for _, s := range codec.ShortTypes() {
@@ -34,6 +36,7 @@ func TestShortTypeNamesAreCodecs(t *testing.T) {
 	if !slices.Contains(names, codec.ShortCluster) {
 		t.Fatalf("codec.ShortTypes() = %v lacks %q", codec.ShortTypes(), codec.ShortCluster)
 	}
+	directions := []string{codec.DirectionRequest.String(), codec.DirectionResponse.String()}
 	root, dirs := packages(t)
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
@@ -57,10 +60,17 @@ func TestShortTypeNamesAreCodecs(t *testing.T) {
 				if !ok || lit.Kind != token.STRING {
 					return true
 				}
-				if s, err := strconv.Unquote(lit.Value); err == nil && slices.Contains(names, s) {
-					pos := fset.Position(lit.Pos())
-					rel, _ := filepath.Rel(root, pos.Filename)
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				pos := fset.Position(lit.Pos())
+				rel, _ := filepath.Rel(root, pos.Filename)
+				switch {
+				case slices.Contains(names, s):
 					t.Errorf("%s:%d: the short type name %q spelled out: use codec's constant", filepath.ToSlash(rel), pos.Line, s)
+				case slices.Contains(directions, s) && !isSupport(dir):
+					t.Errorf("%s:%d: the direction %q spelled out: use codec.Direction", filepath.ToSlash(rel), pos.Line, s)
 				}
 				return true
 			})
