@@ -152,7 +152,7 @@ func TestDocsNameRealFlagsWithTheirDefaults(t *testing.T) {
 				defs, ok := flags[flagName]
 				if !ok {
 					if flagName != "help" && !isForeign(flagName) {
-						t.Errorf("%s:%d: --%s is no flag of any adstap command (nor of another tool in foreignFlags)", name, u.line, flagName)
+						t.Errorf("%s:%d: --%s is no flag of any adstap command (nor of another tool in foreignFlags)", name, u.lineAt(m[2]), flagName)
 					}
 					continue
 				}
@@ -180,7 +180,7 @@ func TestDocsNameRealFlagsWithTheirDefaults(t *testing.T) {
 				}
 				checked++
 				if want != nil {
-					t.Errorf("%s:%d: --%s: the doc says its default is %q, the flag table %s", name, u.line, flagName, stated, strings.Join(want, ", "))
+					t.Errorf("%s:%d: --%s: the doc says its default is %q, the flag table %s", name, u.lineAt(m[2]), flagName, stated, strings.Join(want, ", "))
 				}
 			}
 		}
@@ -208,6 +208,18 @@ var twinMention = regexp.MustCompile(`\bADSTAP_[A-Z0-9_]*[A-Z0-9]\b`)
 type docUnit struct {
 	line int
 	text string
+	// starts are where each of the unit's lines after its first starts
+	// in text.
+	starts []int
+}
+
+// lineAt is the line of the page that position i of u's text is on.
+func (u docUnit) lineAt(i int) int {
+	n := 0
+	for n < len(u.starts) && u.starts[n] <= i {
+		n++
+	}
+	return u.line + n
 }
 
 // docUnits splits a page into what one sentence about a flag stays within:
@@ -216,31 +228,36 @@ type docUnit struct {
 func docUnits(text string, markdown bool) []docUnit {
 	var units []docUnit
 	var para []string
-	start, fence := 0, false
+	var starts []int
+	start, fence, length := 0, false, 0
 	flush := func() {
 		if len(para) > 0 {
-			units = append(units, docUnit{start, strings.Join(para, " ")})
-			para = nil
+			units = append(units, docUnit{start, strings.Join(para, " "), starts})
+			para, starts, length = nil, nil, 0
 		}
 	}
 	for i, line := range strings.Split(text, "\n") {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case !markdown:
-			units = append(units, docUnit{i + 1, line})
+			units = append(units, docUnit{line: i + 1, text: line})
 		case strings.HasPrefix(trimmed, "```"):
 			flush()
 			fence = !fence
 		case fence || strings.HasPrefix(trimmed, "|"):
 			flush()
-			units = append(units, docUnit{i + 1, line})
+			units = append(units, docUnit{line: i + 1, text: line})
 		case trimmed == "":
 			flush()
 		default:
 			if len(para) == 0 {
 				start = i + 1
+			} else {
+				length++ // the space joining it
+				starts = append(starts, length)
 			}
 			para = append(para, trimmed)
+			length += len(trimmed)
 		}
 	}
 	flush()
@@ -259,6 +276,8 @@ var (
 	inParens = regexp.MustCompile(`^ \(([^()]*)\)`)
 	// `--x`, V by default
 	byDefault = regexp.MustCompile(`^,? ` + docValue + ` by default\b`)
+	// (with `--x`, the default): a bool flag that is on
+	theDefault = regexp.MustCompile(`^,? the default\b`)
 	// `--x` defaults to V
 	defaultsTo = regexp.MustCompile(`^ defaults to ` + docValue)
 	// `--x`, V) or `--x` V, — a bare number, size or duration
@@ -304,6 +323,9 @@ func statedDefault(rest string, f *flag.Flag) (v string, ok bool) {
 			}
 			break
 		}
+	}
+	if theDefault.MatchString(rest) && kind(f) == "bool" {
+		return "on", true
 	}
 	for _, re := range []*regexp.Regexp{byDefault, defaultsTo} {
 		if m := re.FindStringSubmatch(rest); m != nil {
