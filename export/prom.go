@@ -48,8 +48,9 @@ const outputDroppedHelp = "Records an output dropped because it fell behind (a b
 // DefaultMaxNodes is MetricsConfig.MaxNodes when left zero.
 const DefaultMaxNodes = 100
 
-// overflowNode is the node label of every node past MaxNodes.
-const overflowNode = "other"
+// OverflowNode is the node label of every node past MaxNodes: what adstap
+// status --prometheus recognizes as no node of its own.
+const OverflowNode = "other"
 
 // RelayStats is what the relay counts itself (tap.Server.Stats).
 type RelayStats interface {
@@ -455,7 +456,7 @@ func (m *Metrics) labels(typeURL, node string) []string {
 }
 
 // nodeValue is a node's label value: the node id while fewer than MaxNodes
-// have one, else overflowNode. An event past the cap is counted; a scrape
+// have one, else OverflowNode. An event past the cap is counted; a scrape
 // reading state (count false) is not, since it repeats.
 func (m *Metrics) nodeValue(node string, count bool) string {
 	if _, ok := m.nodes.Load(node); ok {
@@ -481,7 +482,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 			m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
 		}
 	}
-	return overflowNode
+	return OverflowNode
 }
 
 // typeLabelValues are the label values of codec.ShortType's fixed set, made
