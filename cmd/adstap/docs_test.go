@@ -304,7 +304,12 @@ func statedDefault(rest string, f *flag.Flag) (v string, ok bool) {
 	if loc := nextMention.FindStringIndex(rest); loc != nil {
 		rest = rest[:loc[0]]
 	}
-	worded := func(v string) (string, bool) { return v, isLiteral(v, f, true) }
+	worded := func(v string) (string, bool) {
+		if !isLiteral(v, f, true) {
+			return "", false
+		}
+		return v, true
+	}
 	if m := inParens.FindStringSubmatch(rest); m != nil {
 		for item := range strings.SplitSeq(m[1], ", ") {
 			item, _, _ = strings.Cut(item, "; ")
@@ -423,4 +428,51 @@ func sameDefault(v string, f *flag.Flag) bool {
 		return got == d.String()
 	}
 	return got == f.DefValue
+}
+
+// The forms statedDefault reads, and what it leaves alone.
+func TestStatedDefault(t *testing.T) {
+	var f runFlags
+	fs := runCommand(&f).fs
+	for _, tt := range []struct {
+		doc    string
+		want   string
+		wantOK bool
+	}{
+		{"`--metrics-max-nodes` (100) distinct values", "100", true},
+		{"`--max-message-size` (512 MiB by default) pass", "512 MiB", true},
+		{"`--initial-fetch-timeout` (15 s, Envoy's default; Istio sets EDS's to 0) becomes", "15 s", true},
+		{"`--metrics-listen` (`ADSTAP_METRICS_LISTEN`, off by default),", "off", true},
+		{"`--check-references` (on by default) keeps", "on", true},
+		{"(with `--check-references`, the default) lists", "on", true},
+		{"`--admin`, `127.0.0.1:15101` by default, loopback", "`127.0.0.1:15101`", true},
+		{"(`--admin` defaults to `127.0.0.1:15101`)", "`127.0.0.1:15101`", true},
+		{"(`--max-concurrent-streams`, 20,000) and", "20,000", true},
+		{"within `--nack-keep-bytes`, 64 MiB): it", "64 MiB", true},
+		{"`--output-queue-bytes`, 16MiB in the sidecar (default 64MiB), plus", "64MiB", true},
+		{"`--observe-queue-bytes`, 64MiB in the sidecar (the default, 256MiB, is for", "256MiB", true},
+		{"| `--push-timeout` | `ADSTAP_PUSH_TIMEOUT` | how long a push may wait (30s) |", "30s", true},
+		// Not defaults: a value given, the sidecar's, a meaning, another
+		// flag's, a word that is no value, a string out of backticks.
+		{"    - --output-queue-bytes=16MiB", "", false},
+		{"`--output-queue-bytes` (16 MiB in the sidecar)", "", false},
+		{"(`--observe-workers`, `tap.Config.ObserveWorkers`, GOMAXPROCS by default)", "", false},
+		{"`--full-sync-window` (more than one a minute by default)", "", false},
+		{"`--capture-max-bytes` × `--capture-max-files` (128 MiB with the template's 32 MiB × 4)", "", false},
+		{"(`--admin`, loopback by default)", "", false},
+		{"`--retain-resources` (docs/debug.md)", "", false},
+	} {
+		m := flagMention.FindStringSubmatchIndex(tt.doc)
+		if m == nil {
+			t.Fatalf("%q: no flag", tt.doc)
+		}
+		fl := fs.Lookup(tt.doc[m[2]:m[3]])
+		if fl == nil {
+			t.Fatalf("%q: no flag %s of adstap run", tt.doc, tt.doc[m[2]:m[3]])
+		}
+		got, ok := statedDefault(tt.doc[m[1]:], fl)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("statedDefault(%q) = %q, %v; want %q, %v", tt.doc, got, ok, tt.want, tt.wantOK)
+		}
+	}
 }
