@@ -42,7 +42,7 @@ type Record struct {
 	Reopened bool `json:"reopened,omitempty"`
 
 	// frame
-	Direction string `json:"dir,omitempty"` // "request" or "response"
+	Direction string `json:"dir,omitempty"` // codec.Direction's String: "request" or "response"
 	Node      string `json:"node,omitempty"`
 	TypeURL   string `json:"type_url,omitempty"`
 	Size      int    `json:"size,omitempty"`

@@ -62,31 +62,62 @@ const (
 	TypeSyncz = "istio.io/debug/syncz"
 )
 
-// ShortTypeOther is what ShortType says of a type it does not know.
-const ShortTypeOther = "other"
+// The short names ShortType gives the types the tap knows by sight: the
+// only place they are spelled, so that a package naming a type (a finding's
+// owner, a column of adstap status) names it as the metrics do.
+const (
+	ShortListener        = "lds"
+	ShortRoute           = "rds"
+	ShortCluster         = "cds"
+	ShortEndpoint        = "eds"
+	ShortSecret          = "sds"
+	ShortExtensionConfig = "ecds"
+	ShortVirtualHost     = "vhds"
+	ShortScopedRoute     = "srds"
+	ShortRuntime         = "rtds"
+	ShortNameTable       = "nds"
+	ShortProxyConfig     = "pcds"
+	ShortHealthInfo      = "health"
+	ShortAddress         = "address"
+	ShortAuthorization   = "authorization"
+	// ShortSyncz is what ShortType says of TypeSyncz.
+	ShortSyncz = "syncz"
+	// ShortTypeOther is what ShortType says of a type it does not know.
+	ShortTypeOther = "other"
+)
 
-// shortTypeSyncz is what ShortType says of TypeSyncz.
-const shortTypeSyncz = "syncz"
+const shortTypeSyncz = ShortSyncz
 
 // shortNames are the short names of the resource types the tap knows by
 // sight, by message name: the one table of them, which ShortType reads and
 // ShortTypes lists.
 var shortNames = [...]struct{ name, short string }{
-	{nameListener, "lds"},
-	{nameRoute, "rds"},
-	{nameCluster, "cds"},
-	{nameEndpoint, "eds"},
-	{nameSecret, "sds"},
-	{nameExtensionConfig, "ecds"},
-	{nameVirtualHost, "vhds"},
-	{nameScopedRoute, "srds"},
-	{nameRuntime, "rtds"},
-	{nameNameTable, "nds"},
-	{nameProxyConfig, "pcds"},
-	{nameHealthInfo, "health"},
-	{nameAddress, "address"},
-	{nameAuthorization, "authorization"},
+	{nameListener, ShortListener},
+	{nameRoute, ShortRoute},
+	{nameCluster, ShortCluster},
+	{nameEndpoint, ShortEndpoint},
+	{nameSecret, ShortSecret},
+	{nameExtensionConfig, ShortExtensionConfig},
+	{nameVirtualHost, ShortVirtualHost},
+	{nameScopedRoute, ShortScopedRoute},
+	{nameRuntime, ShortRuntime},
+	{nameNameTable, ShortNameTable},
+	{nameProxyConfig, ShortProxyConfig},
+	{nameHealthInfo, ShortHealthInfo},
+	{nameAddress, ShortAddress},
+	{nameAuthorization, ShortAuthorization},
 }
+
+// interned are the type URLs InternTypeURL returns as constants: those of
+// the one table above, as xDS servers send them, and TypeSyncz.
+var interned = func() map[string]string {
+	m := make(map[string]string, len(shortNames)+1)
+	for _, t := range shortNames {
+		m[typePrefix+t.name] = typePrefix + t.name
+	}
+	m[TypeSyncz] = TypeSyncz
+	return m
+}()
 
 // ShortType names a type URL by its xDS service, for metric labels. The result
 // is one of ShortTypes, a fixed set, so that a client inventing type URLs
@@ -127,31 +158,9 @@ func TypeName(typeURL string) string {
 // makes it): a constant for the type URLs that fill almost every frame, so
 // that reading one does not allocate each time.
 func InternTypeURL(b []byte) string {
-	switch string(b) {
-	case TypeCluster:
-		return TypeCluster
-	case TypeEndpoint:
-		return TypeEndpoint
-	case TypeListener:
-		return TypeListener
-	case TypeRoute:
-		return TypeRoute
-	case TypeSecret:
-		return TypeSecret
-	case TypeExtensionConfig:
-		return TypeExtensionConfig
-	case TypeNameTable:
-		return TypeNameTable
-	case TypeProxyConfig:
-		return TypeProxyConfig
-	case TypeHealthInfo:
-		return TypeHealthInfo
-	case TypeAddress:
-		return TypeAddress
-	case TypeAuthorization:
-		return TypeAuthorization
-	case TypeSyncz:
-		return TypeSyncz
+	// A map indexed by string(b) does not copy b.
+	if u, ok := interned[string(b)]; ok {
+		return u
 	}
 	return Text(b)
 }

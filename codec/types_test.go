@@ -85,3 +85,39 @@ func TestTypeURLConstants(t *testing.T) {
 		}
 	}
 }
+
+// InternTypeURL knows every type of the short-name table, and reading one
+// allocates nothing; any other type URL is copied.
+func TestInternTypeURL(t *testing.T) {
+	leakcheck.Check(t)
+	for _, tt := range []struct {
+		typeURL string
+		interns bool
+	}{
+		{codec.TypeCluster, true},
+		{codec.TypeEndpoint, true},
+		{codec.TypeListener, true},
+		{codec.TypeRoute, true},
+		{codec.TypeSecret, true},
+		{codec.TypeExtensionConfig, true},
+		{codec.TypeScopedRoute, true},
+		{codec.TypeVirtualHost, true},
+		{codec.TypeRuntime, true},
+		{codec.TypeNameTable, true},
+		{codec.TypeProxyConfig, true},
+		{codec.TypeHealthInfo, true},
+		{codec.TypeAddress, true},
+		{codec.TypeAuthorization, true},
+		{codec.TypeSyncz, true},
+		{"type.googleapis.com/envoy.api.v2.Cluster", false},
+	} {
+		b := []byte(tt.typeURL)
+		if got := codec.InternTypeURL(b); got != tt.typeURL {
+			t.Errorf("InternTypeURL(%q) = %q", tt.typeURL, got)
+		}
+		allocs := testing.AllocsPerRun(10, func() { codec.InternTypeURL(b) })
+		if got := allocs == 0; got != tt.interns {
+			t.Errorf("InternTypeURL(%q): %v allocations, want interned %v", tt.typeURL, allocs, tt.interns)
+		}
+	}
+}

@@ -245,7 +245,7 @@ func (c *Capture) writeFrame(r capture.Record, data mem.BufferSlice) error {
 		return c.w.WriteFrame(r, segs)
 	}
 	delta := st.protocol == codec.Delta
-	request := r.Direction == "request"
+	request := r.Direction == codec.DirectionRequest.String()
 	if request && st.node == "" {
 		if req, err := redact.DecodeRequest(joined(segs, data), delta); err == nil && req.Node != nil {
 			st.node = req.Node.ID

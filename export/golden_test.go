@@ -164,7 +164,7 @@ func story() []track.Event {
 		track.DetectorStarted{Detector: track.DetectorReconnectHerd, Key: "tap", At: at(3100), Count: 50, Detail: "50 streams opened within 1s"},
 		track.DetectorEnded{Detector: track.DetectorNACKStorm, Key: "stream 1 eds", StreamID: 1, Node: nodeA, TypeURL: codec.TypeEndpoint, At: at(9000), Duration: 6 * time.Second, Count: 9},
 		track.DetectorEnded{Detector: track.DetectorReconnectHerd, Key: "tap", At: at(9100), Duration: 6 * time.Second, Count: 50},
-		track.DecodeError{StreamID: 3, Direction: "response", Err: errors.New("proto: cannot parse invalid wire-format data"), At: at(9200)},
+		track.DecodeError{StreamID: 3, Direction: codec.DirectionResponse, Err: errors.New("proto: cannot parse invalid wire-format data"), At: at(9200)},
 		track.ObservationGap{StreamID: 3, Skipped: 12, At: at(9300)},
 		track.PushEnded{Push: eds3, Result: track.ResultClosed, At: at(31000), Latency: 31 * time.Second},
 		timeout,

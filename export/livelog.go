@@ -208,7 +208,7 @@ func (l *LiveLog) write(e track.Event) {
 			"conn", c.ConnID, "upstream", c.Upstream, "dns_ms", ms(c.DNS), "tcp_ms", ms(c.TCP), "tls_ms", ms(c.TLS))
 	case track.DecodeError:
 		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: undecodable %s relayed unchanged: %v", e.StreamID, e.Direction, e.Err),
-			"stream", e.StreamID, "direction", e.Direction, "error", e.Err.Error())
+			"stream", e.StreamID, "direction", e.Direction.String(), "error", e.Err.Error())
 	case track.ObservationGap:
 		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: %d frames relayed but not observed (observation queue full); its state may be off until the next full push", e.StreamID, e.Skipped),
 			"stream", e.StreamID, "skipped", e.Skipped)

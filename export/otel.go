@@ -68,6 +68,10 @@ type TracingConfig struct {
 	MaxSpansPerStream int
 }
 
+// DefaultServiceName is the service the spans are of unless
+// OTEL_SERVICE_NAME names another: where adstap rollout looks for them.
+const DefaultServiceName = "adstap"
+
 // TracingEnabled says whether the configuration asks for spans: an endpoint
 // by flag or by OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, and the SDK not disabled.
 func TracingEnabled(cfg TracingConfig) bool {
@@ -176,7 +180,7 @@ func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
 		}
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName("adstap"), semconv.ServiceVersion(cfg.ServiceVersion)),
+		resource.WithAttributes(semconv.ServiceName(DefaultServiceName), semconv.ServiceVersion(cfg.ServiceVersion)),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 		resource.WithHost(),
 	)

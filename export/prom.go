@@ -45,8 +45,9 @@ const outputDroppedHelp = "Records an output dropped because it fell behind (a b
 // DefaultMaxNodes is MetricsConfig.MaxNodes when left zero.
 const DefaultMaxNodes = 100
 
-// overflowNode is the node label of every node past MaxNodes.
-const overflowNode = "other"
+// OverflowNode is the node label of every node past MaxNodes: what adstap
+// status --prometheus recognizes as no node of its own.
+const OverflowNode = "other"
 
 // RelayStats is what the relay counts itself (tap.Server.Stats).
 type RelayStats interface {
@@ -457,7 +458,7 @@ func (m *Metrics) labels(typeURL, node string) []string {
 }
 
 // nodeValue is a node's label value: the node id while fewer than MaxNodes
-// have one, else overflowNode. An event past the cap is counted; a scrape
+// have one, else OverflowNode. An event past the cap is counted; a scrape
 // reading state (count false) is not, since it repeats.
 func (m *Metrics) nodeValue(node string, count bool) string {
 	if _, ok := m.nodes.Load(node); ok {
@@ -484,7 +485,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 			m.cfg.Logger.Warn("metrics: more distinct nodes than --metrics-max-nodes; the rest are counted as node=\"other\"", "max_nodes", m.cfg.MaxNodes)
 		}
 	}
-	return overflowNode
+	return OverflowNode
 }
 
 // typeLabelValues are the label values of codec.ShortType's fixed set, made
@@ -525,9 +526,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		s := stats[p]
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(s.StreamsActive), string(p))
 		ch <- prometheus.MustNewConstMetric(streamsOpenedDesc, prometheus.CounterValue, float64(s.StreamsOpened), string(p))
-		for i, dir := range []string{"request", "response"} {
-			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir, string(p))
-			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir, string(p))
+		for i, dir := range []codec.Direction{codec.DirectionRequest, codec.DirectionResponse} {
+			ch <- prometheus.MustNewConstMetric(messagesDesc, prometheus.CounterValue, float64(s.Messages[i]), dir.String(), string(p))
+			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.Bytes[i]), dir.String(), string(p))
 		}
 	}
 }

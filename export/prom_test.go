@@ -43,7 +43,7 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.DetectorEnded{Detector: track.DetectorNACKLoop, TypeURL: codec.TypeCluster},
 		track.DetectorStarted{Detector: track.DetectorRepeatedFullSync, Node: node},
 		track.DetectorStarted{Detector: track.DetectorReconnectHerd, Key: "tap"},
-		track.DecodeError{StreamID: 3, Direction: "request", Err: fmt.Errorf("truncated")},
+		track.DecodeError{StreamID: 3, Direction: codec.DirectionRequest, Err: fmt.Errorf("truncated")},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
 	}

@@ -103,7 +103,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		kind := [2]string{version, ControlPlaneName(s.ControlPlane)}
 		if !kinds[kind] {
 			if len(kinds) >= maxProxyKinds {
-				kind = [2]string{overflowNode, overflowNode}
+				kind = [2]string{OverflowNode, OverflowNode}
 			}
 			kinds[kind] = true
 		}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/adstap/adstap/codec"
 )
 
 // Kind is what a dangling reference refers from and to.
@@ -146,7 +148,7 @@ func (f Finding) routeWhere() string {
 	b.WriteString(f.VirtualHost)
 	b.WriteString(" in route configuration ")
 	b.WriteString(f.RouteConfig)
-	if f.OwnerType == "lds" {
+	if f.OwnerType == codec.ShortListener {
 		b.WriteString(" (inline in listener ")
 		b.WriteString(f.Owner)
 		b.WriteString(")")
@@ -156,9 +158,9 @@ func (f Finding) routeWhere() string {
 
 func ownerWord(t string) string {
 	switch t {
-	case "cds":
+	case codec.ShortCluster:
 		return "cluster"
-	case "lds":
+	case codec.ShortListener:
 		return "listener"
 	}
 	return t

@@ -550,22 +550,22 @@ func (g *Graph) check(o owner, out []openFinding) []openFinding {
 			a := g.nodes[service]
 			switch {
 			case a.flags&hasAssignment == 0:
-				f := Finding{Kind: ClusterEndpoints, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value()}
+				f := Finding{Kind: ClusterEndpoints, OwnerType: codec.ShortCluster, Owner: o.n.Value(), Config: str(c.config), Target: service.Value()}
 				out = append(out, openFinding{Finding: f, target: service})
 			case a.healthy == 0 && a.flags&endpointsElsewhere == 0:
-				f := Finding{Kind: ClusterUnhealthy, OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config), Target: service.Value(), Endpoints: int(a.endpoints)}
+				f := Finding{Kind: ClusterUnhealthy, OwnerType: codec.ShortCluster, Owner: o.n.Value(), Config: str(c.config), Target: service.Value(), Endpoints: int(a.endpoints)}
 				out = append(out, openFinding{Finding: f, target: service, immediate: true})
 			}
 		}
 		if secrets := c.secrets(); len(secrets) > 0 {
-			out = g.checkSecrets(Finding{OwnerType: "cds", Owner: o.n.Value(), Config: str(c.config)}, secrets, out)
+			out = g.checkSecrets(Finding{OwnerType: codec.ShortCluster, Owner: o.n.Value(), Config: str(c.config)}, secrets, out)
 		}
 	case 'l':
 		l, ok := g.listeners[o.n]
 		if !ok {
 			return out
 		}
-		base := Finding{OwnerType: "lds", Owner: o.n.Value(), Config: str(l.config)}
+		base := Finding{OwnerType: codec.ShortListener, Owner: o.n.Value(), Config: str(l.config)}
 		for _, rc := range l.routeConfigs {
 			if _, ok := g.routes[rc]; !ok {
 				f := base
@@ -590,7 +590,7 @@ func (g *Graph) check(o owner, out []openFinding) []openFinding {
 		if !ok {
 			return out
 		}
-		out = g.checkRoutes(Finding{OwnerType: "rds", Owner: o.n.Value()}, refs, out)
+		out = g.checkRoutes(Finding{OwnerType: codec.ShortRoute, Owner: o.n.Value()}, refs, out)
 	}
 	return out
 }

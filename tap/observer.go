@@ -71,25 +71,16 @@ func (f ObserverFuncs) OnUpstreamConnect(c codec.UpstreamConnect) {
 	}
 }
 
-// Direction says which way a frame travelled.
-type Direction uint8
+// Direction says which way a frame travelled: codec's, which the tracker
+// and the outputs share.
+type Direction = codec.Direction
 
 const (
 	// Request frames travel from the client (Envoy) to the control plane.
-	Request Direction = iota + 1
+	Request = codec.DirectionRequest
 	// Response frames travel from the control plane to the client.
-	Response
+	Response = codec.DirectionResponse
 )
-
-func (d Direction) String() string {
-	switch d {
-	case Request:
-		return "request"
-	case Response:
-		return "response"
-	}
-	return "unknown"
-}
 
 // StreamInfo describes one relayed stream. It does not change after the stream opens.
 type StreamInfo struct {

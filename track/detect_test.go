@@ -356,7 +356,7 @@ func TestDecodeFailed(t *testing.T) {
 	run(t, tr, []step{
 		{do: open(1, adsSotW), want: []string{"open 1 sotw"}},
 		{do: func(_ testing.TB, tr *track.Tracker, at time.Time) []track.Event {
-			return tr.DecodeFailed(1, at, "request", err)
+			return tr.DecodeFailed(1, at, codec.DirectionRequest, err)
 		}, want: []string{"decode-error 1 request: " + err.Error()}},
 		// The stream's state is as it was.
 		{do: frame(1, initial(cds)), want: []string{"req 1 cds initial"}},

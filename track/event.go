@@ -224,7 +224,7 @@ type FullPush struct {
 type DecodeError struct {
 	StreamID  uint64
 	Ref       *StreamRef // nil when the stream is not tracked
-	Direction string     // "request" or "response"
+	Direction codec.Direction
 	// TypeURL is the type of the stream's latest push, the likeliest of
 	// the frame; empty before any.
 	TypeURL string

@@ -240,7 +240,7 @@ func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
 
 // DecodeFailed reports a frame that could not be decoded. The stream's state
 // is left as it was: the frame was relayed, but what it meant is unknown.
-func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction string, err error) []Event {
+func (t *Tracker) DecodeFailed(streamID uint64, at time.Time, direction codec.Direction, err error) []Event {
 	e := DecodeError{StreamID: streamID, Direction: direction, Err: err, At: at}
 	if s := t.lock(streamID); s != nil {
 		e.Ref, e.TypeURL = s.ref, s.lastPushType

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/adstap/adstap/internal/runconfig"
 )
 
 // adminClient reads a running tap's admin pages: `adstap status` and
@@ -24,7 +26,7 @@ type adminClient struct {
 // and its environment twin (ADSTAP_ADMIN) are those of adstap run's, so next
 // to a tap started with either, the command finds it without being told.
 func adminFlag(c *command, p *string) {
-	c.String(p, "admin", "127.0.0.1:15101", "admin `host:port` of the running adstap (its --admin)")
+	c.String(p, "admin", runconfig.DefaultAdmin, "admin `host:port` of the running adstap (its --admin)")
 }
 
 func newAdminClient(addr string) (*adminClient, error) {

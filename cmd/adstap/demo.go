@@ -18,26 +18,6 @@ import (
 	"github.com/adstap/adstap/internal/runconfig"
 )
 
-type demoFlags struct {
-	interval            time.Duration
-	admin               string
-	logLevel, logFormat string
-}
-
-func demoCommand(f *demoFlags) *command {
-	c := newCommand("demo",
-		"adstap demo runs a small mesh on loopback — a go-control-plane server, grpc-go's xDS client (SotW) and an Envoy-like Delta client — talking through a real tap, with configuration that changes, breaks and heals, so you see pushes, diffs, ACKs, NACKs, a NACK storm and recovery in the live log.",
-		"adstap demo [flags]")
-	c.group("Demo")
-	f.interval = 3 * time.Second
-	c.Var(runconfig.Duration(&f.interval), "interval", "change the configuration every `duration`")
-	c.String(&f.admin, "admin", "127.0.0.1:15101", "admin HTTP `host:port` (the live page at /, /debug/streams, /metrics, /healthz, /readyz)")
-	c.group("Logging")
-	c.String(&f.logLevel, "log-level", "info", "`level`: debug, info, warn or error")
-	c.String(&f.logFormat, "log-format", "text", "`format` of the live log on stderr: text or json")
-	return c
-}
-
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f demoFlags
 	cmd := demoCommand(&f)

@@ -11,29 +11,40 @@ import (
 	"github.com/adstap/adstap/internal/runconfig"
 )
 
+type probeFlags struct {
+	admin, alsoReady string
+	timeout          time.Duration
+}
+
+func probeCommand(f *probeFlags) *command {
+	c := newCommand("probe",
+		"adstap probe asks the tap in this pod (its admin address) whether it is healthy or ready; exit status 0 if it is, 1 if not.",
+		"adstap probe [--admin=HOST:PORT] [healthz|readyz]")
+	c.group("Probe")
+	c.String(&f.admin, "admin", runconfig.DefaultAdmin, "the tap's admin `host:port` (the same ADSTAP_ADMIN as adstap run's, so one variable sets both)")
+	f.timeout = time.Second
+	c.Var(runconfig.Duration(&f.timeout), "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
+	c.String(&f.alsoReady, "also-ready", "", "then also require this `URL` to answer 200: as a native sidecar's startup probe, it holds the containers after it until, say, Envoy is ready (http://127.0.0.1:15021/healthz/ready)")
+	c.epilog = "Checks:\n  healthz   the process serves (liveness)\n  readyz    the listener is open and the tap is not draining (readiness, startup; the default)\n"
+	return c
+}
+
 // runProbe asks a running tap's admin server whether it is healthy or ready
 // and exits 0 or 1, for Kubernetes exec probes: the image is distroless (no
 // shell, no curl), and an exec probe, unlike an HTTP one, is neither
 // rewritten by Istio's injector to go through istio-agent nor needs the admin
 // address to listen beyond loopback.
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var admin, alsoReady string
-	timeout := time.Second
-	c := newCommand("probe",
-		"adstap probe asks the tap in this pod (its admin address) whether it is healthy or ready; exit status 0 if it is, 1 if not.",
-		"adstap probe [--admin=HOST:PORT] [healthz|readyz]")
-	c.group("Probe")
-	c.String(&admin, "admin", "127.0.0.1:15101", "the tap's admin `host:port` (the same ADSTAP_ADMIN as adstap run's, so one variable sets both)")
-	c.Var(runconfig.Duration(&timeout), "timeout", "give up after this `duration` (keep it under the probe's timeoutSeconds)")
-	c.String(&alsoReady, "also-ready", "", "then also require this `URL` to answer 200: as a native sidecar's startup probe, it holds the containers after it until, say, Envoy is ready (http://127.0.0.1:15021/healthz/ready)")
+	var f probeFlags
+	c := probeCommand(&f)
 	check, rest := "readyz", args
 	if n := len(args); n > 0 && !strings.HasPrefix(args[n-1], "-") {
 		check, rest = args[n-1], args[:n-1]
 	}
-	c.epilog = "Checks:\n  healthz   the process serves (liveness)\n  readyz    the listener is open and the tap is not draining (readiness, startup; the default)\n"
 	if code, done := c.parseArgs(rest, stdout, stderr); done {
 		return code
 	}
+	admin, timeout, alsoReady := f.admin, f.timeout, f.alsoReady
 	if check != "healthz" && check != "readyz" {
 		fmt.Fprintf(stderr, "adstap probe: unknown check %q: want healthz or readyz\n", check)
 		return exitUsage

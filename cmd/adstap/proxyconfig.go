@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/track"
 )
@@ -28,8 +29,9 @@ type configFlags struct {
 // configTypes are the names `adstap config --type` takes, as istioctl
 // proxy-config spells them, with the tap's short names.
 var configTypes = map[string]string{
-	"cluster": "cds", "listener": "lds", "route": "rds", "endpoint": "eds", "secret": "sds",
-	"cds": "cds", "lds": "lds", "rds": "rds", "eds": "eds", "sds": "sds", "ecds": "ecds",
+	"cluster": codec.ShortCluster, "listener": codec.ShortListener, "route": codec.ShortRoute, "endpoint": codec.ShortEndpoint, "secret": codec.ShortSecret,
+	codec.ShortCluster: codec.ShortCluster, codec.ShortListener: codec.ShortListener, codec.ShortRoute: codec.ShortRoute,
+	codec.ShortEndpoint: codec.ShortEndpoint, codec.ShortSecret: codec.ShortSecret, codec.ShortExtensionConfig: codec.ShortExtensionConfig,
 }
 
 func configCommand(f *configFlags) *command {
@@ -122,17 +124,17 @@ type configTable struct {
 }
 
 var configTables = map[string]configTable{
-	"cds": {[]string{"NAME", "TYPE", "LB POLICY", "CONNECT TIMEOUT"}, func(r map[string]any) []string {
+	codec.ShortCluster: {[]string{"NAME", "TYPE", "LB POLICY", "CONNECT TIMEOUT"}, func(r map[string]any) []string {
 		return []string{str(r, "name"), or(str(r, "type"), "STATIC"), or(str(r, "lbPolicy"), "ROUND_ROBIN"), str(r, "connectTimeout")}
 	}},
-	"lds": {[]string{"NAME", "ADDRESS", "FILTER CHAINS"}, func(r map[string]any) []string {
+	codec.ShortListener: {[]string{"NAME", "ADDRESS", "FILTER CHAINS"}, func(r map[string]any) []string {
 		addr := socketAddress(r["address"])
 		if _, ok := r["apiListener"]; ok {
 			addr = "(API listener)"
 		}
 		return []string{str(r, "name"), addr, strconv.Itoa(len(list(r, "filterChains")))}
 	}},
-	"rds": {[]string{"NAME", "VIRTUAL HOSTS", "DOMAINS", "ROUTES"}, func(r map[string]any) []string {
+	codec.ShortRoute: {[]string{"NAME", "VIRTUAL HOSTS", "DOMAINS", "ROUTES"}, func(r map[string]any) []string {
 		var domains []string
 		routes := 0
 		for _, vh := range list(r, "virtualHosts") {
@@ -144,7 +146,7 @@ var configTables = map[string]configTable{
 		}
 		return []string{str(r, "name"), strconv.Itoa(len(list(r, "virtualHosts"))), firstFew(domains, 3), strconv.Itoa(routes)}
 	}},
-	"eds": {[]string{"CLUSTER", "ENDPOINTS"}, func(r map[string]any) []string {
+	codec.ShortEndpoint: {[]string{"CLUSTER", "ENDPOINTS"}, func(r map[string]any) []string {
 		var eps []string
 		for _, l := range list(r, "endpoints") {
 			lm, _ := l.(map[string]any)
@@ -156,7 +158,7 @@ var configTables = map[string]configTable{
 		}
 		return []string{str(r, "clusterName"), firstFew(eps, 4)}
 	}},
-	"sds": {[]string{"NAME", "KIND", "CONTENT"}, func(r map[string]any) []string {
+	codec.ShortSecret: {[]string{"NAME", "KIND", "CONTENT"}, func(r map[string]any) []string {
 		kind, content := "", ""
 		for _, k := range []string{"tlsCertificate", "validationContext", "sessionTicketKeys", "genericSecret", "validationContextSdsSecretConfig"} {
 			if v, ok := r[k]; ok {

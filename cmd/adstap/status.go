@@ -413,7 +413,7 @@ func (r statusRow) problem(typ string, c statusCell) statusProblem {
 // typeColumns are the types shown, in istioctl's order, then any other
 // type a stream uses.
 func typeColumns(rows []statusRow) []string {
-	cols := []string{"cds", "lds", "eds", "rds"}
+	cols := []string{codec.ShortCluster, codec.ShortListener, codec.ShortEndpoint, codec.ShortRoute}
 	var extra []string
 	for _, r := range rows {
 		for t := range r.Types {

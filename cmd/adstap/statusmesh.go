@@ -190,7 +190,7 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 				switch nodeID {
 				case "":
 					row.Name = tapName + " (no node yet)"
-				case "other":
+				case export.OverflowNode:
 					row.Name = tapName + " (nodes past --metrics-max-nodes)"
 				default:
 					row.Name = proxyName(nodeID, 0)

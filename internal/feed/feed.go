@@ -51,14 +51,14 @@ func Track(tr *track.Tracker, resp *codec.Response, f Frame) ([]track.Event, Dec
 		defer release()
 		req, err := redact.DecodeRequest(b, f.Delta)
 		if err != nil {
-			return tr.DecodeFailed(f.Stream, f.At, "request", err), Decoded{Err: err}
+			return tr.DecodeFailed(f.Stream, f.At, codec.DirectionRequest, err), Decoded{Err: err}
 		}
 		return tr.Request(f.Stream, f.At, req, f.Size), Decoded{Request: req}
 	}
 	// Read in the pieces gRPC received it in: a copy of a 10 MB push into
 	// one buffer cost as much as decoding it.
 	if err := resp.DecodeBuffers(f.Data, f.Delta); err != nil {
-		return tr.DecodeFailed(f.Stream, f.At, "response", err), Decoded{Err: err}
+		return tr.DecodeFailed(f.Stream, f.At, codec.DirectionResponse, err), Decoded{Err: err}
 	}
 	return tr.ResponseFrame(f.Stream, f.At, resp, f.Size, f.Data), Decoded{Response: resp}
 }

@@ -77,7 +77,7 @@ func TestTrackDecodesThenTracks(t *testing.T) {
 					if d.Err == nil || e.Err != d.Err {
 						t.Errorf("a DecodeError (%v) handed back error %v", e.Err, d.Err)
 					}
-					got = e.Direction
+					got = e.Direction.String()
 				}
 			}
 			if got != tt.want {

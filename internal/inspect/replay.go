@@ -241,12 +241,13 @@ func (r *replayer) frame(rec *capture.Record) {
 		return
 	}
 	st := &step{At: rec.Time, Rec: rec, Delta: s.delta}
-	if rec.Direction != "request" && rec.Direction != "response" {
+	dir, ok := codec.ParseDirection(rec.Direction)
+	if !ok {
 		return
 	}
-	response := rec.Direction == "response"
+	response := dir == codec.DirectionResponse
 	if response && len(rec.Message) == 0 && rec.Redacted {
-		r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, rec.Direction, errLeftOut))
+		r.emit(st, r.tr.DecodeFailed(rec.Stream, rec.Time, dir, errLeftOut))
 		return
 	}
 	// The tracker keeps a response's bytes until the push's answer, so that

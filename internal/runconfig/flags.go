@@ -117,7 +117,7 @@ func Define(t Table, f *Flags) {
 	t.Var(&f.MaxMessageSize, "max-message-size", "largest message relayed in either direction, in `bytes` (e.g. 512MiB); larger ones fail with ResourceExhausted")
 	f.ObserveQueueBytes = tap.DefaultObserveQueueBytes
 	t.Var(&f.ObserveQueueBytes, "observe-queue-bytes", "`bytes` of frames that may wait for observation; past it frames are relayed unobserved and counted")
-	t.Var(Count(&f.ObserveWorkers), "observe-workers", "goroutines (`count`) that observe the frames of every stream, each stream by one at a time; 0: as many as the cores Go runs on (GOMAXPROCS)")
+	t.Var(CountOrZero(&f.ObserveWorkers), "observe-workers", "goroutines (`count`) that observe the frames of every stream, each stream by one at a time; 0: as many as the cores Go runs on (GOMAXPROCS)")
 	f.NACKKeepBytes = ByteSizeOrZero{track.DefaultKeepBytes}
 	t.Var(&f.NACKKeepBytes, "nack-keep-bytes", "`bytes` of unanswered pushes kept (what each changed since the last ACK, copied, or the whole push, by reference) so that a NACK can name the resources and Istio objects it rejected, and with --retain-resources or --check-references until /debug/config and the reference check have what an ACK accepted; past it such a NACK says its push was not kept, /debug/config that it is incomplete, and the reference check stops checking the push's stream; 0 keeps none")
 	f.MaxConcurrentStreams = tap.DefaultMaxConcurrentStreams

@@ -57,6 +57,42 @@ func TestNACKKeepBytesZeroKeepsNone(t *testing.T) {
 	}
 }
 
+// The help of --observe-workers says what 0 does: 0 is taken, and handed to
+// the tap as is, whose zero is as many workers as GOMAXPROCS.
+func TestObserveWorkersZeroIsGOMAXPROCS(t *testing.T) {
+	leakcheck.Check(t)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	runconfig.Define(runconfig.FlagSet(fs), new(runconfig.Flags))
+	if help := fs.Lookup("observe-workers").Usage; !strings.Contains(help, "0: as many as the cores") {
+		t.Fatalf("--observe-workers' help no longer says what 0 does: %q", help)
+	}
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--observe-workers=0"}, 0},
+		{[]string{"--observe-workers=3"}, 3},
+	} {
+		f, err := parse(t, append([]string{"--upstream=127.0.0.1:1"}, tt.args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		run, err := runconfig.Build(f, runconfig.Env{})
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if got := run.Tap.ObserveWorkers; got != tt.want {
+			t.Errorf("%v: tap.Config.ObserveWorkers = %d, want %d", tt.args, got, tt.want)
+		}
+	}
+	for _, bad := range []string{"-1", "many"} {
+		if _, err := parse(t, "--observe-workers="+bad); err == nil {
+			t.Errorf("--observe-workers=%s was taken", bad)
+		}
+	}
+}
+
 // Every other size flag still wants a positive size: 0 would mean nothing
 // sensible for them.
 func TestSizesArePositive(t *testing.T) {

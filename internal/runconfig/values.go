@@ -53,6 +53,21 @@ func (v countValue) Set(s string) error {
 
 var errNotCount = errors.New("want a whole number, 1 or more")
 
+// CountOrZero is a Count that also takes 0, for a count whose 0 means
+// something (a default the package that takes it picks).
+func CountOrZero(p *int) flag.Value { return countOrZeroValue{countValue{p}} }
+
+type countOrZeroValue struct{ countValue }
+
+func (v countOrZeroValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return errors.New("want a whole number, 0 or more")
+	}
+	*v.p = n
+	return nil
+}
+
 // ByteSize is a flag holding a size in bytes, written plainly or with a
 // binary suffix: 512MiB, 64Ki, 1GiB. It must be positive; a size for which
 // 0 means something (none) is a ByteSizeOrZero.

@@ -77,7 +77,7 @@ func (ev *events) OnEvent(e track.Event) {
 		c.FullSyncs++
 	case track.DecodeError:
 		c.DecodeErrors++
-		c.DecodeErrorsByDirection[e.Direction]++
+		c.DecodeErrorsByDirection[e.Direction.String()]++
 	case track.ObservationGap:
 		c.Gaps += e.Skipped
 	case track.DetectorStarted:
