@@ -132,9 +132,11 @@ bench-compare:
 	@test -n "$(BASE)" || { echo "bench-compare: say which commit to compare with: make bench-compare BASE=<commit>" >&2; exit 2; }
 	GO=$(GO) bash scripts/bench-compare.sh $(BASE) $(COMPARE_FLAGS)
 
-# A short run of the envelope decoder's fuzz target on top of its checked-in corpus.
+# A short run of each fuzz target on top of its seeds: the envelope decoder's
+# on its checked-in corpus, and the reference graph's, the redactor's and the
+# Istio-object scanner's, which start from the same frames.
 fuzz-short:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s -fuzzminimizetime 2s ./codec/
+	GO=$(GO) bash scripts/fuzz-short.sh
 
 # The alert rules in deploy/: promtool checks the rule file and runs its unit
 # tests. scripts/ensure-promtool.sh finds promtool or brings it (Debian's

@@ -281,7 +281,7 @@ func (s *Scanner) dataSource(f field) (int, error) {
 		off = g.end
 	}
 	s.spans = spans[:0]
-	if !inline {
+	if !inline || s.redactedAlready(spans, last) {
 		return 0, nil
 	}
 	var body []byte
@@ -302,6 +302,26 @@ func (s *Scanner) dataSource(f field) (int, error) {
 	out = protowire.AppendBytes(out, body)
 	s.edits = append(s.edits, edit{off: f.start, n: f.end - f.start, b: out})
 	return len(out) - (f.end - f.start), nil
+}
+
+// redactedAlready reports whether a DataSource's key material is already a
+// fingerprint and nothing else: one inline value, the specifier protobuf
+// keeps, an inline_string that is exactly what Fingerprint writes. A
+// resource read back from a capture file or a page is redacted again as it
+// is shown; replaced again, the fingerprint would be one of the
+// fingerprint, and no longer match the one the tap showed live. Only the
+// exact form is left: anything more in the value may be a secret.
+func (s *Scanner) redactedAlready(spans []span, last int) bool {
+	if last < 0 || !spans[last].inline || spans[last].num != dsInlineString {
+		return false
+	}
+	for i, sp := range spans {
+		if sp.inline && i != last {
+			return false
+		}
+	}
+	var scratch []byte
+	return isFingerprint(s.w.bytes(spans[last].value, spans[last].end, &scratch))
 }
 
 // field is one field of a message in the wire: its tag at start, its

@@ -17,6 +17,12 @@ func Fingerprint(secret []byte) string {
 	return fmt.Sprintf("%ssha256 %s, %d bytes]", Marker, hex.EncodeToString(sum[:8]), len(secret))
 }
 
+// fingerprintForm is exactly what Fingerprint writes.
+var fingerprintForm = regexp.MustCompile(`^` + regexp.QuoteMeta(Marker) + `sha256 [0-9a-f]{16}, [0-9]+ bytes\]$`)
+
+// isFingerprint reports whether b is a Fingerprint and nothing else.
+func isFingerprint(b []byte) bool { return fingerprintForm.Match(b) }
+
 // Marker begins every Fingerprint: bytes that hold it had a secret
 // replaced.
 const Marker = "[redacted by adstap: "
