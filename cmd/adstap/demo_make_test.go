@@ -45,7 +45,9 @@ func TestMakeDemoExitsZeroOnCtrlC(t *testing.T) {
 		<-exited
 	})
 	// The build comes first: minutes on a cold cache.
-	relaying := func() bool { return strings.Contains(out.String(), "Ctrl-C stops.") && strings.Contains(out.String(), " ACK ") }
+	relaying := func() bool {
+		return strings.Contains(out.String(), "Ctrl-C stops.") && strings.Contains(out.String(), " ACK ")
+	}
 	if !xdstest.Until(5*time.Minute, relaying) {
 		t.Fatalf("make demo did not start relaying:\n%s", out.String())
 	}
