@@ -206,6 +206,10 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 	p.resources = slices.Grow((*scratch)[:0], len(resources))
 	defer func() {
 		clear(p.resources)
+		if cap(p.resources) > keptScanned {
+			// One sidecar's push of 40,000 clusters: not kept for good.
+			return
+		}
 		*scratch = p.resources[:0]
 		scannedPool.Put(scratch)
 	}()
@@ -226,6 +230,13 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 		p.resources = append(p.resources, s)
 	}
 	var ch changeSet
+	if len(p.resources) > smallPush {
+		// Grown once rather than by doubling at the push's peak.
+		ch.owners = make(map[owner]bool, len(p.resources))
+		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
+			g.nodes = make(map[name]node, len(p.resources))
+		}
+	}
 	g.apply(typeURL, p, &ch)
 	g.recheck(&ch, at, round)
 	return ch.out
@@ -765,6 +776,13 @@ func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64,
 // graph: a fresh slice for every push was one more large allocation per
 // push.
 var scannedPool = sync.Pool{New: func() any { return new([]scanned) }}
+
+// keptScanned is the most resources whose scratch space scannedPool keeps.
+const keptScanned = 8192
+
+// smallPush is the most resources of a push whose maps grow as it is
+// applied; a larger one sizes them once.
+const smallPush = 256
 
 // foundPool holds the scratch space a check finds an owner's dangling
 // references in, shared by every stream's graph.

@@ -24,6 +24,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/pipeline"
+	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/internal/testutil/heapbench"
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/tap"
@@ -57,6 +58,26 @@ func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 	})
 	if err != nil {
 		b.Fatal(err)
+	}
+	return p
+}
+
+// newShippedPipeline is the observation `adstap run` ships: its default
+// flags made a configuration by runconfig.Build, its log discarded.
+func newShippedPipeline(b *testing.B) *pipeline.Pipeline {
+	b.Helper()
+	f := runconfig.Defaults()
+	f.Upstream, f.Listen = "127.0.0.1:1", "127.0.0.1:0"
+	run, err := runconfig.Build(f, runconfig.Env{Logger: slog.New(slog.DiscardHandler), Version: "bench", Getenv: func(string) string { return "" }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := pipeline.NewUnstarted(run.Observe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if p.References == nil {
+		b.Fatal("the shipped configuration has no reference check")
 	}
 	return p
 }
@@ -279,10 +300,12 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 
 // BenchmarkObserverLargePush is W7's observation: one sidecar's stream
 // synced with a CDS push of 40,000 clusters (40 MB), ACKed, on a fresh
-// pipeline. What it allocates per op is what observing the push adds to
-// the relay's own memory at the push's peak: the decode, the tracker's
-// state, the outputs'. B/stream-held is what stays once the push is
-// answered and collected.
+// pipeline configured as `adstap run` ships (its default flags, through
+// runconfig.Build), and the reference check's wait for the push. What it
+// allocates per op is what observing the push adds to the relay's own
+// memory at the push's peak, since no collection runs during a push the
+// heap's goal has room for: the decode, the tracker's state, the outputs'.
+// B-held is what stays once the push is answered and collected.
 func BenchmarkObserverLargePush(b *testing.B) {
 	var clusters []proto.Message
 	for _, c := range xdsconfig.Clusters(40_000, 940) {
@@ -295,12 +318,13 @@ func BenchmarkObserverLargePush(b *testing.B) {
 	for b.Loop() {
 		var p *pipeline.Pipeline
 		held = heapbench.Grown(b, func() *pipeline.Pipeline {
-			p = newBenchPipeline(b)
+			p = newShippedPipeline(b)
 			o, s, at := p.Tracking(), benchStream(1), benchT0
 			o.OnStreamOpen(s)
 			o.OnFrame(s, request(at, initial))
 			o.OnFrame(s, response(at, push))
 			o.OnFrame(s, request(at, ack))
+			p.References.Dangling(context.Background(), "")
 			return p
 		}, nil)
 		b.StopTimer()
