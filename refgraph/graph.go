@@ -534,6 +534,12 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 			ch.touch(owner{'r', n})
 		}
 	}
+	if len(g.open) == 0 && len(ch.owners) > smallPush {
+		// A stream's initial sync opens a wait for the endpoints of every
+		// cluster at once: the map is made for them rather than grown to
+		// them, and replaced below if they all end.
+		g.open, g.openPeak = make(map[owner][]*openFinding, len(ch.owners)), len(ch.owners)
+	}
 	found := foundPool.Get().(*[]openFinding)
 	for o := range ch.owners {
 		*found = g.check(o, (*found)[:0])
