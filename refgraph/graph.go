@@ -151,9 +151,12 @@ type scanned struct {
 	name name
 	// kept: the client keeps what it had under the name (the push carried
 	// it unchanged, its body not at hand, or as a heartbeat).
-	kept       bool
-	cluster    clusterRefs
-	listener   listenerRefs
+	kept    bool
+	cluster clusterRefs
+	// listener is a pointer: listeners are few, and inline their refs
+	// would double the size of every cluster's scan in a push's scratch
+	// and in the scans the streams share.
+	listener   *listenerRefs
 	routes     []routeRef
 	assignment assignment
 }
@@ -250,8 +253,9 @@ func (s *scanned) scan(typeURL string, body []byte) {
 	case codec.TypeCluster:
 		s.cluster, _ = scanCluster(body, s.name)
 	case codec.TypeListener:
-		s.listener, _ = scanListener(body)
-		s.listener.clip()
+		l, _ := scanListener(body)
+		l.clip()
+		s.listener = &l
 	case codec.TypeRoute:
 		s.routes, _ = scanRouteConfig(body, s.name, nil)
 		s.routes = slices.Clip(s.routes)
@@ -396,7 +400,11 @@ func (g *Graph) apply(typeURL string, p *acceptedPush, ch *changeSet) {
 			g.nodes[r.name] = n
 			ch.touch(owner{'c', r.name})
 		case codec.TypeListener:
-			g.listeners[r.name] = r.listener
+			var refs listenerRefs
+			if r.listener != nil {
+				refs = *r.listener
+			}
+			g.listeners[r.name] = refs
 			ch.touch(owner{'l', r.name})
 		case codec.TypeRoute:
 			if _, ok := g.routes[r.name]; !ok {
