@@ -60,6 +60,17 @@ type node struct {
 	extra              *clusterExtra // nil for most clusters
 	endpoints, healthy int32         // the assignment's
 	flags              uint8
+	// waitSince is, in Unix nanoseconds, since when an EDS cluster waits
+	// for an assignment not sent yet, and waitRound the round of the push
+	// that started the wait; 0 when it does not wait, or its wait became
+	// a finding. A stream's initial sync starts a wait for every cluster,
+	// and most end within moments, when the assignments come: as an open
+	// finding each was 240 bytes and an entry of the findings' map, made
+	// and thrown away for every cluster of every proxy. A wait becomes a
+	// finding once it has lasted the grace (Tick), or at once when the
+	// assignment comes empty (settle), keeping its start.
+	waitSince int64
+	waitRound uint64
 }
 
 const (
@@ -709,14 +720,10 @@ func (g *Graph) present(f *openFinding) bool {
 func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64, ch *changeSet) {
 	old := g.open[o]
 	for i := range found {
-		f := &found[i]
-		kind := f.Kind
-		if kind == ClusterEndpoints {
-			// One finding while a cluster has no usable endpoints, whether
-			// its assignment is empty or, re-subscribed, on its way again.
-			kind = ClusterUnhealthy
-		}
-		f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
+		found[i].setKey()
+	}
+	if o.typ == 'c' {
+		found = g.wait(o.n, old, found, at, round)
 	}
 	for _, f := range old {
 		if slices.ContainsFunc(found, func(n openFinding) bool { return n.key == f.key }) {
@@ -765,7 +772,10 @@ func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64,
 		}
 		nf := new(openFinding)
 		*nf = *f
-		nf.Since, nf.Round = at, round
+		if nf.Since.IsZero() {
+			// Not a wait's, which keeps its start.
+			nf.Since, nf.Round = at, round
+		}
 		if nf.immediate {
 			nf.reported = true
 			g.reported++
@@ -783,6 +793,51 @@ func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64,
 		return
 	}
 	g.open[o] = next
+}
+
+// setKey sets what tells the finding from the owner's others.
+func (f *openFinding) setKey() {
+	kind := f.Kind
+	if kind == ClusterEndpoints {
+		// One finding while a cluster has no usable endpoints, whether
+		// its assignment is empty or, re-subscribed, on its way again.
+		kind = ClusterUnhealthy
+	}
+	f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
+}
+
+// wait keeps in cluster n's node the wait for its assignment that found
+// holds, unless it is an open finding already (old), and takes it out of
+// found; a wait that ended hands its start to the finding that follows it
+// (an assignment came empty). It returns what is left of found.
+func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Time, round uint64) []openFinding {
+	x, ok := g.nodes[n]
+	if !ok {
+		return found
+	}
+	w := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
+	if w >= 0 && !slices.ContainsFunc(old, func(p *openFinding) bool { return p.key == found[w].key }) {
+		if x.waitSince == 0 {
+			x.waitSince, x.waitRound = at.UnixNano(), round
+			g.nodes[n] = x
+			if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
+				g.due = d
+			}
+		}
+		return slices.Delete(found, w, w+1)
+	}
+	if x.waitSince == 0 {
+		return found
+	}
+	since, waitRound := time.Unix(0, x.waitSince), x.waitRound
+	x.waitSince, x.waitRound = 0, 0
+	g.nodes[n] = x
+	for i := range found {
+		if f := &found[i]; f.Kind == ClusterUnhealthy {
+			f.Since, f.Round = since, waitRound
+		}
+	}
+	return found
 }
 
 // scannedPool holds the scratch space a push's resources are scanned into
@@ -824,9 +879,48 @@ func (g *Graph) Tick(now time.Time) []Change {
 			}
 		}
 	}
+	out, due = g.waitsDue(now, out, due)
 	g.due = due
 	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 	return out
+}
+
+// waitsDue makes the clusters' waits that have lasted the grace by now
+// findings, reported, and returns them added to out, with due the earliest
+// of due and the remaining waits' ends.
+func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, time.Time) {
+	var found []openFinding
+	for n, x := range g.nodes {
+		if x.waitSince == 0 {
+			continue
+		}
+		since := time.Unix(0, x.waitSince)
+		if now.Sub(since) < g.grace {
+			if d := since.Add(g.grace); due.IsZero() || d.Before(due) {
+				due = d
+			}
+			continue
+		}
+		o := owner{'c', n}
+		found = g.check(o, found[:0])
+		i := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
+		if i < 0 {
+			// Not waiting any more: a check ends a wait that ends.
+			x.waitSince, x.waitRound = 0, 0
+			g.nodes[n] = x
+			continue
+		}
+		nf := new(openFinding)
+		*nf = found[i]
+		nf.setKey()
+		nf.Since, nf.Round, nf.reported = since, x.waitRound, true
+		g.open[o] = append(g.open[o], nf)
+		g.reported++
+		out = append(out, Change{Finding: nf.Finding, At: now})
+		x.waitSince, x.waitRound = 0, 0
+		g.nodes[n] = x
+	}
+	return out, due
 }
 
 // Findings returns the findings reported now, in a stable order.

@@ -693,3 +693,69 @@ func TestSummaries(t *testing.T) {
 		}
 	}
 }
+
+// A cluster's wait for its assignment keeps its start when it becomes a
+// finding: past the grace (Tick), or at once when the assignment comes
+// empty; the window of its end counts from the start.
+func TestAWaitKeepsItsStart(t *testing.T) {
+	leakcheck.Check(t)
+	accept := func(g *refgraph.Graph, typeURL string, at time.Duration, res ...proto.Message) []refgraph.Change {
+		t.Helper()
+		return g.Accepted(typeURL, resourcesOf(response(t, false, typeURL, "n", nil, res)), nil, replaces(false, typeURL), start.Add(at), 1)
+	}
+	only := func(what string, got []refgraph.Change, kind refgraph.Kind, resolved bool) refgraph.Change {
+		t.Helper()
+		if len(got) != 1 || got[0].Kind != kind || got[0].Resolved != resolved {
+			t.Fatalf("%s: %+v, want one %s (resolved %v)", what, briefs(got), kind, resolved)
+		}
+		return got[0]
+	}
+	t.Run("past the grace", func(t *testing.T) {
+		g := refgraph.New(false, grace)
+		if got := accept(g, codec.TypeCluster, 0, edsCluster(v1, reviewDR)); len(got) != 0 {
+			t.Fatalf("a wait was reported at once: %+v", briefs(got))
+		}
+		if got := g.Tick(start.Add(grace - time.Second)); len(got) != 0 {
+			t.Fatalf("reported within the grace: %+v", briefs(got))
+		}
+		c := only("past the grace", g.Tick(start.Add(grace)), refgraph.ClusterEndpoints, false)
+		if !c.Since.Equal(start) {
+			t.Errorf("Since = %v, want the wait's start %v", c.Since, start)
+		}
+		if got := g.Tick(start.Add(2 * grace)); len(got) != 0 {
+			t.Errorf("reported twice: %+v", briefs(got))
+		}
+		c = only("endpoints come", accept(g, codec.TypeEndpoint, grace+2*time.Second, cla(v1, core.HealthStatus_HEALTHY)), refgraph.ClusterEndpoints, true)
+		if c.Window != grace+2*time.Second {
+			t.Errorf("Window = %v, want %v", c.Window, grace+2*time.Second)
+		}
+		if n := g.Reported(); n != 0 {
+			t.Errorf("%d findings reported after the end, want 0", n)
+		}
+	})
+	t.Run("an empty assignment", func(t *testing.T) {
+		g := refgraph.New(false, grace)
+		accept(g, codec.TypeCluster, 0, edsCluster(v1, reviewDR))
+		c := only("empty assignment", accept(g, codec.TypeEndpoint, 5*time.Second, cla(v1)), refgraph.ClusterUnhealthy, false)
+		if !c.Since.Equal(start) {
+			t.Errorf("Since = %v, want the wait's start %v", c.Since, start)
+		}
+		if got := g.Tick(start.Add(2 * grace)); len(got) != 0 {
+			t.Errorf("the wait was reported too: %+v", briefs(got))
+		}
+		c = only("endpoints come", accept(g, codec.TypeEndpoint, 8*time.Second, cla(v1, core.HealthStatus_HEALTHY)), refgraph.ClusterUnhealthy, true)
+		if c.Window != 8*time.Second {
+			t.Errorf("Window = %v, want 8s", c.Window)
+		}
+	})
+	t.Run("ended within the grace", func(t *testing.T) {
+		g := refgraph.New(false, grace)
+		accept(g, codec.TypeCluster, 0, edsCluster(v1, reviewDR))
+		if got := accept(g, codec.TypeEndpoint, time.Second, cla(v1, core.HealthStatus_HEALTHY)); len(got) != 0 {
+			t.Errorf("a wait that ended unreported said %+v", briefs(got))
+		}
+		if got := g.Tick(start.Add(2 * grace)); len(got) != 0 {
+			t.Errorf("an ended wait was reported: %+v", briefs(got))
+		}
+	})
+}
