@@ -41,8 +41,8 @@ type Graph struct {
 
 	open map[owner][]*openFinding
 	// openPeak is the most owners open has held since it was made: a Go
-	// map never shrinks, and a stream's initial sync opens a wait for the
-	// endpoints of every cluster, for moments.
+	// map never shrinks, and a stream whose assignments never came holds a
+	// finding for every cluster once the waits have lasted the grace.
 	openPeak int
 	// reported counts the findings reported now.
 	reported int
@@ -552,12 +552,6 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 		for n := range g.routes {
 			ch.touch(owner{'r', n})
 		}
-	}
-	if len(g.open) == 0 && len(ch.owners) > smallPush {
-		// A stream's initial sync opens a wait for the endpoints of every
-		// cluster at once: the map is made for them rather than grown to
-		// them, and replaced below if they all end.
-		g.open, g.openPeak = make(map[owner][]*openFinding, len(ch.owners)), len(ch.owners)
 	}
 	found := foundPool.Get().(*[]openFinding)
 	for o := range ch.owners {
