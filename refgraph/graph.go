@@ -40,6 +40,14 @@ type Graph struct {
 	requested        map[string]bool
 
 	open map[owner][]*openFinding
+	// waits are the EDS clusters waiting for their assignments, until a
+	// wait has lasted the grace (Tick) or the assignment comes empty
+	// (settle): then it becomes an open finding, keeping its start. A
+	// stream's initial sync starts a wait for every cluster, and most end
+	// within moments, when the assignments come; as open findings they
+	// were 240 bytes and a map entry each, made and thrown away for every
+	// cluster of every proxy. nil when none waits.
+	waits map[name]clusterWait
 	// openPeak is the most owners open has held since it was made: a Go
 	// map never shrinks, and a stream whose assignments never came holds a
 	// finding for every cluster once the waits have lasted the grace.
@@ -60,17 +68,13 @@ type node struct {
 	extra              *clusterExtra // nil for most clusters
 	endpoints, healthy int32         // the assignment's
 	flags              uint8
-	// waitSince is, in Unix nanoseconds, since when an EDS cluster waits
-	// for an assignment not sent yet, and waitRound the round of the push
-	// that started the wait; 0 when it does not wait, or its wait became
-	// a finding. A stream's initial sync starts a wait for every cluster,
-	// and most end within moments, when the assignments come: as an open
-	// finding each was 240 bytes and an entry of the findings' map, made
-	// and thrown away for every cluster of every proxy. A wait becomes a
-	// finding once it has lasted the grace (Tick), or at once when the
-	// assignment comes empty (settle), keeping its start.
-	waitSince int64
-	waitRound uint64
+}
+
+// clusterWait is an EDS cluster's wait for an assignment not sent yet:
+// since when, and the round of the push that started it.
+type clusterWait struct {
+	since int64 // Unix nanoseconds
+	round uint64
 }
 
 const (
@@ -249,6 +253,11 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 		ch.owners = make(map[owner]bool, len(p.resources))
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
 			g.nodes = make(map[name]node, len(p.resources))
+		}
+		if g.waits == nil && typeURL == codec.TypeCluster {
+			// An initial sync's clusters all wait for their assignments;
+			// let go of at the end of the check if none does.
+			g.waits = make(map[name]clusterWait, len(p.resources))
 		}
 	}
 	g.apply(typeURL, p, &ch)
@@ -560,6 +569,11 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 	}
 	clear(*found)
 	foundPool.Put(found)
+	if len(g.waits) == 0 {
+		// Made afresh when a wait starts: a map never shrinks, and an
+		// initial sync's waits are every cluster's.
+		g.waits = nil
+	}
 	g.openPeak = max(g.openPeak, len(g.open))
 	if len(g.open) == 0 && g.openPeak > 64 {
 		g.open, g.openPeak = map[owner][]*openFinding{}, 0
@@ -805,30 +819,27 @@ func (f *openFinding) setKey() {
 // found; a wait that ended hands its start to the finding that follows it
 // (an assignment came empty). It returns what is left of found.
 func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Time, round uint64) []openFinding {
-	x, ok := g.nodes[n]
-	if !ok {
-		return found
-	}
 	w := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
 	if w >= 0 && !slices.ContainsFunc(old, func(p *openFinding) bool { return p.key == found[w].key }) {
-		if x.waitSince == 0 {
-			x.waitSince, x.waitRound = at.UnixNano(), round
-			g.nodes[n] = x
+		if _, ok := g.waits[n]; !ok {
+			if g.waits == nil {
+				g.waits = map[name]clusterWait{}
+			}
+			g.waits[n] = clusterWait{since: at.UnixNano(), round: round}
 			if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
 				g.due = d
 			}
 		}
 		return slices.Delete(found, w, w+1)
 	}
-	if x.waitSince == 0 {
+	x, ok := g.waits[n]
+	if !ok {
 		return found
 	}
-	since, waitRound := time.Unix(0, x.waitSince), x.waitRound
-	x.waitSince, x.waitRound = 0, 0
-	g.nodes[n] = x
+	delete(g.waits, n)
 	for i := range found {
 		if f := &found[i]; f.Kind == ClusterUnhealthy {
-			f.Since, f.Round = since, waitRound
+			f.Since, f.Round = time.Unix(0, x.since), x.round
 		}
 	}
 	return found
@@ -884,11 +895,8 @@ func (g *Graph) Tick(now time.Time) []Change {
 // of due and the remaining waits' ends.
 func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, time.Time) {
 	var found []openFinding
-	for n, x := range g.nodes {
-		if x.waitSince == 0 {
-			continue
-		}
-		since := time.Unix(0, x.waitSince)
+	for n, x := range g.waits {
+		since := time.Unix(0, x.since)
 		if now.Sub(since) < g.grace {
 			if d := since.Add(g.grace); due.IsZero() || d.Before(due) {
 				due = d
@@ -898,21 +906,21 @@ func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, 
 		o := owner{'c', n}
 		found = g.check(o, found[:0])
 		i := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
+		delete(g.waits, n)
 		if i < 0 {
 			// Not waiting any more: a check ends a wait that ends.
-			x.waitSince, x.waitRound = 0, 0
-			g.nodes[n] = x
 			continue
 		}
 		nf := new(openFinding)
 		*nf = found[i]
 		nf.setKey()
-		nf.Since, nf.Round, nf.reported = since, x.waitRound, true
+		nf.Since, nf.Round, nf.reported = since, x.round, true
 		g.open[o] = append(g.open[o], nf)
 		g.reported++
 		out = append(out, Change{Finding: nf.Finding, At: now})
-		x.waitSince, x.waitRound = 0, 0
-		g.nodes[n] = x
+	}
+	if len(g.waits) == 0 {
+		g.waits = nil
 	}
 	return out, due
 }
