@@ -123,3 +123,55 @@ func TestGiveBack(t *testing.T) {
 		}
 	}
 }
+
+// A give-back while what grew is still in use (an output writing a push out
+// from its buffers) frees little: the floor stays, and it is tried again,
+// later each time, until what grew is let go of; after maxRetries what is
+// held is taken as in use.
+func TestGiveBackRetriesWhatWasStillInUse(t *testing.T) {
+	leakcheck.Check(t)
+	const mb = 1 << 20
+	steps := []struct {
+		held  uint64 // in MiB; every step idle
+		want  bool
+		after uint64
+		why   string
+	}{
+		{20, false, 0, "the floor"},
+		{180, true, 178, "idle after growing, but the push is still in use"},
+		{178, false, 0, "waiting: 1 of 2"},
+		{178, false, 0, "waiting: 2 of 2"},
+		{178, true, 30, "tried again: the push was let go of"},
+		{29, false, 0, "the floor follows"},
+		{60, true, 30, "grown again"},
+	}
+	var g giver
+	for i, s := range steps {
+		if got := g.tick(memSample{allocs: 100 * mb, held: s.held * mb}); got != s.want {
+			t.Errorf("step %d (%s): give back %v, want %v", i, s.why, got, s.want)
+		}
+		if s.want {
+			g.gaveBack(memSample{allocs: 100 * mb, held: s.after * mb})
+		}
+	}
+	if g.least != 30*mb {
+		t.Errorf("floor %d MiB after a give-back that freed, want 30", g.least/mb)
+	}
+
+	// In use for good: the floor after maxRetries tries.
+	g = giver{}
+	g.tick(memSample{allocs: 0, held: 20 * mb})
+	tries := 0
+	for range 200 {
+		if g.tick(memSample{allocs: 0, held: 180 * mb}) {
+			tries++
+			g.gaveBack(memSample{allocs: 0, held: 180 * mb})
+		}
+	}
+	if tries != maxRetries+1 {
+		t.Errorf("%d give-backs of memory in use, want %d", tries, maxRetries+1)
+	}
+	if g.least != 180*mb {
+		t.Errorf("floor %d MiB, want what is in use, 180", g.least/mb)
+	}
+}

@@ -20,9 +20,19 @@ import (
 // moves what pools hold (gRPC's buffers, the decoder's scratch) to their
 // victim caches, the second frees them — and returns the free pages
 // (debug.FreeOSMemory). A busy tap is never idle, so it never pays for it.
+//
+// Idle is not done: an output may still be writing the push out from its
+// buffers (the capture, on a slow disk or a loaded machine) while nothing
+// allocates. A give-back then frees little, and taking what is held after
+// it as the floor would leave the push's memory held for good once it is
+// let go of, since nothing allocates to start a collection. So a give-back
+// that freed less than half of giveBackGrowth keeps the floor and is tried
+// again, after 2, 4, ... intervals, at most maxRetries times; then what is
+// held is in use, and becomes the floor.
 const (
 	giveBackGrowth = 16 << 20
 	idleAlloc      = 1 << 20
+	maxRetries     = 6
 )
 
 // memSample is what giving back watches.
@@ -36,6 +46,10 @@ type giver struct {
 	started    bool
 	lastAllocs uint64
 	least      uint64 // the least held since the last give-back
+	before     uint64 // held when the latest give-back began
+	// retries counts the give-backs in a row that freed little, and wait
+	// the intervals to let pass before the next.
+	retries, wait int
 }
 
 // tick takes the interval's sample and reports whether to give back now.
@@ -47,12 +61,28 @@ func (g *giver) tick(s memSample) bool {
 	idle := s.allocs-g.lastAllocs < idleAlloc
 	g.lastAllocs = s.allocs
 	g.least = min(g.least, s.held)
-	return idle && s.held >= g.least+max(giveBackGrowth, g.least/4)
+	if g.wait > 0 {
+		g.wait--
+		return false
+	}
+	if idle && s.held >= g.least+max(giveBackGrowth, g.least/4) {
+		g.before = s.held
+		return true
+	}
+	return false
 }
 
 // gaveBack takes the sample after giving back: what is held now is the new
-// floor.
-func (g *giver) gaveBack(s memSample) { g.lastAllocs, g.least = s.allocs, s.held }
+// floor, unless little was freed (above).
+func (g *giver) gaveBack(s memSample) {
+	g.lastAllocs = s.allocs
+	if s.held+giveBackGrowth/2 > g.before && g.retries < maxRetries {
+		g.retries++
+		g.wait = 1 << g.retries
+		return
+	}
+	g.least, g.retries, g.wait = s.held, 0, 0
+}
 
 func giveBack(ctx context.Context, every time.Duration, read func() memSample, free func()) {
 	var g giver
