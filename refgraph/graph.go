@@ -855,8 +855,9 @@ var scannedPool = sync.Pool{New: func() any { return new([]scanned) }}
 const keptScanned = 8192
 
 // smallPush is the most resources of a push whose maps grow as it is
-// applied; a larger one sizes them once.
-const smallPush = 256
+// applied; a larger one sizes them once: grown from empty, a map of 200
+// entries is made six times over, for every proxy of a fan-out.
+const smallPush = 16
 
 // foundPool holds the scratch space a check finds an owner's dangling
 // references in, shared by every stream's graph.
