@@ -250,12 +250,20 @@ func TestCollectorDownOrSilent(t *testing.T) {
 	back := r.run("back", rel.Forward, phaseLength, until)
 
 	// On a machine too loaded for either tap to keep pace, the twin falls
-	// short too: a phase fails when the tap misses the pace and does worse
-	// than its twin, which the collector's outage never reaches.
+	// short too: a phase fails when the tap misses the pace and keeps it
+	// worse against its twin than it did with the collector up, which the
+	// collector's outage never reaches. With the collector up the two taps
+	// are alike, and on a loaded machine one may keep 15 % fewer than the
+	// other: there the tap fails only when it kept less than half.
 	pace := int(phaseLength / r.pinger.interval)
+	kept := func(res phaseResult) float64 { return min(1, float64(res.n)/float64(max(1, res.controlN))) }
 	for _, res := range []phaseResult{working, down, silent, back} {
-		if res.n == 0 || (res.n < pace && res.n < res.controlN*9/10) {
-			t.Errorf("%s: only %d pushes ACKed in %v (%d on the twin tap, %d at the pace sent)", res.phase, res.n, phaseLength, res.controlN, pace)
+		floor := kept(working) * 9 / 10
+		if res.phase == working.phase {
+			floor = 0.5
+		}
+		if res.n == 0 || (res.n < pace && kept(res) < floor) {
+			t.Errorf("%s: only %d pushes ACKed in %v (%d on the twin tap, %d at the pace sent; with the collector up %d and %d)", res.phase, res.n, phaseLength, res.controlN, pace, working.n, working.controlN)
 		}
 		if res.p99 > time.Second && res.p99 > 2*res.controlP99 {
 			t.Errorf("%s: push→ACK p99 %v through the tap (%v through its twin); want far under a second", res.phase, res.p99, res.controlP99)
