@@ -236,13 +236,14 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 		if r.Name == "" {
 			continue
 		}
-		s := scanned{name: unique1(r.Name)}
+		var s scanned
 		switch {
 		case r.Unchanged && len(r.Body) == 0:
-			s.kept = true
+			s.name, s.kept = unique1(r.Name), true
 		case g.scans != nil && r.Hash != 0:
-			g.scans.scan(&s, typeURL, r.Body, r.Hash)
+			g.scans.scan(&s, typeURL, r.Name, r.Body, r.Hash)
 		default:
+			s.name = unique1(r.Name)
 			s.scan(typeURL, r.Body)
 		}
 		p.resources = append(p.resources, s)
@@ -811,7 +812,17 @@ func (f *openFinding) setKey() {
 		// its assignment is empty or, re-subscribed, on its way again.
 		kind = ClusterUnhealthy
 	}
-	f.key = findingKey{kind, unique1(f.RouteConfig), unique1(f.VirtualHost), unique1(f.Route), f.target}
+	f.key = findingKey{kind, keyName(f.RouteConfig), keyName(f.VirtualHost), keyName(f.Route), f.target}
+}
+
+// keyName is s's part of a finding's key: most findings name no route,
+// and a check finds every dangling reference again, so an empty one is
+// not looked up.
+func keyName(s string) name {
+	if s == "" {
+		return noName
+	}
+	return unique1(s)
 }
 
 // wait keeps in cluster n's node the wait for its assignment that found

@@ -759,3 +759,33 @@ func TestAWaitKeepsItsStart(t *testing.T) {
 		}
 	})
 }
+
+// Streams that share their scans find a resource's by its bytes only under
+// its own name: the same bytes under another name (a Delta resource's
+// name is its own, beside its body) are scanned as that name.
+func TestSharedScansKeepEachName(t *testing.T) {
+	leakcheck.Check(t)
+	resp := response(t, false, codec.TypeCluster, "n", nil, []proto.Message{edsCluster(v1, reviewDR)})
+	res := resourcesOf(resp)
+	scans := refgraph.NewScans()
+	graph := func() *refgraph.Graph {
+		g := refgraph.New(false, grace)
+		g.ShareScans(scans)
+		return g
+	}
+	graph().Accepted(codec.TypeCluster, res, nil, true, start, 1)
+	graph().Accepted(codec.TypeCluster, res, nil, true, start, 1)
+	if hits, misses := scans.Stats(); hits != 1 || misses != 1 {
+		t.Errorf("scans of the same bytes under the same name: %d hits, %d misses; want 1 and 1", hits, misses)
+	}
+	renamed := slices.Clone(res)
+	renamed[0].Name = "renamed"
+	g := graph()
+	g.Accepted(codec.TypeCluster, renamed, nil, true, start, 1)
+	if !g.Holds(codec.TypeCluster, "renamed") || g.Holds(codec.TypeCluster, v1) {
+		t.Errorf("the graph holds renamed %v and %s %v; want only renamed", g.Holds(codec.TypeCluster, "renamed"), v1, g.Holds(codec.TypeCluster, v1))
+	}
+	if hits, misses := scans.Stats(); hits != 1 || misses != 2 {
+		t.Errorf("scans: %d hits, %d misses; want the renamed one a miss: 1 and 2", hits, misses)
+	}
+}
