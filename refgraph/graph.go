@@ -373,12 +373,15 @@ func (c *changeSet) touch(o owner) {
 
 // apply makes an accepted push part of the client's state.
 func (g *Graph) apply(typeURL string, p *acceptedPush, ch *changeSet) {
-	if !g.accepted[typeURL] {
+	first := !g.accepted[typeURL]
+	if first {
 		g.accepted[typeURL] = true
 		// A type now checked for the first time: every reference to it.
 		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
 	}
-	if p.replace {
+	if p.replace && !first {
+		// The graph holds none of a type it is handed for the first time:
+		// nothing to remove, and no map of a first push's names to make.
 		keep := make(map[name]bool, len(p.resources))
 		for _, r := range p.resources {
 			keep[r.name] = true
