@@ -1,0 +1,259 @@
+package layers
+
+import (
+	"fmt"
+	"go/ast"
+	"go/build"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+)
+
+// maxRoom is, for each package whose files are kept in layers, the most
+// files one cycle of references between its files may hold today. A file
+// refers to another when its code names a function, method, type, variable,
+// constant or field the other declares; files that refer to each other,
+// directly or round a loop, are one room in practice, read and changed
+// together. The numbers only go down: when a change merges rooms the test
+// fails and names the loop; when a change splits one, lower the number.
+var maxRoom = map[string]int{
+	"track":            17,
+	"tap":              9,
+	"internal/inspect": 8,
+}
+
+// fileGraph is the references between one package's non-test files.
+type fileGraph struct {
+	files []string                     // base names, sorted
+	edges map[string]map[string]string // from → to → one reference, for the message
+}
+
+// exportData maps each package the given ones depend on to its compiled
+// export data, which go list builds (or finds in the build cache), so that
+// the type checker reads the dependencies rather than checking them again.
+func exportData(t *testing.T, root string, pkgs []string) map[string]string {
+	t.Helper()
+	gobin := filepath.Join(build.Default.GOROOT, "bin", "go")
+	args := append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}"}, pkgs...)
+	cmd := exec.Command(gobin, args...)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	files := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		path, export, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && export != "" {
+			files[path] = export
+		}
+	}
+	return files
+}
+
+// references type-checks dir's non-test files (for this platform) and
+// returns which file refers to which.
+func references(t *testing.T, root, dir string, exports map[string]string) fileGraph {
+	t.Helper()
+	bp, err := build.Default.ImportDir(filepath.Join(root, dir), 0)
+	if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(bp.Dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		export, ok := exports[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(export)
+	})
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
+	conf := types.Config{Importer: imp}
+	pkg, err := conf.Check(module+dir, fset, files, info)
+	if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	g := fileGraph{files: slices.Sorted(slices.Values(bp.GoFiles)), edges: map[string]map[string]string{}}
+	for id, obj := range info.Uses {
+		if obj.Pkg() != pkg || !obj.Pos().IsValid() {
+			continue
+		}
+		switch obj.(type) {
+		case *types.Func, *types.TypeName, *types.Var, *types.Const:
+		default:
+			continue
+		}
+		if v, ok := obj.(*types.Var); ok && !v.IsField() && v.Parent() != pkg.Scope() {
+			continue // a local variable or parameter
+		}
+		if tn, ok := obj.(*types.TypeName); ok && tn.Parent() != pkg.Scope() {
+			continue // a local type or a type parameter
+		}
+		from, to := fset.Position(id.Pos()), fset.Position(obj.Pos())
+		a, b := filepath.Base(from.Filename), filepath.Base(to.Filename)
+		if a == b {
+			continue
+		}
+		if g.edges[a] == nil {
+			g.edges[a] = map[string]string{}
+		}
+		if _, ok := g.edges[a][b]; !ok || from.Line < lineOf(g.edges[a][b]) {
+			g.edges[a][b] = fmt.Sprintf("%s:%d names %s", a, from.Line, id.Name)
+		}
+	}
+	return g
+}
+
+// lineOf reads the line back from a reference's description, so that each
+// edge keeps its first reference and the message is the same every run.
+func lineOf(ref string) int {
+	var line int
+	_, after, _ := strings.Cut(ref, ":")
+	fmt.Sscanf(after, "%d", &line)
+	return line
+}
+
+// rooms returns the strongly connected components of g (Tarjan's), each
+// sorted, largest first.
+func (g fileGraph) rooms() [][]string {
+	index, low := map[string]int{}, map[string]int{}
+	onStack := map[string]bool{}
+	var stack []string
+	var out [][]string
+	var visit func(v string)
+	visit = func(v string) {
+		index[v], low[v] = len(index), len(index)
+		stack = append(stack, v)
+		onStack[v] = true
+		for _, w := range g.next(v, g.files) {
+			if _, seen := index[w]; !seen {
+				visit(w)
+				low[v] = min(low[v], low[w])
+			} else if onStack[w] {
+				low[v] = min(low[v], index[w])
+			}
+		}
+		if low[v] == index[v] {
+			var room []string
+			for {
+				w := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				onStack[w] = false
+				room = append(room, w)
+				if w == v {
+					break
+				}
+			}
+			slices.Sort(room)
+			out = append(out, room)
+		}
+	}
+	for _, f := range g.files {
+		if _, seen := index[f]; !seen {
+			visit(f)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b []string) int { return len(b) - len(a) })
+	return out
+}
+
+// loop returns a shortest cycle through the first file of room, each step
+// with the reference that makes it.
+func (g fileGraph) loop(room []string) []string {
+	start := room[0]
+	prev := map[string]string{start: ""}
+	queue := []string{start}
+	for len(queue) > 0 {
+		v := queue[0]
+		queue = queue[1:]
+		for _, w := range g.next(v, room) {
+			if w == start {
+				path := []string{start}
+				for at := v; at != start; at = prev[at] {
+					path = append(path, at)
+				}
+				slices.Reverse(path[1:])
+				path = append(path, start)
+				var steps []string
+				for i := range len(path) - 1 {
+					steps = append(steps, path[i]+" → "+path[i+1]+" ("+g.edges[path[i]][path[i+1]]+")")
+				}
+				return steps
+			}
+			if _, seen := prev[w]; !seen {
+				prev[w] = v
+				queue = append(queue, w)
+			}
+		}
+	}
+	return nil
+}
+
+// next returns the files of room that v refers to, sorted.
+func (g fileGraph) next(v string, room []string) []string {
+	var out []string
+	for w := range g.edges[v] {
+		if slices.Contains(room, w) {
+			out = append(out, w)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestFilesCallDown keeps the files of track, tap and internal/inspect in
+// layers: a file may use what the files below it declare, and a file below
+// does not reach back up. maxRoom bounds the cycles left.
+func TestFilesCallDown(t *testing.T) {
+	leakcheck.Check(t)
+	root, _ := packages(t)
+	dirs := slices.Sorted(func(yield func(string) bool) {
+		for dir := range maxRoom {
+			if !yield(dir) {
+				return
+			}
+		}
+	})
+	var pkgs []string
+	for _, dir := range dirs {
+		pkgs = append(pkgs, "./"+dir)
+	}
+	exports := exportData(t, root, pkgs)
+	for _, dir := range dirs {
+		g := references(t, root, dir, exports)
+		rooms := g.rooms()
+		largest := rooms[0]
+		size := len(largest)
+		if size == 1 {
+			size = 0 // no cycle at all
+		}
+		switch limit := maxRoom[dir]; {
+		case size > limit:
+			t.Errorf("%s: %d files refer to each other round a loop, more than the %d allowed: %s\none loop:\n\t%s\nmove what the lower file needs down to it, or pass it in, so that files call down",
+				dir, size, limit, strings.Join(largest, " "), strings.Join(g.loop(largest), "\n\t"))
+		case size < limit:
+			t.Errorf("%s: its largest loop of files is down to %d (%s); lower maxRoom[%q] from %d to %d", dir, size, strings.Join(largest, " "), dir, limit, size)
+		default:
+			t.Logf("%s: largest loop of files %d: %s", dir, size, strings.Join(largest, " "))
+		}
+	}
+}
