@@ -79,3 +79,13 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultKeepBytes bounds the bytes of unanswered pushes the tracker keeps
+// for their NACKs (Config.KeepBytes).
+const DefaultKeepBytes = 64 << 20
+
+// The defaults of Config.InitialFetchTimeout and Config.MaxResources.
+const (
+	DefaultInitialFetchTimeout = 15 * time.Second
+	DefaultMaxResources        = 100_000
+)

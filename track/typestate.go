@@ -92,7 +92,7 @@ type typeState struct {
 	// the same content with the same message shares it, so a NACK loop
 	// decodes its push once (nackNames says which content and message).
 	rejection *Rejected
-	// res is the type's resources one by one (resources.go), with
+	// res is the type's resources one by one (restable.go), with
 	// Config.Resources; nil otherwise.
 	res *resTable
 }
