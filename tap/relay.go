@@ -20,8 +20,6 @@ import (
 // carries one message each way.
 var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
-var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
-
 // relay is one downstream stream and the upstream stream it is tied to.
 //
 // Two goroutines move frames: the handler's goroutine reads the upstream and

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // so clients that compress requests are understood
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -262,4 +264,48 @@ func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), err erro
 		delete(s.streams, key)
 		s.mu.Unlock()
 	}, nil
+}
+
+// Refused reports what the tap turned away at its limits.
+func (s *Server) Refused() Refused { return s.limits.refused() }
+
+// refuseStream is the status a stream over a limit ends with.
+func (s *Server) refuseStream(perConnection bool) error {
+	if perConnection {
+		s.limits.streamsOnConn.Add(1)
+		if s.limits.shouldWarn(1) {
+			s.log.Warn("refusing streams: a connection tried to open more than --max-streams-per-connection",
+				"limit", s.cfg.MaxStreamsPerConnection, "refused_total", s.limits.streamsOnConn.Load())
+		}
+		return status.Errorf(codes.ResourceExhausted, "adstap: this connection already carries %d streams, the most --max-streams-per-connection allows", s.cfg.MaxStreamsPerConnection)
+	}
+	s.limits.streams.Add(1)
+	if s.limits.shouldWarn(0) {
+		s.log.Warn("refusing streams: --max-concurrent-streams are open", "limit", s.cfg.MaxConcurrentStreams, "refused_total", s.limits.streams.Load())
+	}
+	return status.Errorf(codes.ResourceExhausted, "adstap: %d streams are open, the most --max-concurrent-streams allows; reconnect later or to another tap", s.cfg.MaxConcurrentStreams)
+}
+
+// ObserveQueue reports what the observation queues hold now, and how many
+// frames over their bound they took.
+func (s *Server) ObserveQueue() ObserveQueue {
+	return ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
+}
+
+var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
+
+// Stats reports the relay's counters, per protocol. They count every frame,
+// including frames the observers never saw.
+func (s *Server) Stats() map[codec.Protocol]codec.ProtocolStats {
+	out := make(map[codec.Protocol]codec.ProtocolStats, len(protocols))
+	for i, p := range protocols {
+		c := &s.counters[i]
+		out[p] = codec.ProtocolStats{
+			StreamsActive: c.streamsActive.Load(),
+			StreamsOpened: c.streamsOpened.Load(),
+			Messages:      [2]uint64{c.messages[0].Load(), c.messages[1].Load()},
+			Bytes:         [2]uint64{c.bytes[0].Load(), c.bytes[1].Load()},
+		}
+	}
+	return out
 }
