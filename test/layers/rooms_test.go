@@ -30,7 +30,7 @@ import (
 var maxRoom = map[string]int{
 	"track":            0,
 	"tap":              3,
-	"internal/inspect": 8,
+	"internal/inspect": 2,
 }
 
 // fileGraph is the references between one package's non-test files.
@@ -119,7 +119,9 @@ func (l *loader) check(dir string, info *types.Info) (*types.Package, []string, 
 		}
 		files = append(files, f)
 	}
-	conf := types.Config{Importer: l}
+	// A dependency is checked for its declarations alone: only the
+	// packages the test looks at need their bodies read.
+	conf := types.Config{Importer: l, IgnoreFuncBodies: info == nil}
 	pkg, err := conf.Check(module+dir, l.fset, files, info)
 	return pkg, bp.GoFiles, err
 }
