@@ -35,8 +35,21 @@ var maxRoom = map[string]int{
 
 // fileGraph is the references between one package's non-test files.
 type fileGraph struct {
-	files []string                     // base names, sorted
-	edges map[string]map[string]string // from → to → one reference, for the message
+	files []string                        // base names, sorted
+	edges map[string]map[string]reference // from → to → the first reference, for the message
+}
+
+// reference is where a file names what another declares.
+type reference struct {
+	file      string
+	line, col int
+	name      string
+}
+
+func (r reference) String() string { return fmt.Sprintf("%s:%d names %s", r.file, r.line, r.name) }
+
+func (r reference) before(o reference) bool {
+	return r.line < o.line || r.line == o.line && r.col < o.col
 }
 
 // loader type-checks the module's packages from source, which is quick,
@@ -135,7 +148,7 @@ func (l *loader) references(t *testing.T, dir string) fileGraph {
 		t.Fatalf("%s: %v", dir, err)
 	}
 	fset := l.fset
-	g := fileGraph{files: slices.Sorted(slices.Values(names)), edges: map[string]map[string]string{}}
+	g := fileGraph{files: slices.Sorted(slices.Values(names)), edges: map[string]map[string]reference{}}
 	for id, obj := range info.Uses {
 		if obj.Pkg() != pkg || !obj.Pos().IsValid() {
 			continue
@@ -157,22 +170,14 @@ func (l *loader) references(t *testing.T, dir string) fileGraph {
 			continue
 		}
 		if g.edges[a] == nil {
-			g.edges[a] = map[string]string{}
+			g.edges[a] = map[string]reference{}
 		}
-		if _, ok := g.edges[a][b]; !ok || from.Line < lineOf(g.edges[a][b]) {
-			g.edges[a][b] = fmt.Sprintf("%s:%d names %s", a, from.Line, id.Name)
+		ref := reference{file: a, line: from.Line, col: from.Column, name: id.Name}
+		if old, ok := g.edges[a][b]; !ok || ref.before(old) {
+			g.edges[a][b] = ref
 		}
 	}
 	return g
-}
-
-// lineOf reads the line back from a reference's description, so that each
-// edge keeps its first reference and the message is the same every run.
-func lineOf(ref string) int {
-	var line int
-	_, after, _ := strings.Cut(ref, ":")
-	fmt.Sscanf(after, "%d", &line)
-	return line
 }
 
 // rooms returns the strongly connected components of g (Tarjan's), each
@@ -219,36 +224,55 @@ func (g fileGraph) rooms() [][]string {
 	return out
 }
 
-// loop returns a shortest cycle through the first file of room, each step
-// with the reference that makes it.
-func (g fileGraph) loop(room []string) []string {
-	start := room[0]
-	prev := map[string]string{start: ""}
-	queue := []string{start}
+// backEdge returns the edge of room whose removal leaves the smallest
+// loop: the reference that most likely points the wrong way, which the
+// message names first.
+func (g fileGraph) backEdge(room []string) (from, to string) {
+	best := len(room) + 1
+	for _, a := range room {
+		for _, b := range g.next(a, room) {
+			ref := g.edges[a][b]
+			delete(g.edges[a], b)
+			size := len(g.rooms()[0])
+			g.edges[a][b] = ref
+			if size < best {
+				best, from, to = size, a, b
+			}
+		}
+	}
+	return from, to
+}
+
+// loop returns a shortest loop through the edge from → to of room, each
+// step with the reference that makes it, the edge first.
+func (g fileGraph) loop(room []string, from, to string) []string {
+	prev := map[string]string{to: ""}
+	queue := []string{to}
 	for len(queue) > 0 {
 		v := queue[0]
 		queue = queue[1:]
+		if v == from {
+			break
+		}
 		for _, w := range g.next(v, room) {
-			if w == start {
-				path := []string{start}
-				for at := v; at != start; at = prev[at] {
-					path = append(path, at)
-				}
-				slices.Reverse(path[1:])
-				path = append(path, start)
-				var steps []string
-				for i := range len(path) - 1 {
-					steps = append(steps, path[i]+" → "+path[i+1]+" ("+g.edges[path[i]][path[i+1]]+")")
-				}
-				return steps
-			}
 			if _, seen := prev[w]; !seen {
 				prev[w] = v
 				queue = append(queue, w)
 			}
 		}
 	}
-	return nil
+	back := []string{from} // from, back to to
+	for at := from; at != to; {
+		at = prev[at]
+		back = append(back, at)
+	}
+	slices.Reverse(back)
+	path := append([]string{from}, back...)
+	var steps []string
+	for i := range len(path) - 1 {
+		steps = append(steps, fmt.Sprintf("%s → %s (%s)", path[i], path[i+1], g.edges[path[i]][path[i+1]]))
+	}
+	return steps
 }
 
 // next returns the files of room that v refers to, sorted.
@@ -281,8 +305,9 @@ func TestFilesCallDown(t *testing.T) {
 		}
 		switch limit := maxRoom[dir]; {
 		case size > limit:
-			t.Errorf("%s: %d files refer to each other round a loop, more than the %d allowed: %s\none loop:\n\t%s\nmove what the lower file needs down to it, or pass it in, so that files call down",
-				dir, size, limit, strings.Join(largest, " "), strings.Join(g.loop(largest), "\n\t"))
+			from, to := g.backEdge(largest)
+			t.Errorf("%s: %d files refer to each other round a loop, more than the %d allowed: %s\nthe reference back up is most likely %s → %s (%s), in the loop:\n\t%s\nmove what the lower file needs down to it, or pass it in, so that files call down",
+				dir, size, limit, strings.Join(largest, " "), from, to, g.edges[from][to], strings.Join(g.loop(largest, from, to), "\n\t"))
 		case size < limit:
 			t.Errorf("%s: its largest loop of files is down to %d (%s); lower maxRoom[%q] from %d to %d", dir, size, strings.Join(largest, " "), dir, limit, size)
 		case size == 0:
