@@ -59,6 +59,34 @@ type keeper struct {
 	store shareStore
 }
 
+// Takes says which accepted pushes a taker takes.
+type Takes struct {
+	// Types selects the types taken by their type URL; nil takes every
+	// type.
+	Types func(typeURL string) bool
+	// Superseded also takes a push superseded before its answer, which the
+	// tracker assumes the client applied (the reference check follows
+	// what a client applies, not only what it acknowledged).
+	Superseded bool
+}
+
+// unshare lets go of one holder's reference to p, and of p's bytes with the
+// last.
+func (k *keeper) unshare(p *sharedPush) {
+	sh := p.shard
+	sh.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last && sh.m[p.key] == p {
+		delete(sh.m, p.key)
+	}
+	sh.mu.Unlock()
+	if last {
+		p.data.Free()
+		k.held.Add(-p.size)
+	}
+}
+
 // compactShare: a push is kept compact (only its changed resources, copied)
 // when they take at most 1/compactShare of its bytes.
 const compactShare = 4
@@ -339,32 +367,4 @@ func (b *keptBytes) release(data mem.BufferSlice) {
 	}
 	b.keeper.unshare(b.share)
 	b.keeper.held.Add(-b.size)
-}
-
-// Takes says which accepted pushes a taker takes.
-type Takes struct {
-	// Types selects the types taken by their type URL; nil takes every
-	// type.
-	Types func(typeURL string) bool
-	// Superseded also takes a push superseded before its answer, which the
-	// tracker assumes the client applied (the reference check follows
-	// what a client applies, not only what it acknowledged).
-	Superseded bool
-}
-
-// unshare lets go of one holder's reference to p, and of p's bytes with the
-// last.
-func (k *keeper) unshare(p *sharedPush) {
-	sh := p.shard
-	sh.mu.Lock()
-	p.refs--
-	last := p.refs == 0
-	if last && sh.m[p.key] == p {
-		delete(sh.m, p.key)
-	}
-	sh.mu.Unlock()
-	if last {
-		p.data.Free()
-		k.held.Add(-p.size)
-	}
 }

@@ -13,6 +13,52 @@ import (
 // gives the push's bytes back to the keeper. No output needs to know how
 // many others read the same push.
 
+// Accepted is what an acknowledged push kept, handed to the outputs with
+// its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
+// a taker of it, Tracker.TakeAccepted): its resources as the tap decoded them, for an
+// output to keep what the client accepted (the retained configuration), on
+// its own goroutine. The tracker is what tells pushes awaiting an answer
+// from accepted ones; whoever keeps a copy of what was accepted needs no
+// other account of them. The views count against Config.KeepBytes until
+// the last of its leases is released: a taker leases it
+// (Taker.Lease) and releases the lease once done with the views.
+type Accepted struct {
+	Version string // version_info (SotW) or system_version_info (Delta)
+	// Replace is set when the push is the whole set of its type (SotW LDS
+	// and CDS, wildcard and unrequested types): what it lacks is removed.
+	Replace bool
+	// Resources are the push's resources in its order, their bodies views
+	// into the push's bytes valid until the reader's lease is released.
+	Resources []AcceptedResource
+	// Removed are the Delta push's removed_resources, or, when Partial,
+	// the names a SotW push replacing its type no longer carried.
+	Removed []string
+	// Bytes is what the push's kept bytes and the views take until
+	// released, for an output's bound on the work waiting for it; bytes
+	// shared with other streams' pushes (the same sent to each) are
+	// counted by the push that kept them first.
+	Bytes int64
+	// NotKept says why the resources are not at hand, as for a Rejected;
+	// empty when they are.
+	NotKept string
+	// Partial is set when Resources are only those the push added or
+	// changed since the state the client acknowledged before it, as the
+	// outputs were handed it (the previous Accepted of the type, or the
+	// requests since): every other resource it holds stays as it was, but
+	// for Removed, the names a push that replaces its type no longer
+	// carried. Replace is then unset. A push of 10,000 resources that
+	// changed 200 hands over 200, so that following what a client accepted
+	// costs what a push changed, not what it carried.
+	Partial bool
+
+	kept keptBytes
+	// takers are the takers it is leased to, a bit each; claimed those
+	// that have taken their lease.
+	takers  takerSet
+	claimed atomic.Uint64
+	leases  [inlineLeases]Lease // the first takers', by rank in takers
+}
+
 // maxTakers is how many takers a tracker can have: one bit each in a
 // takerSet.
 const maxTakers = 64
@@ -92,50 +138,4 @@ func (l *Lease) Release() {
 		return
 	}
 	a.kept.release(a.kept.data)
-}
-
-// Accepted is what an acknowledged push kept, handed to the outputs with
-// its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
-// a taker of it, Tracker.TakeAccepted): its resources as the tap decoded them, for an
-// output to keep what the client accepted (the retained configuration), on
-// its own goroutine. The tracker is what tells pushes awaiting an answer
-// from accepted ones; whoever keeps a copy of what was accepted needs no
-// other account of them. The views count against Config.KeepBytes until
-// the last of its leases is released (lease.go): a taker leases it
-// (Taker.Lease) and releases the lease once done with the views.
-type Accepted struct {
-	Version string // version_info (SotW) or system_version_info (Delta)
-	// Replace is set when the push is the whole set of its type (SotW LDS
-	// and CDS, wildcard and unrequested types): what it lacks is removed.
-	Replace bool
-	// Resources are the push's resources in its order, their bodies views
-	// into the push's bytes valid until the reader's lease is released.
-	Resources []AcceptedResource
-	// Removed are the Delta push's removed_resources, or, when Partial,
-	// the names a SotW push replacing its type no longer carried.
-	Removed []string
-	// Bytes is what the push's kept bytes and the views take until
-	// released, for an output's bound on the work waiting for it; bytes
-	// shared with other streams' pushes (the same sent to each) are
-	// counted by the push that kept them first.
-	Bytes int64
-	// NotKept says why the resources are not at hand, as for a Rejected;
-	// empty when they are.
-	NotKept string
-	// Partial is set when Resources are only those the push added or
-	// changed since the state the client acknowledged before it, as the
-	// outputs were handed it (the previous Accepted of the type, or the
-	// requests since): every other resource it holds stays as it was, but
-	// for Removed, the names a push that replaces its type no longer
-	// carried. Replace is then unset. A push of 10,000 resources that
-	// changed 200 hands over 200, so that following what a client accepted
-	// costs what a push changed, not what it carried.
-	Partial bool
-
-	kept keptBytes
-	// takers are the takers it is leased to, a bit each; claimed those
-	// that have taken their lease.
-	takers  takerSet
-	claimed atomic.Uint64
-	leases  [inlineLeases]Lease // the first takers', by rank in takers
 }

@@ -8,6 +8,19 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
+// StreamMeta describes a stream when it opens.
+type StreamMeta struct {
+	ID       uint64
+	ConnID   uint64
+	Method   string
+	Protocol codec.Protocol
+	Peer     string
+	OpenedAt time.Time
+	// Connect is how the stream's upstream connection came up, for the
+	// stream that waited for it (filled by the wiring from the relay); nil otherwise.
+	Connect *codec.UpstreamConnect
+}
+
 // StreamRef is a tracked stream as its events hand it to the outputs: what
 // it was opened with, and what each output keeps across the stream's events
 // (OutputState). Every event about a stream carries it, so an output needs no map
@@ -60,17 +73,4 @@ func OutputState[T any](r *StreamRef, owner any) *T {
 	states := append(append(make([]outputState, 0, len(old)+1), old...), outputState{owner, v})
 	r.states.Store(&states)
 	return v
-}
-
-// StreamMeta describes a stream when it opens.
-type StreamMeta struct {
-	ID       uint64
-	ConnID   uint64
-	Method   string
-	Protocol codec.Protocol
-	Peer     string
-	OpenedAt time.Time
-	// Connect is how the stream's upstream connection came up, for the
-	// stream that waited for it (filled by the wiring from the relay); nil otherwise.
-	Connect *codec.UpstreamConnect
 }
