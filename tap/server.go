@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // so clients that compress requests are understood
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
@@ -308,4 +310,76 @@ func (s *Server) Stats() map[codec.Protocol]codec.ProtocolStats {
 		}
 	}
 	return out
+}
+
+// handle is the gRPC handler for every method the tap receives.
+func (s *Server) handle(_ any, down grpc.ServerStream) error {
+	arrived := time.Now()
+	ctx := down.Context()
+	method, _ := grpc.MethodFromServerStream(down)
+	conn, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
+	if conn == nil {
+		return status.Error(codes.Internal, "adstap: stream without a connection")
+	}
+	header, _ := metadata.FromIncomingContext(ctx)
+
+	upCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	untrack, err := s.track(cancel)
+	if err != nil {
+		return err
+	}
+	defer untrack()
+	if !conn.openStream(s.cfg.MaxStreamsPerConnection) {
+		return s.refuseStream(true)
+	}
+	defer conn.closeStream()
+
+	cc, err := conn.upstream(first(header.Get("user-agent")))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "adstap: upstream %s: %v", s.upstream, err)
+	}
+	call := &callState{}
+	upCtx = withCallState(metadata.NewOutgoingContext(upCtx, forwardedHeader(header)), call)
+	connectedBefore := conn.connect()
+	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
+	if err != nil {
+		_, err = upstreamFailure(upCtx, call, err, s.upstream, s.cfg.MaxMessageSize)
+		return err
+	}
+
+	proto := codec.ProtocolOf(method)
+	r := &relay{log: s.log, upstream: s.upstream, maxMessageSize: s.cfg.MaxMessageSize, down: down, up: up, call: call, cancel: cancel, count: &s.counters[protocolIndex(proto)]}
+	r.info = StreamInfo{
+		ID:       s.nextStream.Add(1),
+		ConnID:   conn.id,
+		Method:   method,
+		Protocol: proto,
+		OpenedAt: arrived,
+		Connect:  freshConnect(connectedBefore, conn.connect()),
+		Header:   header,
+	}
+	r.count.streamsOpened.Add(1)
+	r.count.streamsActive.Add(1)
+	defer r.count.streamsActive.Add(-1)
+	if p, ok := peer.FromContext(ctx); ok {
+		r.info.Peer = p.Addr
+	}
+	if s.observe != nil {
+		r.obs = s.observe.startObservation(r.info)
+	}
+	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
+
+	// The pump may outlive this handler by a moment: it returns when gRPC
+	// ends the downstream stream after the handler does, which is the only
+	// thing that can wake a pending RecvMsg.
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		r.pumpRequests()
+	}()
+
+	err = r.pumpResponses(upCtx)
+	s.log.Debug("stream closed", "stream", r.info.ID, "code", status.Code(err), "err", err)
+	return err
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -133,37 +132,6 @@ func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.Cli
 		return nil, fmt.Errorf("creating upstream connection to %s: %w", s.upstream, err)
 	}
 	return cc, nil
-}
-
-// callState records what the upstream sent on one stream, as seen by gRPC's
-// stats hooks: a status that came in trailers is the control plane's own and
-// goes back untouched; a failure without one is the tap's to explain.
-type callState struct {
-	gotTrailer atomic.Bool
-}
-
-type callStateKey struct{}
-
-func withCallState(ctx context.Context, c *callState) context.Context {
-	return context.WithValue(ctx, callStateKey{}, c)
-}
-
-type upstreamStats struct{}
-
-func (upstreamStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (upstreamStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (upstreamStats) HandleConn(context.Context, stats.ConnStats) {}
-
-func (upstreamStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
-	c, _ := ctx.Value(callStateKey{}).(*callState)
-	if c == nil {
-		return
-	}
-	if _, ok := st.(*stats.InTrailer); ok {
-		c.gotTrailer.Store(true)
-	}
 }
 
 // downstreamStats gives every downstream connection its own upstream and
