@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"google.golang.org/grpc/credentials"
 )
 
 // connectTiming follows one dial through its phases. The dial and the
@@ -23,21 +22,6 @@ type connectTiming struct {
 type timedConn struct {
 	net.Conn
 	timing *connectTiming
-}
-
-// dialer returns the context dialer of one downstream connection's upstream.
-// It resolves and connects in steps of its own, so each phase is timed.
-func (d *downstreamConn) dialer() func(context.Context, string) (net.Conn, error) {
-	return func(ctx context.Context, _ string) (net.Conn, error) {
-		up := d.srv.upstream
-		t := &connectTiming{c: codec.UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
-		conn, err := dialTimed(ctx, up, t)
-		if err != nil {
-			d.srv.reportConnect(d, t.c)
-			return nil, err
-		}
-		return &timedConn{Conn: conn, timing: t}, nil
-	}
 }
 
 func dialTimed(ctx context.Context, up Address, t *connectTiming) (net.Conn, error) {
@@ -83,53 +67,6 @@ func dialTimed(ctx context.Context, up Address, t *connectTiming) (net.Conn, err
 	t.c.TCP = time.Since(start)
 	t.c.FailedPhase, t.c.Err = "tcp", errors.Join(errs...)
 	return nil, t.c.Err
-}
-
-// timedCreds times the TLS handshake (or the no-op of plaintext) that follows
-// a dial, and reports the connection's phases once it is done.
-type timedCreds struct {
-	credentials.TransportCredentials
-	conn *downstreamConn
-}
-
-func (c timedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	tc, ok := raw.(*timedConn)
-	if !ok {
-		return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
-	}
-	start := time.Now()
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, tc.Conn)
-	rec := tc.timing.c
-	if c.TransportCredentials.Info().SecurityProtocol != "insecure" {
-		rec.TLS = time.Since(start)
-	}
-	if err != nil {
-		rec.FailedPhase, rec.Err = "tls", err
-	}
-	c.conn.srv.reportConnect(c.conn, rec)
-	return conn, info, err
-}
-
-func (c timedCreds) Clone() credentials.TransportCredentials {
-	return timedCreds{TransportCredentials: c.TransportCredentials.Clone(), conn: c.conn}
-}
-
-// reportConnect records how d's upstream connection came up and queues the
-// report for the observer. It runs inside gRPC's dial and handshake, so it
-// never waits on the observer (or on the log).
-func (s *Server) reportConnect(d *downstreamConn, c codec.UpstreamConnect) {
-	d.mu.Lock()
-	d.lastConnect = &c
-	d.mu.Unlock()
-	s.connects.queue(c, s.deliverConnect)
-}
-
-func (s *Server) deliverConnect(c codec.UpstreamConnect) {
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.OnUpstreamConnect(c)
-	} else if c.Err != nil {
-		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
-	}
 }
 
 // maxPendingConnects bounds the connect reports waiting for the observer;

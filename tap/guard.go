@@ -47,10 +47,6 @@ const refuseDrainTimeout = time.Second
 // listener serves.
 var errWrongProtocol = errors.New("client does not speak the listener's protocol")
 
-// errNoPeek says the connection's bytes cannot be looked at without reading
-// them, so the connection is wrapped instead.
-var errNoPeek = errors.New("connection cannot be peeked")
-
 // guardedListener looks at the first bytes of every connection, so a client
 // speaking the wrong protocol (curl, a browser, TLS to a plaintext port, or
 // the reverse) gets a clear answer and a log line instead of a silent close.

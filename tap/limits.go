@@ -3,9 +3,6 @@ package tap
 import (
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Defaults for the limits of Config left zero. A sidecar opens one or two
@@ -46,24 +43,4 @@ func (l *limits) shouldWarn(i int) bool {
 	now := time.Now().UnixNano()
 	last := l.lastWarn[i].Load()
 	return now-last >= int64(time.Minute) && l.lastWarn[i].CompareAndSwap(last, now)
-}
-
-// Refused reports what the tap turned away at its limits.
-func (s *Server) Refused() Refused { return s.limits.refused() }
-
-// refuseStream is the status a stream over a limit ends with.
-func (s *Server) refuseStream(perConnection bool) error {
-	if perConnection {
-		s.limits.streamsOnConn.Add(1)
-		if s.limits.shouldWarn(1) {
-			s.log.Warn("refusing streams: a connection tried to open more than --max-streams-per-connection",
-				"limit", s.cfg.MaxStreamsPerConnection, "refused_total", s.limits.streamsOnConn.Load())
-		}
-		return status.Errorf(codes.ResourceExhausted, "adstap: this connection already carries %d streams, the most --max-streams-per-connection allows", s.cfg.MaxStreamsPerConnection)
-	}
-	s.limits.streams.Add(1)
-	if s.limits.shouldWarn(0) {
-		s.log.Warn("refusing streams: --max-concurrent-streams are open", "limit", s.cfg.MaxConcurrentStreams, "refused_total", s.limits.streams.Load())
-	}
-	return status.Errorf(codes.ResourceExhausted, "adstap: %d streams are open, the most --max-concurrent-streams allows; reconnect later or to another tap", s.cfg.MaxConcurrentStreams)
 }

@@ -56,12 +56,6 @@ type ObserveQueue struct {
 	OverBound uint64
 }
 
-// ObserveQueue reports what the observation queues hold now, and how many
-// frames over their bound they took.
-func (s *Server) ObserveQueue() ObserveQueue {
-	return ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
-}
-
 // observePool runs the observer for every stream of a tap on a few
 // long-lived goroutines, its workers. A stream with something to tell the
 // observer (its opening, frames, its end) waits on a run queue — once,

@@ -58,3 +58,7 @@ func peek(c net.Conn, buf []byte, enough func([]byte) bool) (int, error) {
 	}
 	return n, nil
 }
+
+// errNoPeek says the connection's bytes cannot be looked at without reading
+// them, so the connection is wrapped instead.
+var errNoPeek = errors.New("connection cannot be peeked")

@@ -3,13 +3,15 @@ package tap
 import (
 	"context"
 	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
@@ -20,8 +22,6 @@ import (
 // carries one message each way.
 var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
-var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
-
 // relay is one downstream stream and the upstream stream it is tied to.
 //
 // Two goroutines move frames: the handler's goroutine reads the upstream and
@@ -30,86 +30,18 @@ var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reco
 // the peer it writes to, so gRPC's flow control carries backpressure end to
 // end and no queue of the tap's own can grow.
 type relay struct {
-	srv    *Server
-	info   StreamInfo
-	down   grpc.ServerStream
-	up     grpc.ClientStream
-	call   *callState
-	cancel context.CancelCauseFunc
-	obs    *observation // nil without an observer
-	count  *relayCounters
-}
-
-// handle is the gRPC handler for every method the tap receives.
-func (s *Server) handle(_ any, down grpc.ServerStream) error {
-	arrived := time.Now()
-	ctx := down.Context()
-	method, _ := grpc.MethodFromServerStream(down)
-	conn, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
-	if conn == nil {
-		return status.Error(codes.Internal, "adstap: stream without a connection")
-	}
-	header, _ := metadata.FromIncomingContext(ctx)
-
-	upCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	untrack, err := s.track(cancel)
-	if err != nil {
-		return err
-	}
-	defer untrack()
-	if !conn.openStream(s.cfg.MaxStreamsPerConnection) {
-		return s.refuseStream(true)
-	}
-	defer conn.closeStream()
-
-	cc, err := conn.upstream(first(header.Get("user-agent")))
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "adstap: upstream %s: %v", s.upstream, err)
-	}
-	call := &callState{}
-	upCtx = withCallState(metadata.NewOutgoingContext(upCtx, forwardedHeader(header)), call)
-	connectedBefore := conn.connect()
-	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
-	if err != nil {
-		_, err = s.upstreamFailure(upCtx, call, err)
-		return err
-	}
-
-	proto := codec.ProtocolOf(method)
-	r := &relay{srv: s, down: down, up: up, call: call, cancel: cancel, count: &s.counters[protocolIndex(proto)]}
-	r.info = StreamInfo{
-		ID:       s.nextStream.Add(1),
-		ConnID:   conn.id,
-		Method:   method,
-		Protocol: proto,
-		OpenedAt: arrived,
-		Connect:  freshConnect(connectedBefore, conn.connect()),
-		Header:   header,
-	}
-	r.count.streamsOpened.Add(1)
-	r.count.streamsActive.Add(1)
-	defer r.count.streamsActive.Add(-1)
-	if p, ok := peer.FromContext(ctx); ok {
-		r.info.Peer = p.Addr
-	}
-	if s.observe != nil {
-		r.obs = s.observe.startObservation(r.info)
-	}
-	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
-
-	// The pump may outlive this handler by a moment: it returns when gRPC
-	// ends the downstream stream after the handler does, which is the only
-	// thing that can wake a pending RecvMsg.
-	s.workers.Add(1)
-	go func() {
-		defer s.workers.Done()
-		r.pumpRequests()
-	}()
-
-	err = r.pumpResponses(upCtx)
-	s.log.Debug("stream closed", "stream", r.info.ID, "code", status.Code(err), "err", err)
-	return err
+	log *slog.Logger
+	// upstream and maxMessageSize are what the statuses the tap gives
+	// name (upstreamFailure).
+	upstream       Address
+	maxMessageSize int
+	info           StreamInfo
+	down           grpc.ServerStream
+	up             grpc.ClientStream
+	call           *callState
+	cancel         context.CancelCauseFunc
+	obs            *observation // nil without an observer
+	count          *relayCounters
 }
 
 // pumpRequests moves frames from the client to the control plane.
@@ -124,12 +56,12 @@ func (r *relay) pumpRequests() {
 			}
 			if status.Code(err) == codes.ResourceExhausted {
 				// gRPC has already told the client; the log says which limit.
-				r.srv.log.Warn("request message over the receive limit; stream ended",
+				r.log.Warn("request message over the receive limit; stream ended",
 					"stream", r.info.ID, "method", r.info.Method, "peer", r.info.Peer,
-					"max_message_size", r.srv.cfg.MaxMessageSize, "err", err)
+					"max_message_size", r.maxMessageSize, "err", err)
 				r.cancel(status.Errorf(codes.ResourceExhausted,
 					"adstap: a request message exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
-					r.srv.cfg.MaxMessageSize, status.Convert(err).Message()))
+					r.maxMessageSize, status.Convert(err).Message()))
 				return
 			}
 			// Anything else means the client's stream is done, which has
@@ -196,7 +128,7 @@ func (r *relay) observe(d Direction, f *codec.RawMessage) bool {
 // finish decides the status the client receives and reports the end.
 func (r *relay) finish(ctx context.Context, err error, by string) error {
 	if err != nil {
-		by, err = r.srv.upstreamFailure(ctx, r.call, err)
+		by, err = upstreamFailure(ctx, r.call, err, r.upstream, r.maxMessageSize)
 	}
 	if r.obs != nil {
 		st := status.Convert(err)
@@ -211,7 +143,7 @@ func (r *relay) finish(ctx context.Context, err error, by string) error {
 // oversized message) says so; a failure of the upstream connection itself is
 // Unavailable and names the upstream, so the client retries, as it would had
 // it lost the control plane directly.
-func (s *Server) upstreamFailure(ctx context.Context, call *callState, err error) (by string, ended error) {
+func upstreamFailure(ctx context.Context, call *callState, err error, upstream Address, maxMessageSize int) (by string, ended error) {
 	if cause := context.Cause(ctx); cause != nil {
 		if _, ok := status.FromError(cause); ok {
 			return "tap", cause
@@ -226,9 +158,9 @@ func (s *Server) upstreamFailure(ctx context.Context, call *callState, err error
 	if st.Code() == codes.ResourceExhausted {
 		return "tap", status.Errorf(codes.ResourceExhausted,
 			"adstap: a response message from upstream %s exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
-			s.upstream, s.cfg.MaxMessageSize, st.Message())
+			upstream, maxMessageSize, st.Message())
 	}
-	return "upstream", status.Errorf(codes.Unavailable, "adstap: upstream %s: %s", s.upstream, st.Message())
+	return "upstream", status.Errorf(codes.Unavailable, "adstap: upstream %s: %s", upstream, st.Message())
 }
 
 // forwardedHeader is the request metadata the control plane receives: all of
@@ -263,4 +195,37 @@ func first(v []string) string {
 		return ""
 	}
 	return v[0]
+}
+
+// callState records what the upstream sent on one stream, as seen by gRPC's
+// stats hooks: a status that came in trailers is the control plane's own and
+// goes back untouched; a failure without one is the tap's to explain.
+type callState struct {
+	gotTrailer atomic.Bool
+}
+
+type callStateKey struct{}
+
+func withCallState(ctx context.Context, c *callState) context.Context {
+	return context.WithValue(ctx, callStateKey{}, c)
+}
+
+type upstreamStats struct{}
+
+func (upstreamStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (upstreamStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (upstreamStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (upstreamStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	c, _ := ctx.Value(callStateKey{}).(*callState)
+	if c == nil {
+		return
+	}
+	if _, ok := st.(*stats.InTrailer); ok {
+		c.gotTrailer.Store(true)
+	}
 }

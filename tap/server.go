@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // so clients that compress requests are understood
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -262,4 +266,120 @@ func (s *Server) track(cancel context.CancelCauseFunc) (untrack func(), err erro
 		delete(s.streams, key)
 		s.mu.Unlock()
 	}, nil
+}
+
+// Refused reports what the tap turned away at its limits.
+func (s *Server) Refused() Refused { return s.limits.refused() }
+
+// refuseStream is the status a stream over a limit ends with.
+func (s *Server) refuseStream(perConnection bool) error {
+	if perConnection {
+		s.limits.streamsOnConn.Add(1)
+		if s.limits.shouldWarn(1) {
+			s.log.Warn("refusing streams: a connection tried to open more than --max-streams-per-connection",
+				"limit", s.cfg.MaxStreamsPerConnection, "refused_total", s.limits.streamsOnConn.Load())
+		}
+		return status.Errorf(codes.ResourceExhausted, "adstap: this connection already carries %d streams, the most --max-streams-per-connection allows", s.cfg.MaxStreamsPerConnection)
+	}
+	s.limits.streams.Add(1)
+	if s.limits.shouldWarn(0) {
+		s.log.Warn("refusing streams: --max-concurrent-streams are open", "limit", s.cfg.MaxConcurrentStreams, "refused_total", s.limits.streams.Load())
+	}
+	return status.Errorf(codes.ResourceExhausted, "adstap: %d streams are open, the most --max-concurrent-streams allows; reconnect later or to another tap", s.cfg.MaxConcurrentStreams)
+}
+
+// ObserveQueue reports what the observation queues hold now, and how many
+// frames over their bound they took.
+func (s *Server) ObserveQueue() ObserveQueue {
+	return ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
+}
+
+var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
+
+// Stats reports the relay's counters, per protocol. They count every frame,
+// including frames the observers never saw.
+func (s *Server) Stats() map[codec.Protocol]codec.ProtocolStats {
+	out := make(map[codec.Protocol]codec.ProtocolStats, len(protocols))
+	for i, p := range protocols {
+		c := &s.counters[i]
+		out[p] = codec.ProtocolStats{
+			StreamsActive: c.streamsActive.Load(),
+			StreamsOpened: c.streamsOpened.Load(),
+			Messages:      [2]uint64{c.messages[0].Load(), c.messages[1].Load()},
+			Bytes:         [2]uint64{c.bytes[0].Load(), c.bytes[1].Load()},
+		}
+	}
+	return out
+}
+
+// handle is the gRPC handler for every method the tap receives.
+func (s *Server) handle(_ any, down grpc.ServerStream) error {
+	arrived := time.Now()
+	ctx := down.Context()
+	method, _ := grpc.MethodFromServerStream(down)
+	conn, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
+	if conn == nil {
+		return status.Error(codes.Internal, "adstap: stream without a connection")
+	}
+	header, _ := metadata.FromIncomingContext(ctx)
+
+	upCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	untrack, err := s.track(cancel)
+	if err != nil {
+		return err
+	}
+	defer untrack()
+	if !conn.openStream(s.cfg.MaxStreamsPerConnection) {
+		return s.refuseStream(true)
+	}
+	defer conn.closeStream()
+
+	cc, err := conn.upstream(first(header.Get("user-agent")))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "adstap: upstream %s: %v", s.upstream, err)
+	}
+	call := &callState{}
+	upCtx = withCallState(metadata.NewOutgoingContext(upCtx, forwardedHeader(header)), call)
+	connectedBefore := conn.connect()
+	up, err := cc.NewStream(upCtx, bidi, method, grpc.ForceCodecV2(codec.Passthrough{}))
+	if err != nil {
+		_, err = upstreamFailure(upCtx, call, err, s.upstream, s.cfg.MaxMessageSize)
+		return err
+	}
+
+	proto := codec.ProtocolOf(method)
+	r := &relay{log: s.log, upstream: s.upstream, maxMessageSize: s.cfg.MaxMessageSize, down: down, up: up, call: call, cancel: cancel, count: &s.counters[protocolIndex(proto)]}
+	r.info = StreamInfo{
+		ID:       s.nextStream.Add(1),
+		ConnID:   conn.id,
+		Method:   method,
+		Protocol: proto,
+		OpenedAt: arrived,
+		Connect:  freshConnect(connectedBefore, conn.connect()),
+		Header:   header,
+	}
+	r.count.streamsOpened.Add(1)
+	r.count.streamsActive.Add(1)
+	defer r.count.streamsActive.Add(-1)
+	if p, ok := peer.FromContext(ctx); ok {
+		r.info.Peer = p.Addr
+	}
+	if s.observe != nil {
+		r.obs = s.observe.startObservation(r.info)
+	}
+	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
+
+	// The pump may outlive this handler by a moment: it returns when gRPC
+	// ends the downstream stream after the handler does, which is the only
+	// thing that can wake a pending RecvMsg.
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		r.pumpRequests()
+	}()
+
+	err = r.pumpResponses(upCtx)
+	s.log.Debug("stream closed", "stream", r.info.ID, "code", status.Code(err), "err", err)
+	return err
 }

@@ -4,17 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/adstap/adstap/codec"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
+
+	"github.com/adstap/adstap/codec"
 )
 
 // errConnClosed is returned for a stream that arrives after its downstream
@@ -133,37 +134,6 @@ func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.Cli
 	return cc, nil
 }
 
-// callState records what the upstream sent on one stream, as seen by gRPC's
-// stats hooks: a status that came in trailers is the control plane's own and
-// goes back untouched; a failure without one is the tap's to explain.
-type callState struct {
-	gotTrailer atomic.Bool
-}
-
-type callStateKey struct{}
-
-func withCallState(ctx context.Context, c *callState) context.Context {
-	return context.WithValue(ctx, callStateKey{}, c)
-}
-
-type upstreamStats struct{}
-
-func (upstreamStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (upstreamStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (upstreamStats) HandleConn(context.Context, stats.ConnStats) {}
-
-func (upstreamStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
-	c, _ := ctx.Value(callStateKey{}).(*callState)
-	if c == nil {
-		return
-	}
-	if _, ok := st.(*stats.InTrailer); ok {
-		c.gotTrailer.Store(true)
-	}
-}
-
 // downstreamStats gives every downstream connection its own upstream and
 // closes that upstream when the connection ends.
 type downstreamStats struct{ srv *Server }
@@ -194,3 +164,65 @@ func (h downstreamStats) HandleConn(ctx context.Context, st stats.ConnStats) {
 
 func (downstreamStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (downstreamStats) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+// dialer returns the context dialer of one downstream connection's upstream.
+// It resolves and connects in steps of its own, so each phase is timed.
+func (d *downstreamConn) dialer() func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, _ string) (net.Conn, error) {
+		up := d.srv.upstream
+		t := &connectTiming{c: codec.UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
+		conn, err := dialTimed(ctx, up, t)
+		if err != nil {
+			d.srv.reportConnect(d, t.c)
+			return nil, err
+		}
+		return &timedConn{Conn: conn, timing: t}, nil
+	}
+}
+
+// timedCreds times the TLS handshake (or the no-op of plaintext) that follows
+// a dial, and reports the connection's phases once it is done.
+type timedCreds struct {
+	credentials.TransportCredentials
+	conn *downstreamConn
+}
+
+func (c timedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, ok := raw.(*timedConn)
+	if !ok {
+		return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	}
+	start := time.Now()
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, tc.Conn)
+	rec := tc.timing.c
+	if c.TransportCredentials.Info().SecurityProtocol != "insecure" {
+		rec.TLS = time.Since(start)
+	}
+	if err != nil {
+		rec.FailedPhase, rec.Err = "tls", err
+	}
+	c.conn.srv.reportConnect(c.conn, rec)
+	return conn, info, err
+}
+
+func (c timedCreds) Clone() credentials.TransportCredentials {
+	return timedCreds{TransportCredentials: c.TransportCredentials.Clone(), conn: c.conn}
+}
+
+// reportConnect records how d's upstream connection came up and queues the
+// report for the observer. It runs inside gRPC's dial and handshake, so it
+// never waits on the observer (or on the log).
+func (s *Server) reportConnect(d *downstreamConn, c codec.UpstreamConnect) {
+	d.mu.Lock()
+	d.lastConnect = &c
+	d.mu.Unlock()
+	s.connects.queue(c, s.deliverConnect)
+}
+
+func (s *Server) deliverConnect(c codec.UpstreamConnect) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.OnUpstreamConnect(c)
+	} else if c.Err != nil {
+		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
+	}
+}

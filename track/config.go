@@ -2,6 +2,16 @@ package track
 
 import "time"
 
+// DefaultKeepBytes bounds the bytes of unanswered pushes the tracker keeps
+// for their NACKs (Config.KeepBytes).
+const DefaultKeepBytes = 64 << 20
+
+// The defaults of Config.InitialFetchTimeout and Config.MaxResources.
+const (
+	DefaultInitialFetchTimeout = 15 * time.Second
+	DefaultMaxResources        = 100_000
+)
+
 // Config holds the tracker's thresholds. A zero field takes its default.
 type Config struct {
 	PushTimeout            time.Duration // an unanswered push ends as ResultTimeout (state STALE)

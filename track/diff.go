@@ -6,46 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/cespare/xxhash/v2"
 )
-
-// Salts keep a heartbeat or a removal from cancelling out a resource body
-// that happens to hash to the same value.
-const (
-	heartbeatSalt = 0x9e3779b97f4a7c15
-	removedSalt   = 0xc2b2ae3d27d4eb4f
-)
-
-// contentOf identifies what a response carries, whatever its version, nonce
-// and resource order: the sum of the mixed hashes of its resources (and, in
-// Delta, of the names it removes). A sum is order-independent yet, unlike a
-// xor, does not cancel a resource sent twice.
-func contentOf(resp *codec.Response) uint64 {
-	h := mix(uint64(len(resp.Resources)))
-	for i := range resp.Resources {
-		r := &resp.Resources[i]
-		x := r.Hash
-		if r.Heartbeat {
-			x = xxhash.Sum64(r.Name) ^ heartbeatSalt
-		}
-		h += mix(x)
-	}
-	for _, name := range resp.RemovedResources {
-		h += mix(xxhash.Sum64String(name) ^ removedSalt)
-	}
-	return h
-}
-
-// mix is splitmix64's finalizer: it spreads the bits of a hash so that sums
-// of related hashes do not collide.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
 
 // load makes a response the latest push. Each resource is looked up in the
 // acknowledged state once, here, and its position kept for diff and apply.

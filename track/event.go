@@ -11,19 +11,6 @@ import (
 // (live log, metrics, spans, debug pages, capture) consumes the same events.
 type Event interface{ event() }
 
-// StreamMeta describes a stream when it opens.
-type StreamMeta struct {
-	ID       uint64
-	ConnID   uint64
-	Method   string
-	Protocol codec.Protocol
-	Peer     string
-	OpenedAt time.Time
-	// Connect is how the stream's upstream connection came up, for the
-	// stream that waited for it (filled by the wiring from the relay); nil otherwise.
-	Connect *codec.UpstreamConnect
-}
-
 // Node is the client identity of a stream, from its first request.
 type Node struct {
 	ID, Cluster, UserAgent string // UserAgent is "name/version", e.g. "envoy/1.36.2"
@@ -277,3 +264,34 @@ func (DecodeError) event()      {}
 func (FullPush) event()         {}
 func (DetectorStarted) event()  {}
 func (DetectorEnded) event()    {}
+
+// RefOf is the stream an event is about, nil when it is about none (or was
+// made outside a tracker).
+func RefOf(e Event) *StreamRef {
+	if a, ok := e.(interface{ streamRef() *StreamRef }); ok {
+		return a.streamRef()
+	}
+	return nil
+}
+
+func (e StreamOpened) streamRef() *StreamRef { return e.Ref }
+
+func (e StreamClosed) streamRef() *StreamRef { return e.Ref }
+
+func (e RequestSeen) streamRef() *StreamRef { return e.Ref }
+
+func (e PushSent) streamRef() *StreamRef { return e.Push.Ref }
+
+func (e PushEnded) streamRef() *StreamRef { return e.Push.Ref }
+
+func (e LateAnswer) streamRef() *StreamRef { return e.Push.Ref }
+
+func (e FullSyncComplete) streamRef() *StreamRef { return e.Ref }
+
+func (e FullPush) streamRef() *StreamRef { return e.Ref }
+
+func (e DecodeError) streamRef() *StreamRef { return e.Ref }
+
+func (e DetectorStarted) streamRef() *StreamRef { return e.Ref }
+
+func (e DetectorEnded) streamRef() *StreamRef { return e.Ref }

@@ -23,3 +23,5 @@ func (ObservationGap) event() {}
 type UpstreamConnected struct{ codec.UpstreamConnect }
 
 func (UpstreamConnected) event() {}
+
+func (e ObservationGap) streamRef() *StreamRef { return e.Ref }

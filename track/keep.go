@@ -2,20 +2,14 @@ package track
 
 import (
 	"bytes"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/adstap/adstap/codec"
 )
-
-// DefaultKeepBytes bounds the bytes of unanswered pushes the tracker keeps
-// for their NACKs (Config.KeepBytes).
-const DefaultKeepBytes = 64 << 20
 
 // keeper holds what a NACK of each type's latest push needs to name the
 // resources it rejected and the Istio objects they came from, until the
@@ -65,462 +59,37 @@ type keeper struct {
 	store shareStore
 }
 
+// Takes says which accepted pushes a taker takes.
+type Takes struct {
+	// Types selects the types taken by their type URL; nil takes every
+	// type.
+	Types func(typeURL string) bool
+	// Superseded also takes a push superseded before its answer, which the
+	// tracker assumes the client applied (the reference check follows
+	// what a client applies, not only what it acknowledged).
+	Superseded bool
+}
+
+// unshare lets go of one holder's reference to p, and of p's bytes with the
+// last.
+func (k *keeper) unshare(p *sharedPush) {
+	sh := p.shard
+	sh.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last && sh.m[p.key] == p {
+		delete(sh.m, p.key)
+	}
+	sh.mu.Unlock()
+	if last {
+		p.data.Free()
+		k.held.Add(-p.size)
+	}
+}
+
 // compactShare: a push is kept compact (only its changed resources, copied)
 // when they take at most 1/compactShare of its bytes.
 const compactShare = 4
-
-// KeptStats is what the keeper holds and has had to give up.
-type KeptStats struct {
-	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected, Changed, Accepted)
-	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
-}
-
-// Kept returns the keeper's figures, for metrics.
-func (t *Tracker) Kept() KeptStats {
-	return KeptStats{Bytes: t.keep.held.Load(), Skipped: t.keep.skipped.Load()}
-}
-
-// kept is what a type's latest push left for its NACK: the push's bytes held
-// by reference, or a compact copy of its changed resources.
-type kept struct {
-	data mem.BufferSlice // share's
-	// share holds the bytes, with every stream that kept the same (share.go).
-	share *sharedPush
-	// size is what the stream holds of its own (the views), beside share.
-	size int64
-	// owner: the stream's push made share (its Accepted counts it).
-	owner bool
-	// skipped: the push was not kept because of the bound.
-	skipped bool
-	// compact: data holds only the resources the push added or changed.
-	compact bool
-	// unchangedBits marks, in a push held by reference, the resources it
-	// carried unchanged (bit i for resource i); nil when there are none.
-	unchangedBits []uint64
-	unchanged     int // resources carried unchanged, heartbeats aside
-	// views are the push's resources as decoded, into data (and into the
-	// decoder's copies of the resources that straddled its buffers), and
-	// removed its Delta removals, for an ACK's Accepted; nil unless a
-	// taker takes the type's accepted pushes (lease.go).
-	views   []AcceptedResource
-	removed []string
-	// partial: views are only the resources the push added or changed,
-	// removed what it dropped of the acknowledged state (Accepted.Partial).
-	partial bool
-
-	// What outlives the push's bytes, for the next push to know whether the
-	// acknowledged state can be trusted.
-	//
-	// pending: the push is still waiting for its answer; an ACK or a NACK
-	// clears it (drop, reject).
-	pending bool
-	// fullSync: the push carried the whole of what the client wants.
-	fullSync bool
-	// unsure: the acknowledged state includes a push that was superseded
-	// before its answer, which the tracker assumes applied. The client may
-	// have rejected it, and then a resource of it sent again would look
-	// unchanged while the client never accepted it: until an ACK of a
-	// full-sync push vouches for the whole state, every resource counts as
-	// changed.
-	unsure bool
-}
-
-// drop lets go of what slot holds. What it knows of the acknowledged state
-// stays.
-func (k *keeper) drop(slot *kept) {
-	if slot.share != nil {
-		k.unshare(slot.share)
-		k.held.Add(-slot.size)
-	}
-	*slot = kept{fullSync: slot.fullSync, unsure: slot.unsure}
-}
-
-// hold keeps what a NACK of resp, the type's push that send has just diffed
-// against the acknowledged state, would need, letting go of what the
-// previous push left. data are the bytes resp was decoded from; nil (the
-// caller has no bytes to give) keeps nothing.
-func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
-	k, slot := ts.keep, &ts.held
-	accepts := ts.acceptTakers != 0
-	switch {
-	case slot.pending:
-		// Superseded unanswered: send assumed it applied.
-		slot.unsure = true
-	case slot.fullSync && !ts.nacked && ts.acks > 0:
-		// The previous push carried everything and was acknowledged.
-		slot.unsure = false
-	}
-	k.drop(slot)
-	slot.pending, slot.fullSync = true, ts.p.ev.FullSync
-	if data == nil || k.limit < 0 {
-		return
-	}
-	trust := !slot.unsure && ts.p.gen == ts.gen
-	whole := int64(data.Len())
-	// The changed resources' indexes, in scratch space the diff is done
-	// with, and a floor on the size of their compact form, which reads no
-	// resource's body: a first push of 10 MB is not walked through again.
-	changed := ts.sc.fresh[:0]
-	least, unchanged := int64(compactEnvelopeSize(resp)), 0
-	for i := range resp.Resources {
-		r := &resp.Resources[i]
-		switch {
-		case r.Heartbeat:
-			// Nothing to reject: it carries no resource.
-		case trust && ts.unchangedAt(resp, i):
-			unchanged++
-		default:
-			changed = append(changed, int32(i))
-			least += int64(fieldSize(2, anySize(r)))
-		}
-	}
-	ts.sc.fresh = changed[:0]
-	size := whole
-	if least*compactShare <= whole {
-		exact := int64(compactEnvelopeSize(resp))
-		for _, i := range changed {
-			exact += int64(compactResourceSize(&resp.Resources[i], resp.Delta))
-		}
-		if exact*compactShare <= whole {
-			size = exact
-		}
-	}
-	compact := size < whole
-	// partial: the push's diff is against the state the client
-	// acknowledged as the outputs were handed it, so an Accepted lists
-	// only what it added or changed, and what a replacing push dropped;
-	// an output applies that to what it has, and a push of 10,000
-	// resources that changed 200 costs it 200.
-	partial := accepts && trust && !resp.Delta
-	nviews := 0
-	if accepts {
-		nviews = len(resp.Resources)
-		if partial {
-			nviews = len(changed)
-		}
-	}
-	// What this stream holds of its own: the views. The bytes are shared
-	// with every stream whose push kept the same resources (share.go), and
-	// so are the views when they are those of the kept resources alone, in
-	// order (a partial hand-over of what the push kept: a compact push, or
-	// one whose every resource is new), the same for every such stream.
-	viewBytes := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
-	sameViews := partial && (compact || len(changed) == len(resp.Resources))
-	key, hashes, names := ts.shareKeyOf(resp, changed, compact, size, whole)
-	share := k.store.find(key, hashes, names)
-	own := viewBytes
-	if share != nil && sameViews && share.views != nil {
-		own = 0
-	}
-	need := own
-	if share == nil {
-		need += size
-		if sameViews {
-			own = 0 // the share's
-		}
-		if accepts && !compact {
-			// The decoder's copies of what straddled gRPC's buffers,
-			// which a push held by reference keeps for the views.
-			need += int64(resp.KeepViews())
-		}
-	}
-	if k.held.Add(need) > k.limit {
-		k.held.Add(-need)
-		if share != nil {
-			k.unshare(share)
-		}
-		k.skipped.Add(1)
-		slot.skipped = true
-		return
-	}
-	if share == nil {
-		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
-		if compact {
-			buf := compactPool.Get(int(size))
-			b := compactCopy((*buf)[:0], resp, changed)
-			*buf = b
-			share.data = mem.BufferSlice{mem.NewBuffer(buf, compactPool)}
-			if accepts {
-				share.bodies = compactBodies(b, resp, changed)
-			}
-		} else {
-			data.Ref()
-			share.data = data
-			if accepts {
-				share.bodies = make([][]byte, len(resp.Resources))
-				for i := range resp.Resources {
-					b := resp.Resources[i].Body
-					share.bodies[i] = b[:len(b):len(b)]
-				}
-			}
-		}
-		slot.owner = true
-	}
-	slot.share, slot.data = share, share.data
-	slot.size, slot.unchanged, slot.compact = own, unchanged, compact
-	if accepts {
-		slot.partial = partial
-		switch {
-		case own == 0 && share.views != nil:
-			// Another stream's push made the views, which read alike.
-			slot.views, slot.removed = share.views, ts.droppedNames()
-		case partial:
-			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
-		default:
-			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
-		}
-		if slot.owner || own != 0 {
-			sharedBodies(slot.views, share.bodies, changed, compact, partial)
-		}
-		if slot.owner && own == 0 {
-			share.views = slot.views
-		}
-	}
-	if slot.owner {
-		k.store.add(share) // once complete: other streams read it from now
-	}
-	if !compact && unchanged > 0 {
-		// Every bit but the changed resources' (a heartbeat's is never read).
-		bits := make([]uint64, (len(resp.Resources)+63)/64)
-		for i := range bits {
-			bits[i] = ^uint64(0)
-		}
-		for _, i := range changed {
-			bits[i/64] &^= 1 << (i % 64)
-		}
-		slot.unchangedBits = bits
-	}
-}
-
-// shareKeyOf is what finds the bytes a push keeps in the store: the
-// content hashes and names of the resources kept (changed, when compact;
-// else all of them), in order, and a hash of them.
-func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact bool, size, whole int64) (shareKey, []uint64, []string) {
-	n := len(resp.Resources)
-	if compact {
-		n = len(changed)
-	}
-	hashes, names := make([]uint64, n), make([]string, n)
-	sum := mix(uint64(n))
-	for j := range n {
-		i := j
-		if compact {
-			i = int(changed[j])
-		}
-		r := &resp.Resources[i]
-		hashes[j], names[j] = r.Hash, ts.nameAt(resp, i)
-		sum = mix(sum + r.Hash + uint64(len(names[j])))
-	}
-	key := shareKey{typeURL: resp.TypeURL, sum: sum, n: n, whole: whole, compact: compact, delta: resp.Delta}
-	if compact {
-		key.whole = size
-	}
-	return key, hashes, names
-}
-
-// sharedBodies points views at the bodies the shared bytes hold: bodies
-// are in the order of changed when compact, else of the push's resources;
-// views in the order of changed when partial, else of the push's
-// resources, those not in changed without a body when compact (gone with
-// the push's bytes).
-func sharedBodies(views []AcceptedResource, bodies [][]byte, changed []int32, compact, partial bool) {
-	switch {
-	case compact && partial:
-		for j := range views {
-			views[j].Body = bodies[j]
-		}
-	case compact:
-		for i := range views {
-			views[i].Body = nil
-		}
-		for j, i := range changed {
-			views[i].Body = bodies[j]
-		}
-	case partial:
-		for j, i := range changed {
-			views[j].Body = bodies[i]
-		}
-	default:
-		for i := range views {
-			views[i].Body = bodies[i]
-		}
-	}
-}
-
-// unchangedAt reports whether resp.Resources[i] is, byte for byte, what the
-// client acknowledged under its name. It reads what send's load found: the
-// resource's position in the acknowledged state and its hash. A resource
-// send did not load at that index (a re-sent push whose diff was reused
-// may list its resources in another order) counts as changed.
-func (ts *typeState) unchangedAt(resp *codec.Response, i int) bool {
-	p, a := &ts.p, &ts.acked
-	if i >= len(p.res) {
-		return false
-	}
-	r, h := &p.res[i], resp.Resources[i].Hash
-	return !r.heartbeat && r.hash == h && r.pos >= 0 && int(r.pos) < len(a.hashes) && a.hashes[r.pos] == h
-}
-
-// reject hands what slot holds to the Rejected of a NACK naming names.
-func (k *keeper) reject(slot *kept, delta bool, message string, names []string) *Rejected {
-	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
-	r := &Rejected{Delta: delta, Message: message, Names: names}
-	if slot.data != nil {
-		r.keptBytes = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
-		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
-	} else {
-		r.NotKept = k.notKept(slot)
-	}
-	return r
-}
-
-// notKept says why slot holds no bytes of its push.
-func (k *keeper) notKept(slot *kept) string {
-	switch {
-	case slot.skipped:
-		return "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
-	case k.limit < 0:
-		return "keeping pushes is off (--nack-keep-bytes 0)"
-	}
-	return "its bytes were not given to the tracker"
-}
-
-// handOver moves what slot holds to a Changed for the push's PushEnded,
-// when the keeper hands over (Tracker.TakeChanged) and holds bytes; nil
-// otherwise. What slot says of the push's answer (pending) and of the
-// acknowledged state stays for the caller to settle, as after drop.
-func (k *keeper) handOver(slot *kept, delta bool) *Changed {
-	if !k.handsOver || slot.data == nil {
-		return nil
-	}
-	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
-		keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
-	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
-	return c
-}
-
-// accept hands what slot holds over for an ACK of its push, or for a newer
-// push superseding it: to an Accepted leased to the takers in takers
-// (lease.go), and to a Changed too when changed is set and the keeper hands
-// over (Tracker.TakeChanged). Every holder of the bytes, the Changed and
-// each lease, counts as an owner, and the last to let go frees them. Either
-// is nil when not handed over. What slot says of the acknowledged state
-// stays, as after handOver.
-func (k *keeper) accept(slot *kept, p *push, changed bool, takers takerSet) (*Changed, *Accepted) {
-	if takers == 0 {
-		if changed {
-			return k.handOver(slot, p.delta), nil
-		}
-		return nil, nil
-	}
-	a := &Accepted{Version: p.ev.Version, Replace: p.replace, takers: takers}
-	if slot.data == nil {
-		a.NotKept = k.notKept(slot)
-		return nil, a
-	}
-	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
-	if slot.owner {
-		a.Bytes += slot.share.size
-	}
-	if slot.partial {
-		a.Partial, a.Replace = true, false
-	}
-	a.kept = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k}
-	owners := int32(takers.count())
-	var c *Changed
-	if changed && k.handsOver {
-		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
-			keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
-		owners++
-	}
-	if owners > 1 {
-		count := new(atomic.Int32)
-		count.Store(owners)
-		a.kept.owners = count
-		if c != nil {
-			c.owners = count
-		}
-	}
-	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
-	return c, a
-}
-
-// acceptedViews are the views of resp's resources for an Accepted, but for
-// the bodies of a push kept compact (compactViews), changed being the
-// indexes of those it added or changed.
-func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []AcceptedResource {
-	views := make([]AcceptedResource, len(resp.Resources))
-	next := 0 // in changed
-	for i := range resp.Resources {
-		r, v := &resp.Resources[i], &views[i]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, i), resp.TypeURL, r.Hash
-		if string(r.TypeURL) != resp.TypeURL {
-			v.TypeURL = codec.InternTypeURL(r.TypeURL)
-		}
-		v.Body = r.Body[:len(r.Body):len(r.Body)]
-		if next < len(changed) && changed[next] == int32(i) {
-			next++
-		} else {
-			v.Unchanged = true // or a heartbeat: either keeps what the client has
-		}
-	}
-	return views
-}
-
-// changedViews are the views of the resources of resp at indexes changed,
-// those it added or changed since the acknowledged state, for a partial
-// Accepted.
-func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []AcceptedResource {
-	if len(changed) == 0 {
-		return nil
-	}
-	views := make([]AcceptedResource, len(changed))
-	for j, i := range changed {
-		r, v := &resp.Resources[i], &views[j]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, int(i)), resp.TypeURL, r.Hash
-		if string(r.TypeURL) != resp.TypeURL {
-			v.TypeURL = codec.InternTypeURL(r.TypeURL)
-		}
-		v.Body = r.Body[:len(r.Body):len(r.Body)]
-	}
-	return views
-}
-
-// droppedNames are the acknowledged names the latest push, which replaces
-// its type, no longer carries (what its ACK removes), for a partial
-// Accepted; nil when it carries every one. It reads the positions load
-// found, which the caller trusts.
-func (ts *typeState) droppedNames() []string {
-	p, a := &ts.p, &ts.acked
-	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
-		return nil
-	}
-	seen := make([]uint64, (len(a.names)+63)/64)
-	for i := range p.res {
-		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
-			seen[pos/64] |= 1 << (pos % 64)
-		}
-	}
-	var out []string
-	for k, n := range a.names {
-		if seen[k/64]&(1<<(k%64)) == 0 {
-			out = append(out, n.Value())
-		}
-	}
-	return out
-}
-
-// nameAt is the name of resp.Resources[i] as a string: the one the push's
-// load found or interned when it is there.
-func (ts *typeState) nameAt(resp *codec.Response, i int) string {
-	name := resp.Resources[i].Name
-	if i < len(ts.p.res) {
-		if n := ts.p.res[i].name.Value(); n == string(name) {
-			return n
-		}
-	}
-	return intern(name).Value()
-}
 
 // compactBodies are the bodies of the resources at indexes changed in b,
 // resp's compact form, in that order.
@@ -743,70 +312,6 @@ func (c *Changed) Release() {
 	if c != nil {
 		c.once.Do(c.free)
 	}
-}
-
-// Accepted is what an acknowledged push kept, handed to the outputs with
-// its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
-// a taker of it, Tracker.TakeAccepted): its resources as the tap decoded them, for an
-// output to keep what the client accepted (the retained configuration), on
-// its own goroutine. The tracker is what tells pushes awaiting an answer
-// from accepted ones; whoever keeps a copy of what was accepted needs no
-// other account of them. The views count against Config.KeepBytes until
-// the last of its leases is released (lease.go): a taker leases it
-// (Taker.Lease) and releases the lease once done with the views.
-type Accepted struct {
-	Version string // version_info (SotW) or system_version_info (Delta)
-	// Replace is set when the push is the whole set of its type (SotW LDS
-	// and CDS, wildcard and unrequested types): what it lacks is removed.
-	Replace bool
-	// Resources are the push's resources in its order, their bodies views
-	// into the push's bytes valid until the reader's lease is released.
-	Resources []AcceptedResource
-	// Removed are the Delta push's removed_resources, or, when Partial,
-	// the names a SotW push replacing its type no longer carried.
-	Removed []string
-	// Bytes is what the push's kept bytes and the views take until
-	// released, for an output's bound on the work waiting for it; bytes
-	// shared with other streams' pushes (the same sent to each) are
-	// counted by the push that kept them first.
-	Bytes int64
-	// NotKept says why the resources are not at hand, as for a Rejected;
-	// empty when they are.
-	NotKept string
-	// Partial is set when Resources are only those the push added or
-	// changed since the state the client acknowledged before it, as the
-	// outputs were handed it (the previous Accepted of the type, or the
-	// requests since): every other resource it holds stays as it was, but
-	// for Removed, the names a push that replaces its type no longer
-	// carried. Replace is then unset. A push of 10,000 resources that
-	// changed 200 hands over 200, so that following what a client accepted
-	// costs what a push changed, not what it carried.
-	Partial bool
-
-	kept keptBytes
-	// takers are the takers it is leased to, a bit each; claimed those
-	// that have taken their lease.
-	takers  takerSet
-	claimed atomic.Uint64
-	leases  [inlineLeases]Lease // the first takers', by rank in takers
-}
-
-// AcceptedResource is one resource of an acknowledged push.
-type AcceptedResource struct {
-	Name    string
-	TypeURL string // its Any's type URL
-	// Body is the serialized resource, a view valid until
-	// the reader's Lease.Release; nil when Unchanged and the push was kept compact
-	// (only what it added or changed).
-	Body []byte
-	// Unchanged is set when the push carried the resource byte for byte as
-	// the client had acknowledged it before, or as a heartbeat: either way
-	// the client keeps what it had. Never set in a Partial Accepted.
-	Unchanged bool
-	// Hash is the resource's content hash as the decoder computed it
-	// (codec.Resource.Hash): the same bytes, the same hash, whichever
-	// stream they were sent on.
-	Hash uint64
 }
 
 // keptBytes are the bytes of a push a keeper let go of to a Rejected, a

@@ -1,6 +1,9 @@
 package track
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // An output that follows what each client accepted (the retained
 // configuration, the reference check, inspect) registers as a taker of
@@ -9,6 +12,52 @@ import "math/bits"
 // taker gets a lease only for what it takes, and the last lease released
 // gives the push's bytes back to the keeper. No output needs to know how
 // many others read the same push.
+
+// Accepted is what an acknowledged push kept, handed to the outputs with
+// its ACK (PushEnded.Accepted and LateAnswer.Accepted, with
+// a taker of it, Tracker.TakeAccepted): its resources as the tap decoded them, for an
+// output to keep what the client accepted (the retained configuration), on
+// its own goroutine. The tracker is what tells pushes awaiting an answer
+// from accepted ones; whoever keeps a copy of what was accepted needs no
+// other account of them. The views count against Config.KeepBytes until
+// the last of its leases is released: a taker leases it
+// (Taker.Lease) and releases the lease once done with the views.
+type Accepted struct {
+	Version string // version_info (SotW) or system_version_info (Delta)
+	// Replace is set when the push is the whole set of its type (SotW LDS
+	// and CDS, wildcard and unrequested types): what it lacks is removed.
+	Replace bool
+	// Resources are the push's resources in its order, their bodies views
+	// into the push's bytes valid until the reader's lease is released.
+	Resources []AcceptedResource
+	// Removed are the Delta push's removed_resources, or, when Partial,
+	// the names a SotW push replacing its type no longer carried.
+	Removed []string
+	// Bytes is what the push's kept bytes and the views take until
+	// released, for an output's bound on the work waiting for it; bytes
+	// shared with other streams' pushes (the same sent to each) are
+	// counted by the push that kept them first.
+	Bytes int64
+	// NotKept says why the resources are not at hand, as for a Rejected;
+	// empty when they are.
+	NotKept string
+	// Partial is set when Resources are only those the push added or
+	// changed since the state the client acknowledged before it, as the
+	// outputs were handed it (the previous Accepted of the type, or the
+	// requests since): every other resource it holds stays as it was, but
+	// for Removed, the names a push that replaces its type no longer
+	// carried. Replace is then unset. A push of 10,000 resources that
+	// changed 200 hands over 200, so that following what a client accepted
+	// costs what a push changed, not what it carried.
+	Partial bool
+
+	kept keptBytes
+	// takers are the takers it is leased to, a bit each; claimed those
+	// that have taken their lease.
+	takers  takerSet
+	claimed atomic.Uint64
+	leases  [inlineLeases]Lease // the first takers', by rank in takers
+}
 
 // maxTakers is how many takers a tracker can have: one bit each in a
 // takerSet.
@@ -23,57 +72,10 @@ type takerSet uint64
 
 func (s takerSet) count() int { return bits.OnesCount64(uint64(s)) }
 
-// Takes says which accepted pushes a taker takes.
-type Takes struct {
-	// Types selects the types taken by their type URL; nil takes every
-	// type.
-	Types func(typeURL string) bool
-	// Superseded also takes a push superseded before its answer, which the
-	// tracker assumes the client applied (the reference check follows
-	// what a client applies, not only what it acknowledged).
-	Superseded bool
-}
-
 // Taker is an output registered to take accepted pushes (TakeAccepted).
 type Taker struct {
 	bit   takerSet
 	takes Takes
-}
-
-// TakeAccepted registers a taker of the accepted pushes that takes
-// selects: from then on the tracker keeps the views of each push of those
-// types until its answer, and an ACK (or, with takes.Superseded, a newer
-// push superseding it) hands it over as PushEnded.Accepted or
-// LateAnswer.Accepted, which the taker leases (Taker.Lease). Call it
-// before any stream is tracked: a type's takers are fixed when its first
-// push is seen. It panics past 64 takers.
-func (t *Tracker) TakeAccepted(takes Takes) *Taker {
-	k := &t.keep
-	if len(k.takers) == maxTakers {
-		panic("track: too many takers of accepted pushes")
-	}
-	tk := &Taker{bit: 1 << len(k.takers), takes: takes}
-	k.takers = append(k.takers, takes)
-	return tk
-}
-
-// TakeChanged makes a push that ends with an ACK, superseded or with its
-// stream hand what it kept to its PushEnded (Changed) rather than let go of
-// it, for the one output that reads the Istio objects the resources it
-// changed came from (tracing), which releases each Changed. Call it before
-// any stream is tracked.
-func (t *Tracker) TakeChanged() { t.keep.handsOver = true }
-
-// takersOf are the takers of the accepted pushes of typeURL; superseded:
-// of those superseded before their answer.
-func (k *keeper) takersOf(typeURL string, superseded bool) takerSet {
-	var s takerSet
-	for i, tk := range k.takers {
-		if (tk.Types == nil || tk.Types(typeURL)) && (tk.Superseded || !superseded) {
-			s |= 1 << i
-		}
-	}
-	return s
 }
 
 // Lease is a taker's hold on an accepted push: its views stay valid until

@@ -123,14 +123,3 @@ func (r *pushRing) records() []PushRecord {
 	}
 	return out
 }
-
-// RecentPushes returns the latest pushes of a stream (at most RecentPushes),
-// oldest first, and whether the stream is tracked.
-func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
-	s := t.lock(streamID)
-	if s == nil {
-		return nil, false
-	}
-	defer s.unlock()
-	return s.recent.records(), true
-}

@@ -1,8 +1,6 @@
 package track
 
 import (
-	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,106 +8,6 @@ import (
 
 	"github.com/adstap/adstap/codec"
 )
-
-// ClientStatus is a resource's status at its client, in CSDS's words
-// (envoy.admin.v3.ClientResourceStatus, whose numbers these are).
-type ClientStatus uint8
-
-const (
-	ClientUnknown      ClientStatus = 0
-	ClientRequested    ClientStatus = 1 // asked for, no answer yet
-	ClientDoesNotExist ClientStatus = 2 // asked for, and the control plane said (or by its silence showed) there is none
-	ClientACKed        ClientStatus = 3
-	ClientNACKed       ClientStatus = 4 // the latest version sent was rejected; Version is the one still in use
-	ClientReceivedErr  ClientStatus = 5 // the control plane sent an error for it (resource_errors)
-)
-
-// ClientStatuses lists the statuses, for the words outputs derive from them.
-var ClientStatuses = []ClientStatus{ClientUnknown, ClientRequested, ClientDoesNotExist, ClientACKed, ClientNACKed, ClientReceivedErr}
-
-var clientStatusNames = [...]string{"UNKNOWN", "REQUESTED", "DOES_NOT_EXIST", "ACKED", "NACKED", "RECEIVED_ERROR"}
-
-// String is CSDS's name of the status.
-func (s ClientStatus) String() string {
-	if int(s) < len(clientStatusNames) {
-		return clientStatusNames[s]
-	}
-	return "ClientStatus(" + strconv.Itoa(int(s)) + ")"
-}
-
-// MarshalText writes the status by its name.
-func (s ClientStatus) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText reads a status by its name.
-func (s *ClientStatus) UnmarshalText(b []byte) error {
-	for i, n := range clientStatusNames {
-		if n == string(b) {
-			*s = ClientStatus(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown client status %q", b)
-}
-
-// Problem reports whether the status needs someone's attention.
-func (s ClientStatus) Problem() bool {
-	return s == ClientDoesNotExist || s == ClientNACKed || s == ClientReceivedErr
-}
-
-// resEntry is one resource of a type on a stream, at the position of its
-// name in resTable.names. It is 24 bytes: a stream of 10,000 clusters holds
-// them in one slice, its names shared tap-wide.
-type resEntry struct {
-	// version is the accepted version (the zero handle for none).
-	version name
-	// at is, in Unix nanoseconds, when the accepted version arrived, or,
-	// REQUESTED and DOES_NOT_EXIST, since when the resource was asked for.
-	at     int64
-	status ClientStatus
-	// failed says resTable.fails holds the latest rejection or
-	// control-plane error of the resource, until it is accepted again.
-	failed bool
-	// notSent is set once the resource was reported ResourceNotSent, until
-	// ResourceNotSentEnded.
-	notSent bool
-}
-
-type resFailure struct {
-	version, message string
-	at               int64
-}
-
-// resTable is what a stream's client holds of one type, resource by
-// resource: with Config.Resources, each subscribed or received resource, its
-// client status, its accepted version and when, its latest rejection, and
-// since when it waits. It is updated when a request changes the
-// subscription and when the client answers a push (or a newer push
-// supersedes it), never per byte of a push: what the push carried is the
-// tracker's push (typeState.p) until then.
-type resTable struct {
-	names nameSet
-	ents  []resEntry
-	// fails are the failures of the entries that have one (resEntry.failed).
-	fails map[name]resFailure
-	// requested counts the entries in ClientRequested, the oldest of which
-	// was asked for at oldest or later: the sweep looks at the entries only
-	// when one may have waited too long.
-	requested int
-	oldest    int64
-	notSent   int // entries reported ResourceNotSent
-	dropped   int // names not tracked, past Config.MaxResources
-	// versions are the latest push's resources' own versions (Delta), at
-	// the positions of the push's resources, while it awaits its answer;
-	// errs are its resource_errors.
-	versions []name
-	errs     []codec.ResourceError
-}
-
-// tracksResources reports whether a type's resources are followed one by
-// one: not the questions istioctl and istio-agent ask on a stream.
-func tracksResources(url string) bool {
-	return url != codec.TypeSyncz && url != codec.TypeHealthInfo
-}
 
 // resources returns the type's table, made on first need; nil unless
 // Config.Resources.
@@ -121,65 +19,6 @@ func (ts *typeState) resources(cfg *Config) *resTable {
 		ts.res = new(resTable)
 	}
 	return ts.res
-}
-
-// add appends an entry for n, which the table lacks; -1 past the bound.
-func (t *resTable) add(n name, status ClientStatus, at int64, max int) int {
-	if len(t.ents) >= max {
-		t.dropped++
-		return -1
-	}
-	t.names.add(n)
-	t.ents = append(t.ents, resEntry{status: status, at: at})
-	if status == ClientRequested {
-		t.countRequested(at)
-	}
-	return len(t.ents) - 1
-}
-
-func (t *resTable) countRequested(at int64) {
-	if t.requested == 0 || at < t.oldest {
-		t.oldest = at
-	}
-	t.requested++
-}
-
-// set gives entry k a status, keeping the counts.
-func (t *resTable) set(k int, status ClientStatus, at int64) {
-	e := &t.ents[k]
-	if e.status == ClientRequested {
-		t.requested--
-	}
-	if status == ClientRequested {
-		t.countRequested(at)
-	}
-	e.status = status
-}
-
-// setFail records (or, nil, clears) entry k's failure.
-func (t *resTable) setFail(k int, f *resFailure) {
-	e := &t.ents[k]
-	if f == nil {
-		if e.failed {
-			delete(t.fails, t.names.names[k])
-			e.failed = false
-		}
-		return
-	}
-	if t.fails == nil {
-		t.fails = make(map[name]resFailure)
-	}
-	t.fails[t.names.names[k]] = *f
-	e.failed = true
-}
-
-// room makes room for n more entries at once, rather than by doubling.
-func (t *resTable) room(n, max int) {
-	n = min(n, max-len(t.ents))
-	if n > cap(t.ents)-len(t.ents) {
-		t.ents = slices.Grow(t.ents, n)
-		t.names.names = slices.Grow(t.names.names, n)
-	}
 }
 
 // remove drops entry k, moving the last into its place as names does.
@@ -232,23 +71,6 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 		}
 	}
 	return evs
-}
-
-// pushed keeps what the tracker's push does not: the Delta resources' own
-// versions, and the control plane's per-resource errors, until the answer.
-func (t *resTable) pushed(resp *codec.Response) {
-	clear(t.versions)
-	t.versions = t.versions[:0]
-	if resp.Delta {
-		for i := range resp.Resources {
-			var v name
-			if b := resp.Resources[i].Version; len(b) > 0 {
-				v = intern(b)
-			}
-			t.versions = append(t.versions, v)
-		}
-	}
-	t.errs = append(t.errs[:0], resp.ResourceErrors...)
 }
 
 // answered applies the latest push as its client's answer says: everything
@@ -339,15 +161,6 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	clear(t.versions)
 	t.versions, t.errs = t.versions[:0], t.errs[:0]
 	return evs
-}
-
-// received reports whether entry k holds something the client got.
-func (t *resTable) received(k int) bool {
-	switch t.ents[k].status {
-	case ClientACKed, ClientNACKed:
-		return t.ents[k].version != (name{})
-	}
-	return false
 }
 
 // gone applies the control plane's removal of entry k: a resource the
@@ -481,12 +294,6 @@ type ResourceNotSentEnded struct {
 
 func (ResourceNotSent) event()      {}
 func (ResourceNotSentEnded) event() {}
-
-// The defaults of Config.InitialFetchTimeout and Config.MaxResources.
-const (
-	DefaultInitialFetchTimeout = 15 * time.Second
-	DefaultMaxResources        = 100_000
-)
 
 func (e ResourceNotSent) streamRef() *StreamRef      { return e.Ref }
 func (e ResourceNotSentEnded) streamRef() *StreamRef { return e.Ref }

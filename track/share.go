@@ -92,19 +92,20 @@ func (s *shareStore) add(p *sharedPush) {
 	}
 }
 
-// unshare lets go of one holder's reference to p, and of p's bytes with the
-// last.
-func (k *keeper) unshare(p *sharedPush) {
-	sh := p.shard
-	sh.mu.Lock()
-	p.refs--
-	last := p.refs == 0
-	if last && sh.m[p.key] == p {
-		delete(sh.m, p.key)
-	}
-	sh.mu.Unlock()
-	if last {
-		p.data.Free()
-		k.held.Add(-p.size)
-	}
+// AcceptedResource is one resource of an acknowledged push.
+type AcceptedResource struct {
+	Name    string
+	TypeURL string // its Any's type URL
+	// Body is the serialized resource, a view valid until
+	// the reader's Lease.Release; nil when Unchanged and the push was kept compact
+	// (only what it added or changed).
+	Body []byte
+	// Unchanged is set when the push carried the resource byte for byte as
+	// the client had acknowledged it before, or as a heartbeat: either way
+	// the client keeps what it had. Never set in a Partial Accepted.
+	Unchanged bool
+	// Hash is the resource's content hash as the decoder computed it
+	// (codec.Resource.Hash): the same bytes, the same hash, whichever
+	// stream they were sent on.
+	Hash uint64
 }

@@ -2,11 +2,12 @@ package track
 
 import (
 	"encoding/json"
-	"github.com/adstap/adstap/codec"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/adstap/adstap/codec"
 )
 
 // StreamState is a stream as the /debug/streams page shows it.
@@ -179,4 +180,26 @@ func (t *Tracker) Detectors() []DetectorState {
 		out = append(out, DetectorState{Detector: name, Since: t.det.lastStarted[name], Count: t.det.started[name]})
 	}
 	return out
+}
+
+// KeptStats is what the keeper holds and has had to give up.
+type KeptStats struct {
+	Bytes   int64  // held now, awaiting an answer or an output's reading (Rejected, Changed, Accepted)
+	Skipped uint64 // pushes not kept because Config.KeepBytes was reached
+}
+
+// Kept returns the keeper's figures, for metrics.
+func (t *Tracker) Kept() KeptStats {
+	return KeptStats{Bytes: t.keep.held.Load(), Skipped: t.keep.skipped.Load()}
+}
+
+// RecentPushes returns the latest pushes of a stream (at most RecentPushes),
+// oldest first, and whether the stream is tracked.
+func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
+	s := t.lock(streamID)
+	if s == nil {
+		return nil, false
+	}
+	defer s.unlock()
+	return s.recent.records(), true
 }

@@ -3,7 +3,23 @@ package track
 import (
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/adstap/adstap/codec"
 )
+
+// StreamMeta describes a stream when it opens.
+type StreamMeta struct {
+	ID       uint64
+	ConnID   uint64
+	Method   string
+	Protocol codec.Protocol
+	Peer     string
+	OpenedAt time.Time
+	// Connect is how the stream's upstream connection came up, for the
+	// stream that waited for it (filled by the wiring from the relay); nil otherwise.
+	Connect *codec.UpstreamConnect
+}
 
 // StreamRef is a tracked stream as its events hand it to the outputs: what
 // it was opened with, and what each output keeps across the stream's events
@@ -58,25 +74,3 @@ func OutputState[T any](r *StreamRef, owner any) *T {
 	r.states.Store(&states)
 	return v
 }
-
-// RefOf is the stream an event is about, nil when it is about none (or was
-// made outside a tracker).
-func RefOf(e Event) *StreamRef {
-	if a, ok := e.(interface{ streamRef() *StreamRef }); ok {
-		return a.streamRef()
-	}
-	return nil
-}
-
-func (e StreamOpened) streamRef() *StreamRef     { return e.Ref }
-func (e StreamClosed) streamRef() *StreamRef     { return e.Ref }
-func (e RequestSeen) streamRef() *StreamRef      { return e.Ref }
-func (e PushSent) streamRef() *StreamRef         { return e.Push.Ref }
-func (e PushEnded) streamRef() *StreamRef        { return e.Push.Ref }
-func (e LateAnswer) streamRef() *StreamRef       { return e.Push.Ref }
-func (e FullSyncComplete) streamRef() *StreamRef { return e.Ref }
-func (e FullPush) streamRef() *StreamRef         { return e.Ref }
-func (e DecodeError) streamRef() *StreamRef      { return e.Ref }
-func (e ObservationGap) streamRef() *StreamRef   { return e.Ref }
-func (e DetectorStarted) streamRef() *StreamRef  { return e.Ref }
-func (e DetectorEnded) streamRef() *StreamRef    { return e.Ref }

@@ -39,6 +39,30 @@ func New(cfg Config) *Tracker {
 	return t
 }
 
+// TakeAccepted registers a taker of the accepted pushes that takes
+// selects: from then on the tracker keeps the views of each push of those
+// types until its answer, and an ACK (or, with takes.Superseded, a newer
+// push superseding it) hands it over as PushEnded.Accepted or
+// LateAnswer.Accepted, which the taker leases (Taker.Lease). Call it
+// before any stream is tracked: a type's takers are fixed when its first
+// push is seen. It panics past 64 takers.
+func (t *Tracker) TakeAccepted(takes Takes) *Taker {
+	k := &t.keep
+	if len(k.takers) == maxTakers {
+		panic("track: too many takers of accepted pushes")
+	}
+	tk := &Taker{bit: 1 << len(k.takers), takes: takes}
+	k.takers = append(k.takers, takes)
+	return tk
+}
+
+// TakeChanged makes a push that ends with an ACK, superseded or with its
+// stream hand what it kept to its PushEnded (Changed) rather than let go of
+// it, for the one output that reads the Istio objects the resources it
+// changed came from (tracing), which releases each Changed. Call it before
+// any stream is tracked.
+func (t *Tracker) TakeChanged() { t.keep.handsOver = true }
+
 // lock returns stream id locked, with scratch space to work in (unlock
 // gives both back); nil when the stream is not tracked.
 func (t *Tracker) lock(id uint64) *stream {

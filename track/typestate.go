@@ -10,6 +10,14 @@ import (
 // bounded by the resources of the type: the acknowledged names and hashes, the
 // subscription, and the latest push; nothing here grows with the number of
 // pushes.
+//
+// The files above it follow its fields by concern: request.go the
+// subscription (requested, wildcard, explicit, sub); diff.go the
+// acknowledged state (acked, baseline, gen); push.go the push awaiting its
+// answer and what came of the latest one (p, ackedVersion and the rest,
+// the counts, recent); round.go the question a push round answers (asked
+// and the rest); detect.go the detectors' episodes; hold.go and push.go
+// the bytes held for a NACK (held, rejection); resources.go res.
 type typeState struct {
 	url, short string
 	// replaceType marks LDS and CDS, whose SotW responses always carry the
@@ -92,7 +100,7 @@ type typeState struct {
 	// the same content with the same message shares it, so a NACK loop
 	// decodes its push once (nackNames says which content and message).
 	rejection *Rejected
-	// res is the type's resources one by one (resources.go), with
+	// res is the type's resources one by one (restable.go), with
 	// Config.Resources; nil otherwise.
 	res *resTable
 }

@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/adstap/adstap/capture"
+	"github.com/adstap/adstap/track"
 )
 
 // fileRead is one file as it was read.
@@ -413,4 +415,47 @@ func headerTime(f *os.File) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return rec.Time, true
+}
+
+// defaultPoll is how often --follow looks for new records.
+const defaultPoll = 200 * time.Millisecond
+
+// InputError is a problem with what inspect was asked to read: a missing
+// file, or one that is not a capture. The command exits 2 for it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+
+func (e *InputError) Unwrap() error { return e.Err }
+
+func inputErrorf(format string, a ...any) error {
+	return &InputError{fmt.Errorf(format, a...)}
+}
+
+// readAll reads the files through a fresh tracker into c, and says how
+// each was read; warnings go to stderr, under the name of command.
+func readAll(ctx context.Context, files []string, detect track.Config, c consumer, stderr io.Writer, command string) ([]fileRead, error) {
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	srcs, err := openFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(srcs)
+	rd := &reader{rp: newReplayer(detect, c), stderr: stderr, poll: defaultPoll, command: command}
+	for _, src := range srcs {
+		if err := rd.readFile(ctx, src); err != nil {
+			return nil, err
+		}
+	}
+	return rd.files, nil
+}
+
+func fileList(files []fileRead) string {
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ", ")
 }

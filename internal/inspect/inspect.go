@@ -3,6 +3,14 @@
 // recorded times and reports what the tap would have said, and more — a
 // summary per stream and type, the live log's timeline, the resource-level
 // and field-level diff of the pushes of one version, and every NACK.
+//
+// Its files are in layers, each using only what the files below it declare
+// (test/layers' TestFilesCallDown keeps them so), but for serve.go and
+// bisect.go, a replay session and the bisection it runs: inspect.go (Run)
+// and serve.go (Serve) at the top; the reports (summary.go, push.go,
+// nacks.go), sent.go and bootstrap.go; files.go (reading captures),
+// filter.go and timeline.go; replay.go (the replayer every report reads
+// through); words.go, resources.go and types.go at the bottom.
 package inspect
 
 import (
@@ -11,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/adstap/adstap/capture"
@@ -62,20 +69,6 @@ type Config struct {
 	JSONL bool
 
 	Stdout, Stderr io.Writer
-}
-
-// defaultPoll is how often --follow looks for new records.
-const defaultPoll = 200 * time.Millisecond
-
-// InputError is a problem with what inspect was asked to read: a missing
-// file, or one that is not a capture. The command exits 2 for it.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
-func inputErrorf(format string, a ...any) error {
-	return &InputError{fmt.Errorf(format, a...)}
 }
 
 // Run reads the files and writes what cfg asks for to cfg.Stdout; warnings
@@ -181,32 +174,4 @@ func summarize(ctx context.Context, files []string, detect track.Config, stderr 
 		return nil, err
 	}
 	return sum.result(read), nil
-}
-
-// readAll reads the files through a fresh tracker into c, and says how
-// each was read; warnings go to stderr, under the name of command.
-func readAll(ctx context.Context, files []string, detect track.Config, c consumer, stderr io.Writer, command string) ([]fileRead, error) {
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	srcs, err := openFiles(files)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(srcs)
-	rd := &reader{rp: newReplayer(detect, c), stderr: stderr, poll: defaultPoll, command: command}
-	for _, src := range srcs {
-		if err := rd.readFile(ctx, src); err != nil {
-			return nil, err
-		}
-	}
-	return rd.files, nil
-}
-
-// note is something the replay itself has to say (a file begins, a stream
-// began before the files), which only the timeline shows.
-type note struct {
-	at    time.Time
-	level slog.Level
-	msg   string
 }

@@ -380,22 +380,3 @@ func typeName(typeURL string) string {
 	}
 	return typeURL[strings.LastIndexByte(typeURL, '/')+1:]
 }
-
-func indent(s, prefix string) string {
-	return strings.ReplaceAll(s, "\n", "\n"+prefix)
-}
-
-func fileList(files []fileRead) string {
-	var names []string
-	for _, f := range files {
-		names = append(names, f.Name)
-	}
-	return strings.Join(names, ", ")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}

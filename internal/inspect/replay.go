@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -316,9 +318,15 @@ func codeOf(name string) uint32 {
 	return uint32(codes.Unknown)
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+// note is something the replay itself has to say (a file begins, a stream
+// began before the files), which only the timeline shows.
+type note struct {
+	at    time.Time
+	level slog.Level
+	msg   string
+}
+
+// sortedIDs returns a map's uint64 keys in order.
+func sortedIDs[V any](m map[uint64]V) []uint64 {
+	return slices.Sorted(maps.Keys(m))
 }

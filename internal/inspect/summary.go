@@ -283,15 +283,6 @@ func percentiles(ds []time.Duration) latencyPercentiles {
 	return latencyPercentiles{N: len(s), P50: rank(50), P90: rank(90), P99: rank(99)}
 }
 
-// typeLabel is the short name operators use (CDS, EDS...), or the message
-// name for types without one.
-func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
-		return strings.ToUpper(s)
-	}
-	return codec.TypeName(typeURL)
-}
-
 func shortMethod(m string) string {
 	if i := strings.LastIndex(m, "/"); i >= 0 {
 		return m[i+1:]

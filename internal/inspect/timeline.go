@@ -1,13 +1,10 @@
 package inspect
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/adstap/adstap/export"
@@ -86,21 +83,3 @@ func (h *clockHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h *clockHandler) WithGroup(name string) slog.Handler {
 	return &clockHandler{next: h.next.WithGroup(name), clock: h.clock}
 }
-
-// sortedIDs returns a map's uint64 keys in order.
-func sortedIDs[V any](m map[uint64]V) []uint64 {
-	return slices.Sorted(maps.Keys(m))
-}
-
-// stamp formats a recorded time with its date.
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Format("2006-01-02 15:04:05.000")
-}
-
-// clockTime formats a recorded time of day.
-func clockTime(t time.Time) string { return t.Format("15:04:05.000") }
-
-func cmpTime(a, b time.Time) int { return cmp.Compare(a.UnixNano(), b.UnixNano()) }

@@ -1,0 +1,4 @@
+package loop
+
+// Top calls down into the loop below it.
+func Top() { A{}.F() }

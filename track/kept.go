@@ -1,0 +1,158 @@
+package track
+
+import (
+	"sync/atomic"
+
+	"google.golang.org/grpc/mem"
+)
+
+// kept is what a type's latest push left for its NACK: the push's bytes held
+// by reference, or a compact copy of its changed resources.
+type kept struct {
+	data mem.BufferSlice // share's
+	// share holds the bytes, with every stream that kept the same (share.go).
+	share *sharedPush
+	// size is what the stream holds of its own (the views), beside share.
+	size int64
+	// owner: the stream's push made share (its Accepted counts it).
+	owner bool
+	// skipped: the push was not kept because of the bound.
+	skipped bool
+	// compact: data holds only the resources the push added or changed.
+	compact bool
+	// unchangedBits marks, in a push held by reference, the resources it
+	// carried unchanged (bit i for resource i); nil when there are none.
+	unchangedBits []uint64
+	unchanged     int // resources carried unchanged, heartbeats aside
+	// views are the push's resources as decoded, into data (and into the
+	// decoder's copies of the resources that straddled its buffers), and
+	// removed its Delta removals, for an ACK's Accepted; nil unless a
+	// taker takes the type's accepted pushes (lease.go).
+	views   []AcceptedResource
+	removed []string
+	// partial: views are only the resources the push added or changed,
+	// removed what it dropped of the acknowledged state (Accepted.Partial).
+	partial bool
+
+	// What outlives the push's bytes, for the next push to know whether the
+	// acknowledged state can be trusted.
+	//
+	// pending: the push is still waiting for its answer; an ACK or a NACK
+	// clears it (drop, reject).
+	pending bool
+	// fullSync: the push carried the whole of what the client wants.
+	fullSync bool
+	// unsure: the acknowledged state includes a push that was superseded
+	// before its answer, which the tracker assumes applied. The client may
+	// have rejected it, and then a resource of it sent again would look
+	// unchanged while the client never accepted it: until an ACK of a
+	// full-sync push vouches for the whole state, every resource counts as
+	// changed.
+	unsure bool
+}
+
+// drop lets go of what slot holds. What it knows of the acknowledged state
+// stays.
+func (k *keeper) drop(slot *kept) {
+	if slot.share != nil {
+		k.unshare(slot.share)
+		k.held.Add(-slot.size)
+	}
+	*slot = kept{fullSync: slot.fullSync, unsure: slot.unsure}
+}
+
+// reject hands what slot holds to the Rejected of a NACK naming names.
+func (k *keeper) reject(slot *kept, delta bool, message string, names []string) *Rejected {
+	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
+	r := &Rejected{Delta: delta, Message: message, Names: names}
+	if slot.data != nil {
+		r.keptBytes = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
+		r.OnlyChanged, r.Unchanged = slot.compact, slot.unchanged
+	} else {
+		r.NotKept = k.notKept(slot)
+	}
+	return r
+}
+
+// notKept says why slot holds no bytes of its push.
+func (k *keeper) notKept(slot *kept) string {
+	switch {
+	case slot.skipped:
+		return "adstap's bound on unanswered pushes (--nack-keep-bytes) was reached when it was sent"
+	case k.limit < 0:
+		return "keeping pushes is off (--nack-keep-bytes 0)"
+	}
+	return "its bytes were not given to the tracker"
+}
+
+// handOver moves what slot holds to a Changed for the push's PushEnded,
+// when the keeper hands over (Tracker.TakeChanged) and holds bytes; nil
+// otherwise. What slot says of the push's answer (pending) and of the
+// acknowledged state stays for the caller to settle, as after drop.
+func (k *keeper) handOver(slot *kept, delta bool) *Changed {
+	if !k.handsOver || slot.data == nil {
+		return nil
+	}
+	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
+		keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	return c
+}
+
+// accept hands what slot holds over for an ACK of its push, or for a newer
+// push superseding it: to an Accepted leased to the takers in takers
+// (lease.go), and to a Changed too when changed is set and the keeper hands
+// over (Tracker.TakeChanged). Every holder of the bytes, the Changed and
+// each lease, counts as an owner, and the last to let go frees them. Either
+// is nil when not handed over. What slot says of the acknowledged state
+// stays, as after handOver.
+func (k *keeper) accept(slot *kept, p *push, changed bool, takers takerSet) (*Changed, *Accepted) {
+	if takers == 0 {
+		if changed {
+			return k.handOver(slot, p.delta), nil
+		}
+		return nil, nil
+	}
+	a := &Accepted{Version: p.ev.Version, Replace: p.replace, takers: takers}
+	if slot.data == nil {
+		a.NotKept = k.notKept(slot)
+		return nil, a
+	}
+	a.Resources, a.Removed, a.Bytes = slot.views, slot.removed, slot.size
+	if slot.owner {
+		a.Bytes += slot.share.size
+	}
+	if slot.partial {
+		a.Partial, a.Replace = true, false
+	}
+	a.kept = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k}
+	owners := int32(takers.count())
+	var c *Changed
+	if changed && k.handsOver {
+		c = &Changed{Delta: p.delta, OnlyChanged: slot.compact,
+			keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
+		owners++
+	}
+	if owners > 1 {
+		count := new(atomic.Int32)
+		count.Store(owners)
+		a.kept.owners = count
+		if c != nil {
+			c.owners = count
+		}
+	}
+	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	return c, a
+}
+
+// takersOf are the takers of the accepted pushes of typeURL; superseded:
+// of those superseded before their answer.
+func (k *keeper) takersOf(typeURL string, superseded bool) takerSet {
+	var s takerSet
+	for i, tk := range k.takers {
+		if (tk.Types == nil || tk.Types(typeURL)) && (tk.Superseded || !superseded) {
+			s |= 1 << i
+		}
+	}
+	return s
+}
