@@ -2,6 +2,7 @@ package track_test
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -422,4 +423,18 @@ func TestLeaseOnlyForWhatATakerTakes(t *testing.T) {
 	if got := h.pool.returned(); got != h.gets {
 		t.Errorf("%d buffers of %d back in the pool", got, h.gets)
 	}
+}
+
+// One output takes the changed pushes: a second taker would read bytes the
+// first let go of, so taking them twice is a programming error said at once.
+func TestTakeChangedOnce(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{})
+	tr.TakeChanged()
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "TakeChanged called twice") {
+			t.Errorf("a second TakeChanged: recovered %v, want a panic naming it", r)
+		}
+	}()
+	tr.TakeChanged()
 }

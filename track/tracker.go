@@ -60,8 +60,14 @@ func (t *Tracker) TakeAccepted(takes Takes) *Taker {
 // stream hand what it kept to its PushEnded (Changed) rather than let go of
 // it, for the one output that reads the Istio objects the resources it
 // changed came from (tracing), which releases each Changed. Call it before
-// any stream is tracked.
-func (t *Tracker) TakeChanged() { t.keep.handsOver = true }
+// any stream is tracked, and once: a Changed has one reader to release it,
+// and a second taker would read bytes the first let go of.
+func (t *Tracker) TakeChanged() {
+	if t.keep.handsOver {
+		panic("track: TakeChanged called twice: one output takes the changed pushes")
+	}
+	t.keep.handsOver = true
+}
 
 // lock returns stream id locked, with scratch space to work in (unlock
 // gives both back); nil when the stream is not tracked.
