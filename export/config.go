@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -18,9 +19,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"context"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/internal/outq"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
@@ -162,7 +163,7 @@ func (c *ConfigStore) ended(p track.Push, l *track.Lease) {
 			return
 		}
 		l.Release()
-		takingShared("config.mu")
+		shared.Taking("config.mu")
 		c.mu.Lock()
 		c.full = true
 		c.mu.Unlock()

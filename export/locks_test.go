@@ -18,6 +18,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -32,7 +33,7 @@ import (
 // takes.
 //
 // Two nets: every shared lock an output takes on the way says so
-// (takingShared), contended or not, and may be taken at most once a stream
+// (shared.Taking), contended or not, and may be taken at most once a stream
 // (a new node, a connection attempt), never once a frame; and the mutex
 // profile names any contended lock of this package, should one be taken
 // without saying so.
@@ -41,7 +42,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	defer runtime.SetMutexProfileFraction(runtime.SetMutexProfileFraction(1))
 	var takenMu sync.Mutex // the test's own, outside the outputs
 	taken := map[string]int{}
-	defer export.SetSharedLockHook(func(name string) {
+	defer shared.SetLockHook(func(name string) {
 		takenMu.Lock()
 		taken[name]++
 		takenMu.Unlock()
@@ -69,7 +70,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		}
 	}
 
-	before := contendedIn("github.com/adstap/adstap/export.")
+	before := contendedIn("github.com/adstap/adstap/export")
 	const streams, pushes = 8, 3000
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -111,7 +112,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := contendedIn("github.com/adstap/adstap/export.")
+	after := contendedIn("github.com/adstap/adstap/export")
 	var shared []string
 	for fn, n := range after {
 		if n > before[fn] {
@@ -132,11 +133,11 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 }
 
 // contendedIn counts, by the function that released it, the contended
-// sync locks (Mutex, RWMutex) the mutex profile holds that a function with
-// prefix released. The runtime's own locks (a channel's: the hand-off to an
+// sync locks (Mutex, RWMutex) the mutex profile holds that a function of
+// package pkg, or of a package under it, released. The runtime's own locks (a channel's: the hand-off to an
 // output's queue) and sync.Pool's (taken when a processor first uses a
 // pool) are not counted: neither is held across an output's work.
-func contendedIn(prefix string) map[string]int64 {
+func contendedIn(pkg string) map[string]int64 {
 	var records []runtime.BlockProfileRecord
 	for {
 		n, ok := runtime.MutexProfile(records)
@@ -157,7 +158,7 @@ func contendedIn(prefix string) map[string]int64 {
 			// The first frame out of package sync is the one that
 			// released the lock.
 			if !strings.HasPrefix(f.Function, "sync.") && !strings.HasPrefix(f.Function, "internal/sync.") {
-				if strings.HasPrefix(f.Function, prefix) {
+				if strings.HasPrefix(f.Function, pkg+".") || strings.HasPrefix(f.Function, pkg+"/") {
 					out[f.Function] += r.Count
 				}
 				break

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
 
@@ -465,7 +466,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 		return node
 	}
 	if !m.nodesFull.Load() {
-		takingShared("metrics.nodeMu")
+		shared.Taking("metrics.nodeMu")
 		m.nodeMu.Lock()
 		_, in := m.nodes.Load(node)
 		if !in && m.nodeCount < m.cfg.MaxNodes {

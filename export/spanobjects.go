@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -54,7 +55,7 @@ func (o *spanObjects) shard(id trace.SpanID) *spanShard {
 // expect says that the span id, about to end, carries k.
 func (o *spanObjects) expect(id trace.SpanID, k kept) {
 	sh := o.shard(id)
-	takingShared("spanObjects.shard")
+	shared.Taking("spanObjects.shard")
 	sh.mu.Lock()
 	if sh.waiting == nil {
 		sh.waiting = map[trace.SpanID]kept{}

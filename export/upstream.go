@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
 
@@ -138,7 +139,7 @@ func (u *UpstreamHealth) OnEvent(e track.Event) {
 
 func (u *UpstreamHealth) record(c codec.UpstreamConnect) {
 	at := c.Start.Add(c.DNS + c.TCP + c.TLS)
-	takingShared("upstream.mu")
+	shared.Taking("upstream.mu")
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.st.Address = c.Upstream
