@@ -44,7 +44,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 			var tr *export.Tracing
 			if tracing {
 				var err error
-				if tr, err = export.NewTracing(context.Background(), export.TracingConfig{Exporter: &recorder{}, Getenv: func(string) string { return "" }}); err != nil {
+				if tr, err = export.NewTracing(context.Background(), export.TracingConfig{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }}); err != nil {
 					t.Fatal(err)
 				}
 				defer func() {

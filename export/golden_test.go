@@ -177,26 +177,26 @@ func story() []track.Event {
 	}
 }
 
-// recorder keeps the spans the tracing sink exports.
-type recorder struct {
+// spanRecorder keeps the spans the tracing sink exports.
+type spanRecorder struct {
 	mu    sync.Mutex
 	spans []sdktrace.ReadOnlySpan
 }
 
-func (r *recorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+func (r *spanRecorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.spans = append(r.spans, s...)
 	return nil
 }
 
-func (r *recorder) Shutdown(context.Context) error { return nil }
+func (r *spanRecorder) Shutdown(context.Context) error { return nil }
 
 // traceSpans runs events through a Tracing and returns its spans, in the
 // order they ended.
 func traceSpans(t *testing.T, cfg export.TracingConfig, events []track.Event) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	cfg.Exporter = rec
 	cfg.Getenv = func(string) string { return "" }
 	tr, err := export.NewTracing(context.Background(), cfg)

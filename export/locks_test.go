@@ -19,6 +19,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -48,7 +49,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		takenMu.Unlock()
 	})()
 
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &recorder{}, QueueSize: 1 << 16,
+	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &spanRecorder{}, QueueSize: 1 << 16,
 		Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capt := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
+	capt := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
 	sinks := []track.Sink{export.NewLiveLog(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
 	emit := func(e track.Event) {
 		for _, s := range sinks {

@@ -100,7 +100,7 @@ func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
 // whatever the push's outcome, and nothing stays kept once the spans are out.
 func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 	leakcheck.Check(t)
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 func TestUnsampledPushSpansLetGoOfWhatTheirPushKept(t *testing.T) {
 	leakcheck.Check(t)
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

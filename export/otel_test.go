@@ -115,7 +115,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 func TestTraceIDForManyVersions(t *testing.T) {
 	leakcheck.Check(t)
 	const scope = "mesh-x"
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: scope, Exporter: &recorder{}, Getenv: func(string) string { return "" }})
+	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: scope, Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 	leakcheck.Check(t)
 	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
-			rec := &recorder{}
+			rec := &spanRecorder{}
 			tr, err := export.NewTracing(context.Background(), export.TracingConfig{Grouping: g, Exporter: rec, Getenv: func(string) string { return "" }})
 			if err != nil {
 				t.Fatal(err)

@@ -113,7 +113,7 @@ func TestANACKLoopFoldsIntoOneEpisodeSpan(t *testing.T) {
 func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 	leakcheck.Check(t)
 	events, _ := loopEvents(95, time.Second) // 95 s, one NACK a second
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: "s", Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	leakcheck.Check(t)
 	const n = 50
 	events, _ := loopEvents(n, time.Millisecond)
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,6 @@ var (
 	_ Output = (*LogWriter)(nil)
 	_ Output = (*ConfigStore)(nil)
 	_ Output = (*References)(nil)
-	_ Output = (*Capture)(nil)
 	_ Output = (*Tracing)(nil)
 )
 

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -20,6 +22,24 @@ import (
 	"github.com/adstap/adstap/internal/xdsconfig"
 	"github.com/adstap/adstap/track"
 )
+
+// countingPool is gRPC's buffer pool as far as a test can see it: it
+// counts the buffers given back, which happens when the last reference to
+// one is let go.
+type countingPool struct{ returned atomic.Int64 }
+
+func (p *countingPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (p *countingPool) Put(*[]byte)       { p.returned.Add(1) }
+
+// received is msg as the relay holds it: in buffers of 16 KB, as gRPC
+// receives a large message, each with one reference.
+func received(msg []byte, pool mem.BufferPool) mem.BufferSlice {
+	var data mem.BufferSlice
+	for _, seg := range xdstest.Chunk(msg, 16<<10) {
+		data = append(data, mem.NewBuffer(&seg, pool))
+	}
+	return data
+}
 
 // refStream feeds a tracker, as the pipeline wires it for the reference
 // check, and its sinks: stream 3, SotW, node node. Each push's bytes are
@@ -250,7 +270,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
 	r := export.NewReferences(export.ReferencesConfig{})
 	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &recorder{}, Getenv: func(string) string { return "" }})
+	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -70,7 +71,7 @@ type Pipeline struct {
 	Metrics  *export.Metrics
 	Tracing  *export.Tracing     // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
-	Capture  *export.Capture     // nil without Config.Capture
+	Capture  *recorder.Recorder  // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
 	Upstream *export.UpstreamHealth
 	// References is nil without Config.CheckReferences.
@@ -145,7 +146,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.outputs = append(p.outputs, p.References)
 	}
 	if cfg.Capture != nil {
-		p.Capture = export.NewCapture(export.CaptureConfig{OutputConfig: out, Writer: cfg.Capture})
+		p.Capture = recorder.New(recorder.Config{OutputConfig: out, Writer: cfg.Capture})
 		p.captureFile = cfg.Capture
 		p.outputs = append(p.outputs, p.Capture)
 	}
@@ -253,7 +254,7 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 		pages["GET /debug/streams"] = export.DebugStreams(p.Tracker, p.Upstream, p.References)
 	}
 	if p.Capture != nil {
-		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.captureFile)
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = recorder.Files(p.captureFile)
 	}
 	for pattern, h := range export.Page() {
 		pages[pattern] = h

@@ -1,4 +1,4 @@
-package export
+package recorder
 
 import (
 	"encoding/json"
@@ -10,34 +10,34 @@ import (
 	"github.com/adstap/adstap/capture"
 )
 
-// CaptureFile is one file of GET /debug/capture's list.
-type CaptureFile struct {
+// File is one file of GET /debug/capture's list.
+type File struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 	URL   string `json:"url"`
 }
 
-// CaptureFiles serves the capture for download, for a tap in a container
+// Files serves the capture for download, for a tap in a container
 // with no shell to copy files out of: GET /debug/capture lists the files,
 // oldest first (the order adstap inspect reads them in), and
 // GET /debug/capture/{file} sends one as it is on disk, redacted as it was
 // written. Only the capture's own files are served.
-func CaptureFiles(w *capture.Writer) (list, file http.Handler) {
+func Files(w *capture.Writer) (list, file http.Handler) {
 	list = http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
-		files := []CaptureFile{}
+		files := []File{}
 		for _, path := range w.Files() {
 			fi, err := os.Stat(path)
 			if err != nil {
 				continue // rotated away since it was listed
 			}
 			name := filepath.Base(path)
-			files = append(files, CaptureFile{Name: name, Bytes: fi.Size(), URL: "/debug/capture/" + name})
+			files = append(files, File{Name: name, Bytes: fi.Size(), URL: "/debug/capture/" + name})
 		}
 		rw.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(rw)
 		enc.SetIndent("", "  ")
 		enc.Encode(struct {
-			Files []CaptureFile `json:"files"`
+			Files []File `json:"files"`
 		}{files})
 	})
 	file = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package export_test
+package recorder_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -32,7 +33,7 @@ func TestCaptureHoldsOneFrameBeyondItsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	const queue = 64 << 10
-	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: queue}, Writer: w})
+	c := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: queue}, Writer: w})
 	at := time.Now()
 	c.Record(capture.Record{Time: at, Kind: capture.KindOpen, Stream: 1, Method: ads, Protocol: string(codec.Opaque)})
 	var pool countingPool
@@ -83,7 +84,7 @@ func TestCaptureLetsGoOfWhatItDropsAtClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 20}, Writer: w})
+	c := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 20}, Writer: w})
 	at := time.Now()
 	c.Record(capture.Record{Time: at, Kind: capture.KindOpen, Stream: 1, Method: ads, Protocol: string(codec.Opaque)})
 	var pool countingPool

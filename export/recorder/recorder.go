@@ -1,4 +1,5 @@
-package export
+// Package recorder is the capture output: every relayed frame, redacted, to a capture file, and the file served for download.
+package recorder
 
 import (
 	"context"
@@ -11,18 +12,20 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/outq"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/redact"
 )
 
-// Capture records every relayed frame to a capture file (docs/capture.md),
+// Recorder records every relayed frame to a capture file (docs/capture.md),
 // after the shared redaction step: no private key or bearer token reaches
 // the file. It is handed records as the relay saw them — headers and
 // messages unredacted — and queues them; a goroutine of its own redacts and
 // writes them, so neither redaction nor a slow disk or pipe ever holds up
 // the relay or the tracker.
 //
-// A frame's message is never copied: the Capture holds a reference to the
+// A frame's message is never copied: the Recorder holds a reference to the
 // buffers gRPC received it in (mem.BufferSlice) from the moment it is
 // queued until it is written, straight from those buffers, secrets cut
 // around, and then lets them go. The queue holds at most maxQueueBytes of
@@ -31,7 +34,7 @@ import (
 // MiB) is captured rather than lost, one at a time. Frames that do not fit
 // are dropped, counted (adstap_output_dropped_total{output="capture"}) and
 // marked in the file by a gap record.
-type Capture struct {
+type Recorder struct {
 	w   *capture.Writer
 	log *slog.Logger
 	q   *outq.Queue[captured]
@@ -69,24 +72,26 @@ type capturedStream struct {
 	node     string
 }
 
+var _ export.Output = (*Recorder)(nil)
+
 // recordOverhead is what a record costs besides its message, for the
 // queue's bound.
 const recordOverhead = 256
 
-// CaptureConfig shapes the capture.
-type CaptureConfig struct {
+// Config shapes the capture.
+type Config struct {
 	// OutputConfig.QueueBytes bounds the records waiting, but for one frame
 	// larger than that.
-	OutputConfig
+	export.OutputConfig
 	// Writer is the capture file, which Close closes.
 	Writer *capture.Writer
 }
 
-// NewCapture records to cfg.Writer. Close it to write out what waits.
-func NewCapture(cfg CaptureConfig) *Capture {
-	log := cfg.logger()
-	c := &Capture{w: cfg.Writer, log: log, streams: map[uint64]capturedStream{}}
-	c.q = outq.New(CaptureOutput, cfg.QueueBytes, c.write, outq.WarnLost(log, CaptureOutput, "records"), c.release)
+// New records to cfg.Writer. Close it to write out what waits.
+func New(cfg Config) *Recorder {
+	log := shared.Logger(cfg.Logger)
+	c := &Recorder{w: cfg.Writer, log: log, streams: map[uint64]capturedStream{}}
+	c.q = outq.New(export.CaptureOutput, cfg.QueueBytes, c.write, outq.WarnLost(log, export.CaptureOutput, "records"), c.release)
 	return c
 }
 
@@ -94,7 +99,7 @@ func NewCapture(cfg CaptureConfig) *Capture {
 // a KindFrame record whose Message is the whole message as it crossed the
 // tap, which Record then owns. It never waits: a frame that does not fit
 // is dropped.
-func (c *Capture) Record(r capture.Record) {
+func (c *Recorder) Record(r capture.Record) {
 	if r.Kind != capture.KindFrame {
 		// Small, and the file makes no sense without them.
 		c.put(captured{rec: r}, recordOverhead, true)
@@ -107,11 +112,11 @@ func (c *Capture) Record(r capture.Record) {
 // relay received it in. Frame takes over one reference to them — the
 // caller takes it (data.Ref) — and lets it go once the frame is written or
 // dropped. It never waits.
-func (c *Capture) Frame(r capture.Record, data mem.BufferSlice) {
+func (c *Recorder) Frame(r capture.Record, data mem.BufferSlice) {
 	c.put(captured{rec: r, data: data}, data.Len()+recordOverhead, false)
 }
 
-func (c *Capture) put(it captured, size int, must bool) {
+func (c *Recorder) put(it captured, size int, must bool) {
 	frame, stream := it.rec.Kind == capture.KindFrame, it.rec.Stream
 	gaps := c.gapsOf(stream, it.rec.Kind == capture.KindOpen)
 	if it.rec.Kind == capture.KindClose {
@@ -151,7 +156,7 @@ func (c *Capture) put(it captured, size int, must bool) {
 // gapsOf is the stream's count of dropped frames, made at its open. The
 // map is written once a stream, at its open and close, and read without a
 // lock for every frame.
-func (c *Capture) gapsOf(stream uint64, open bool) *atomic.Int64 {
+func (c *Recorder) gapsOf(stream uint64, open bool) *atomic.Int64 {
 	if !open {
 		if g, ok := c.gaps.Load(stream); ok {
 			return g.(*atomic.Int64)
@@ -162,7 +167,7 @@ func (c *Capture) gapsOf(stream uint64, open bool) *atomic.Int64 {
 }
 
 // release lets go of what a record held, written or dropped.
-func (c *Capture) release(it captured) {
+func (c *Recorder) release(it captured) {
 	if it.data == nil {
 		return
 	}
@@ -173,15 +178,15 @@ func (c *Capture) release(it captured) {
 }
 
 // Name is the output's name, its queue's.
-func (c *Capture) Name() string { return CaptureOutput }
+func (c *Recorder) Name() string { return export.CaptureOutput }
 
 // Dropped counts the records dropped because the queue was full.
-func (c *Capture) Dropped() uint64 { return c.q.Dropped() }
+func (c *Recorder) Dropped() uint64 { return c.q.Dropped() }
 
 // Close writes out the records that wait, until ctx is done, then closes the
 // file. Past ctx the rest is dropped, and the file is closed once the write
 // in hand returns, if ever.
-func (c *Capture) Close(ctx context.Context) error {
+func (c *Recorder) Close(ctx context.Context) error {
 	if err := c.q.Close(ctx); err != nil {
 		go func() {
 			<-c.q.Done()
@@ -190,13 +195,13 @@ func (c *Capture) Close(ctx context.Context) error {
 		return err
 	}
 	if err := c.w.Close(); err != nil {
-		return fmt.Errorf("%s: closing the file: %w", CaptureOutput, err)
+		return fmt.Errorf("%s: closing the file: %w", export.CaptureOutput, err)
 	}
 	return nil
 }
 
 // write redacts a record and writes it, on the queue's goroutine.
-func (c *Capture) write(it captured) {
+func (c *Recorder) write(it captured) {
 	defer c.release(it)
 	r := it.rec
 	switch r.Kind {
@@ -223,7 +228,7 @@ func (c *Capture) write(it captured) {
 
 // writeFrame names the frame's type and node, finds its secrets and writes
 // it from its buffers, around them.
-func (c *Capture) writeFrame(r capture.Record, data mem.BufferSlice) error {
+func (c *Recorder) writeFrame(r capture.Record, data mem.BufferSlice) error {
 	segs := c.segs[:0]
 	if data != nil {
 		for _, b := range data {

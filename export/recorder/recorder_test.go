@@ -1,4 +1,4 @@
-package export_test
+package recorder_test
 
 import (
 	"bytes"
@@ -19,10 +19,14 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
+
+// ads is the method of an ADS stream.
+const ads = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 
 // countingPool is gRPC's buffer pool as far as a test can see it: it
 // counts the buffers given back, which happens when the last reference to
@@ -89,7 +93,7 @@ func TestCaptureOfA40MBPushHoldsNoSecretAndEveryOtherByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 16 << 20}, Writer: w})
+	c := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 16 << 20}, Writer: w})
 	var pool countingPool
 	data := received(push, &pool)
 	at := time.Now()
