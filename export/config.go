@@ -331,7 +331,7 @@ func (c *ConfigStore) Handler() http.Handler {
 		for _, b := range bodies {
 			page.Resources = append(page.Resources, showResource(b))
 		}
-		writeJSON(w, page)
+		shared.WriteJSON(w, page)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
@@ -31,8 +32,8 @@ import (
 // push's bytes again would have nothing to show. Nothing stays kept once the
 // store, and tracing when it shares the bytes, are done with them.
 func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
-	for _, tracing := range []bool{false, true} {
-		t.Run(fmt.Sprintf("tracing=%v", tracing), func(t *testing.T) {
+	for _, traced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tracing=%v", traced), func(t *testing.T) {
 			leakcheck.Check(t)
 			store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 			defer func() {
@@ -41,10 +42,10 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 				}
 			}()
 			sinks := []track.Sink{store}
-			var tr *export.Tracing
-			if tracing {
+			var tr *tracing.Tracing
+			if traced {
 				var err error
-				if tr, err = export.NewTracing(context.Background(), export.TracingConfig{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }}); err != nil {
+				if tr, err = tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }}); err != nil {
 					t.Fatal(err)
 				}
 				defer func() {
@@ -143,7 +144,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 			want("the second push awaiting its answer", "1", 10, "")
 			answer("2", "")
 			want("the second push ACKed", "2", 9, changed)
-			if !tracing {
+			if !traced {
 				if kept := tk.Kept().Bytes; kept != 0 {
 					t.Errorf("the store has applied every ACK, yet the tracker still counts %d bytes kept", kept)
 				}

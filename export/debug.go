@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -130,7 +131,7 @@ func DebugStreams(t *track.Tracker, up *UpstreamHealth, refs ...*References) htt
 		if page.Detectors == nil {
 			page.Detectors = []track.DetectorState{}
 		}
-		writeJSON(w, page)
+		shared.WriteJSON(w, page)
 	})
 }
 
@@ -155,14 +156,6 @@ func DebugPushes(t *track.Tracker) http.Handler {
 			http.Error(w, fmt.Sprintf("no stream %d (it may have ended)", id), http.StatusNotFound)
 			return
 		}
-		writeJSON(w, pushesPage{Now: time.Now(), Stream: id, Pushes: pushes})
+		shared.WriteJSON(w, pushesPage{Now: time.Now(), Stream: id, Pushes: pushes})
 	})
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -194,12 +195,12 @@ func (r *spanRecorder) Shutdown(context.Context) error { return nil }
 
 // traceSpans runs events through a Tracing and returns its spans, in the
 // order they ended.
-func traceSpans(t *testing.T, cfg export.TracingConfig, events []track.Event) []sdktrace.ReadOnlySpan {
+func traceSpans(t *testing.T, cfg tracing.Config, events []track.Event) []sdktrace.ReadOnlySpan {
 	t.Helper()
 	rec := &spanRecorder{}
 	cfg.Exporter = rec
 	cfg.Getenv = func(string) string { return "" }
-	tr, err := export.NewTracing(context.Background(), cfg)
+	tr, err := tracing.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 	versionTraces := map[trace.TraceID]string{}
 	for _, e := range events {
 		if p, ok := e.(track.PushSent); ok && p.Push.Version != "" {
-			versionTraces[export.VersionTraceID(scope, p.Push.Version)] = "version " + p.Push.Version
+			versionTraces[tracing.VersionTraceID(scope, p.Push.Version)] = "version " + p.Push.Version
 		}
 	}
 	spanNames := map[trace.SpanID]string{}
@@ -273,9 +274,9 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 func TestTracingGolden(t *testing.T) {
 	leakcheck.Check(t)
 	events := tracked(story()...)
-	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
+	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
-			cfg := export.TracingConfig{Grouping: g, Scope: "mesh-golden"}
+			cfg := tracing.Config{Grouping: g, Scope: "mesh-golden"}
 			golden(t, "spans-"+g+".golden", renderSpans(cfg.Scope, events, traceSpans(t, cfg, events)))
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -160,24 +161,24 @@ func (l *LiveLog) write(e track.Event) {
 			"stream", e.Stream.ID, "conn", e.Stream.ConnID, "protocol", string(e.Stream.Protocol), "method", e.Stream.Method, "peer", e.Stream.Peer)
 	case track.StreamClosed:
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d closed after %s: %s %s%s", e.Stream.ID, e.At.Sub(e.Stream.OpenedAt).Round(time.Millisecond),
-			codeName(e.Code), quoteIf(e.Message), nodeSuffix(e.Node.ID)),
+			codeName(e.Code), quoteIf(e.Message), shared.NodeSuffix(e.Node.ID)),
 			"stream", e.Stream.ID, "node", e.Node.ID, "code", codeName(e.Code), "message", e.Message)
 	case track.LateAnswer:
 		source := ""
-		facts := []any{"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", ms(e.Latency)}
+		facts := []any{"stream", e.Push.StreamID, "type", e.Push.Type, "version", e.Push.Version, "result", string(e.Result), "latency_ms", shared.Ms(e.Latency)}
 		if x := origin.Of(e.Rejected); x != nil {
 			source = " — " + x.Summary()
-			facts = append(facts, "istio_config", objectPaths(x), "source", x.Summary())
+			facts = append(facts, "istio_config", shared.ObjectPaths(x), "source", x.Summary())
 		}
-		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s%s", typeLabel(e.Push.TypeURL), e.Push.Version,
-			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), nodeSuffix(e.Push.Node.ID), source), facts...)
+		l.line(slog.LevelWarn, fmt.Sprintf("%s v=%s answered late: %s after %s%s%s", shared.TypeLabel(e.Push.TypeURL), e.Push.Version,
+			strings.ToUpper(string(e.Result)), e.Latency.Round(time.Millisecond), shared.NodeSuffix(e.Push.Node.ID), source), facts...)
 	case track.RequestSeen:
 		switch e.Kind {
 		case track.KindStale:
-			l.line(slog.LevelInfo, fmt.Sprintf("%s stale nonce %s on stream %d (the client answered an older push)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
+			l.line(slog.LevelInfo, fmt.Sprintf("%s stale nonce %s on stream %d (the client answered an older push)%s", shared.TypeLabel(e.TypeURL), e.Nonce, e.StreamID, shared.NodeSuffix(e.Node.ID)),
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		case track.KindUnobserved:
-			l.line(slog.LevelInfo, fmt.Sprintf("%s answer to nonce %s on stream %d, a push adstap did not observe (frames were skipped)%s", typeLabel(e.TypeURL), e.Nonce, e.StreamID, nodeSuffix(e.Node.ID)),
+			l.line(slog.LevelInfo, fmt.Sprintf("%s answer to nonce %s on stream %d, a push adstap did not observe (frames were skipped)%s", shared.TypeLabel(e.TypeURL), e.Nonce, e.StreamID, shared.NodeSuffix(e.Node.ID)),
 				"stream", e.StreamID, "type", codec.ShortType(e.TypeURL), "nonce", e.Nonce, "kind", string(e.Kind))
 		}
 	case track.FullPush:
@@ -185,9 +186,9 @@ func (l *LiveLog) write(e track.Event) {
 	case track.FullSyncComplete:
 		var types []string
 		for _, t := range e.Types {
-			types = append(types, typeLabel(t))
+			types = append(types, shared.TypeLabel(t))
 		}
-		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), nodeSuffix(e.Node.ID)),
+		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), shared.NodeSuffix(e.Node.ID)),
 			"stream", e.StreamID, "node", e.Node.ID, "full_sync_seconds", e.Elapsed.Seconds(), "types", e.Types)
 	case track.DetectorStarted:
 		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", DetectorName(e.Detector), e.Detail),
@@ -201,11 +202,11 @@ func (l *LiveLog) write(e track.Event) {
 		if c.Err != nil {
 			l.line(slog.LevelWarn, fmt.Sprintf("upstream %s unreachable for connection %d: %s failed (%s): %v", c.Upstream, c.ConnID, c.FailedPhase, phases, c.Err),
 				"conn", c.ConnID, "upstream", c.Upstream, "failed_phase", c.FailedPhase, "error", c.Err.Error(),
-				"dns_ms", ms(c.DNS), "tcp_ms", ms(c.TCP), "tls_ms", ms(c.TLS))
+				"dns_ms", shared.Ms(c.DNS), "tcp_ms", shared.Ms(c.TCP), "tls_ms", shared.Ms(c.TLS))
 			return
 		}
 		l.line(slog.LevelInfo, fmt.Sprintf("upstream %s connected for connection %d: %s", c.Upstream, c.ConnID, phases),
-			"conn", c.ConnID, "upstream", c.Upstream, "dns_ms", ms(c.DNS), "tcp_ms", ms(c.TCP), "tls_ms", ms(c.TLS))
+			"conn", c.ConnID, "upstream", c.Upstream, "dns_ms", shared.Ms(c.DNS), "tcp_ms", shared.Ms(c.TCP), "tls_ms", shared.Ms(c.TLS))
 	case track.DecodeError:
 		l.line(slog.LevelWarn, fmt.Sprintf("stream %d: undecodable %s relayed unchanged: %v", e.StreamID, e.Direction, e.Err),
 			"stream", e.StreamID, "direction", e.Direction.String(), "error", e.Err.Error())
@@ -247,13 +248,13 @@ func (l *LiveLog) pushEnded(e track.PushEnded, suppressed int) {
 		slog.Int("resources", p.Resources), slog.Int("bytes", p.Bytes),
 		slog.Int("added", d.Added), slog.Int("removed", d.Removed), slog.Int("changed", d.Changed), slog.Int("unchanged", d.Unchanged),
 		slog.Bool("full_sync", p.FullSync), slog.Bool("initial", p.Initial), slog.Bool("redundant", p.Redundant),
-		slog.String("result", string(e.Result)), slog.Float64("latency_ms", ms(e.Latency)),
+		slog.String("result", string(e.Result)), slog.Float64("latency_ms", shared.Ms(e.Latency)),
 	)
 	if e.Result == track.ResultNACK {
 		facts = append(facts, slog.Int64("error_code", int64(e.ErrorCode)), slog.String("error", e.Error),
 			slog.Any("error_resources", e.ErrorNames), slog.Int("suppressed_before", suppressed))
 		if x := origin.Of(e.Rejected); x != nil {
-			facts = append(facts, slog.Any("istio_config", objectPaths(x)), slog.String("source", x.Summary()))
+			facts = append(facts, slog.Any("istio_config", shared.ObjectPaths(x)), slog.String("source", x.Summary()))
 		}
 	}
 	// The stream id stays in plain sight, to look the stream up in
@@ -274,7 +275,7 @@ func (l *LiveLog) fullPush(e track.FullPush) {
 	b = append(b, " on stream "...)
 	b = strconv.AppendUint(b, e.StreamID, 10)
 	b = append(b, ": "...)
-	b = append(b, typeLabel(e.TypeURL)...)
+	b = append(b, shared.TypeLabel(e.TypeURL)...)
 	b = append(b, " resent unasked ("...)
 	b = strconv.AppendInt(b, int64(e.Count), 10)
 	b = append(b, " on this stream)"...)
@@ -298,7 +299,7 @@ func (l *LiveLog) fullPush(e track.FullPush) {
 func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	p := e.Push
 	d := p.Diff
-	b = append(b, typeLabel(p.TypeURL)...)
+	b = append(b, shared.TypeLabel(p.TypeURL)...)
 	b = append(b, " v="...)
 	b = append(b, p.Version...)
 	b = append(b, " +"...)
@@ -396,43 +397,11 @@ func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
 	l.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
 }
 
-// typeLabel is the short name operators use: CDS, EDS, LDS...
-func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
-		if l, ok := typeLabels[s]; ok {
-			return l
-		}
-		return strings.ToUpper(s)
-	}
-	return codec.TypeName(typeURL)
-}
-
-// knownShortTypes is what codec.ShortType returns. What the sinks derive
-// from a type (labels, span names) is made once for each: it would be
-// garbage for every push.
-var knownShortTypes = codec.ShortTypes()
-
-// typeLabels are the labels of the known short types.
-var typeLabels = func() map[string]string {
-	m := map[string]string{}
-	for _, t := range knownShortTypes {
-		m[t] = strings.ToUpper(t)
-	}
-	return m
-}()
-
 func shortMethod(m string) string {
 	if i := strings.LastIndex(m, "/"); i >= 0 {
 		return m[i+1:]
 	}
 	return m
-}
-
-func nodeSuffix(id string) string {
-	if id == "" {
-		return ""
-	}
-	return " node=" + id
 }
 
 func quoteIf(s string) string {
@@ -441,17 +410,5 @@ func quoteIf(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
-
-// objectPaths are the paths of the Istio objects a NACK's rejected resources
-// record, as istiod wrote them; nil when there is no NACK or none.
-func objectPaths(r *origin.Rejection) []string {
-	var paths []string
-	for _, o := range r.Objects() {
-		paths = append(paths, o.Path)
-	}
-	return paths
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func codeName(c uint32) string { return codes.Code(c).String() }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
 
@@ -46,7 +47,7 @@ func (n *NotSentLog) OnEvent(e track.Event) {
 		if e.Arrived {
 			how = "arrived"
 		}
-		n.line(slog.LevelInfo, fmt.Sprintf("%s %s on stream %d %s%s", typeLabel(e.TypeURL), e.Name, e.StreamID, how, nodeSuffix(e.Node.ID)),
+		n.line(slog.LevelInfo, fmt.Sprintf("%s %s on stream %d %s%s", shared.TypeLabel(e.TypeURL), e.Name, e.StreamID, how, shared.NodeSuffix(e.Node.ID)),
 			"stream", e.StreamID, "node", e.Node.ID, "type_url", e.TypeURL, "resource", e.Name, "arrived", e.Arrived)
 	}
 }
@@ -81,11 +82,11 @@ func (n *NotSentLog) notSent(e track.ResourceNotSent, refs []DanglingReference) 
 		}
 		by = append(by, s)
 	}
-	msg := fmt.Sprintf("%s %s on stream %d %s: the proxy does not have it", typeLabel(e.TypeURL), e.Name, e.StreamID, what)
+	msg := fmt.Sprintf("%s %s on stream %d %s: the proxy does not have it", shared.TypeLabel(e.TypeURL), e.Name, e.StreamID, what)
 	if len(by) > 0 {
 		msg += "; referred to by " + strings.Join(by, ", ")
 	}
-	n.line(slog.LevelWarn, msg+nodeSuffix(e.Node.ID),
+	n.line(slog.LevelWarn, msg+shared.NodeSuffix(e.Node.ID),
 		"stream", e.StreamID, "node", e.Node.ID, "type_url", e.TypeURL, "resource", e.Name,
 		"asked_at", e.Since, "removed", e.Removed, "referred_by", by, "istio_config", objects)
 }

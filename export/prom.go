@@ -494,7 +494,7 @@ func (m *Metrics) nodeValue(node string, count bool) string {
 // a label value copies them.
 var typeLabelValues = func() map[string][]string {
 	m := map[string][]string{}
-	for _, t := range knownShortTypes {
+	for _, t := range shared.ShortTypes {
 		m[t] = []string{t}[:1:1]
 	}
 	return m

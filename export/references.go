@@ -14,6 +14,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/internal/outq"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
@@ -44,12 +45,12 @@ const DefaultReferencesGrace = 15 * time.Second
 // (adstap_output_dropped_total{output="references"}), and the stream it
 // belonged to is no longer checked, since its graph would be wrong.
 type References struct {
-	grace   time.Duration
-	log     *slog.Logger
-	detail  bool
-	tracing *Tracing
-	q       *outq.Queue[refOp]
-	taker   *track.Taker
+	grace  time.Duration
+	log    *slog.Logger
+	detail bool
+	spans  Spans
+	q      *outq.Queue[refOp]
+	taker  *track.Taker
 	// large is set while the hand-over held beyond the queue's bound waits.
 	large atomic.Bool
 
@@ -124,8 +125,15 @@ type ReferencesConfig struct {
 	OutputConfig
 	// Registry, when set, gets the metrics.
 	Registry *prometheus.Registry
-	// Tracing, when set, gets a span per check that changed something.
-	Tracing *Tracing
+	// Spans, when set, gets a span per check that changed something.
+	Spans Spans
+}
+
+// Spans records a check of a stream's references that changed something:
+// tracing.Tracing does. p is the push whose answer made the change, nil
+// for a request's or the clock's.
+type Spans interface {
+	References(stream uint64, ref *track.StreamRef, node string, p *track.Push, changes []refgraph.Change)
 }
 
 var mbbBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
@@ -137,7 +145,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	}
 	cfg.Logger = cfg.logger()
 	_, human := cfg.Logger.Handler().(*Pretty)
-	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, tracing: cfg.Tracing, streams: map[uint64]*refStream{},
+	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, spans: cfg.Spans, streams: map[uint64]*refStream{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
 			Help: "References that dangle now, in what proxies accepted: a route or TCP proxy to a cluster they do not have, a listener waiting for a route configuration, an EDS cluster without endpoints or with none healthy, a secret never received."}, []string{"kind"}),
 		found: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adstap_dangling_references_total",
@@ -418,8 +426,8 @@ func (r *References) report(id uint64, st *refStream, p *track.Push, changes []r
 		}
 		r.logChange(id, st.node, c)
 	}
-	if r.tracing != nil {
-		r.tracing.references(id, st.ref, st.node, p, changes)
+	if r.spans != nil {
+		r.spans.References(id, st.ref, st.node, p, changes)
 	}
 }
 
@@ -432,14 +440,14 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 	switch {
 	case c.Resolved && c.MakeBeforeBreak:
 		msg = fmt.Sprintf("make-before-break broken on stream %d: for %s, within one push round: %s (the control plane pushed the reference before its target)%s",
-			id, Latency(c.Window), c.ResolvedSummary(c.Present), objectOf(c.Finding))
+			id, Latency(c.Window), c.ResolvedSummary(c.Present), shared.ObjectOf(c.Finding))
 	case c.Resolved:
 		level = slog.LevelInfo
-		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s%s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present), objectOf(c.Finding))
+		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s%s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present), shared.ObjectOf(c.Finding))
 	default:
-		msg = fmt.Sprintf("dangling reference on stream %d: %s%s", id, c.Summary(), fixHint(c.Finding))
+		msg = fmt.Sprintf("dangling reference on stream %d: %s%s", id, c.Summary(), shared.FixHint(c.Finding))
 	}
-	msg += nodeSuffix(node)
+	msg += shared.NodeSuffix(node)
 	if !r.detail {
 		r.log.Log(context.Background(), level, msg)
 		return
@@ -453,32 +461,9 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 		facts = append(facts, "istio_config", c.Config)
 	}
 	if c.Resolved {
-		facts = append(facts, "duration_ms", ms(c.Window), "make_before_break", c.MakeBeforeBreak)
+		facts = append(facts, "duration_ms", shared.Ms(c.Window), "make_before_break", c.MakeBeforeBreak)
 	}
 	r.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
-}
-
-// objectOf names the Istio object behind a finding: " — from
-// VirtualService default/reviews-split", or nothing.
-func objectOf(f refgraph.Finding) string {
-	if o, ok := origin.ParsePath(f.Config); ok {
-		return " — from " + o.String()
-	}
-	return ""
-}
-
-// fixHint names the Istio object behind a finding, and, for a subset cluster
-// istiod never made, the DestinationRule subset it makes it from.
-func fixHint(f refgraph.Finding) string {
-	var b strings.Builder
-	b.WriteString(objectOf(f))
-	if f.Kind == refgraph.RouteCluster || f.Kind == refgraph.ListenerCluster {
-		// outbound|9080|v2|reviews.default.svc.cluster.local
-		if p := strings.Split(f.Target, "|"); len(p) == 4 && p[0] == "outbound" && p[2] != "" {
-			fmt.Fprintf(&b, " (istiod makes that cluster from subset %s of a DestinationRule for %s: is it defined?)", p[2], p[3])
-		}
-	}
-	return b.String()
 }
 
 // Holds reports whether the reference graph of stream id holds a resource
@@ -541,7 +526,7 @@ func (r *References) Dangling(ctx context.Context, node string) []DanglingRefere
 		for _, f := range st.graph.Findings() {
 			d := DanglingReference{Stream: id, NodeID: st.node, Kind: string(f.Kind), OwnerType: f.OwnerType, Owner: f.Owner,
 				RouteConfig: f.RouteConfig, VirtualHost: f.VirtualHost, Route: f.Route, Target: f.Target, Share: f.Share(),
-				Endpoints: f.Endpoints, Since: f.Since, Summary: f.Summary() + fixHint(f)}
+				Endpoints: f.Endpoints, Since: f.Since, Summary: f.Summary() + shared.FixHint(f)}
 			if o, ok := origin.ParsePath(f.Config); ok {
 				d.IstioConfig = &IstioRef{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Path: o.Path, Kubectl: o.Kubectl()}
 			}

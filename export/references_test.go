@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -270,7 +271,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
 	r := export.NewReferences(export.ReferencesConfig{})
 	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
 
@@ -53,6 +54,6 @@ func DebugResources(t *track.Tracker) http.Handler {
 			}
 			page.Streams = append(page.Streams, s)
 		}
-		writeJSON(w, page)
+		shared.WriteJSON(w, page)
 	})
 }

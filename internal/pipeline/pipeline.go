@@ -13,6 +13,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/recorder"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -30,10 +31,10 @@ type Config struct {
 	// --metrics-max-nodes.
 	MetricsNodeLabel bool
 	MetricsMaxNodes  int
-	// Tracing, when set and enabled (export.TracingEnabled, or an Exporter
+	// Tracing, when set and enabled (tracing.Enabled, or an Exporter
 	// given), exports spans. Its Logger and ServiceVersion default to the
 	// pipeline's, its Getenv to an empty environment.
-	Tracing *export.TracingConfig
+	Tracing *tracing.Config
 	// RetainMaxBytes > 0 keeps the accepted resources for /debug/config, up
 	// to that many bytes (--retain-resources, --retain-max-bytes).
 	RetainMaxBytes int64
@@ -69,7 +70,7 @@ type Config struct {
 type Pipeline struct {
 	Tracker  *track.Tracker
 	Metrics  *export.Metrics
-	Tracing  *export.Tracing     // nil when tracing is off
+	Tracing  *tracing.Tracing    // nil when tracing is off
 	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
 	Capture  *recorder.Recorder  // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
@@ -109,9 +110,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		if tcfg.Getenv == nil {
 			tcfg.Getenv = func(string) string { return "" }
 		}
-		if tcfg.Exporter != nil || export.TracingEnabled(tcfg) {
+		if tcfg.Exporter != nil || tracing.Enabled(tcfg) {
 			var err error
-			if p.Tracing, err = export.NewTracing(ctx, tcfg); err != nil {
+			if p.Tracing, err = tracing.New(ctx, tcfg); err != nil {
 				if cfg.Capture != nil {
 					cfg.Capture.Close()
 				}
@@ -141,8 +142,11 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p.Upstream = export.NewUpstreamHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
-		p.References = export.NewReferences(export.ReferencesConfig{OutputConfig: out, Grace: cfg.ReferencesGrace,
-			Registry: p.Metrics.Registry(), Tracing: p.Tracing})
+		rc := export.ReferencesConfig{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}
+		if p.Tracing != nil { // a nil *Tracing would be a Spans that is not nil
+			rc.Spans = p.Tracing
+		}
+		p.References = export.NewReferences(rc)
 		p.outputs = append(p.outputs, p.References)
 	}
 	if cfg.Capture != nil {

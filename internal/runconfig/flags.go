@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/gctune"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
@@ -139,9 +140,9 @@ func Define(t Table, f *Flags) {
 
 	t.Group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
 	t.String(&f.OTLPEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
-	t.String(&f.TraceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
+	t.String(&f.TraceGrouping, "trace-grouping", tracing.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	t.String(&f.TraceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
-	f.TraceMaxSpansPerStream = export.DefaultMaxSpansPerStream
+	f.TraceMaxSpansPerStream = tracing.DefaultMaxSpansPerStream
 	t.Var(Count(&f.TraceMaxSpansPerStream), "trace-max-spans-per-stream", "at most this many push spans (`count`) per stream in one trace; past it the stream's pushes fold into an episode span of a trace of its own (repeats fold anyway: docs/tracing.md), counted in adstap_spans_folded_total")
 
 	t.Group("Capture and retained configuration (secrets are always redacted)")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -27,7 +28,7 @@ type TapOptions struct {
 	Detect track.Config
 	// Tracing, when set, adds the OpenTelemetry exporter as adstap run does
 	// with --otlp-endpoint. Its Getenv defaults to an empty environment.
-	Tracing *export.TracingConfig
+	Tracing *tracing.Config
 }
 
 // Tap is a tap started as `adstap run` starts it, by pipeline.Start: the
@@ -39,7 +40,7 @@ type Tap struct {
 	Server  *tap.Server
 	Tracker *track.Tracker
 	Metrics *export.Metrics
-	Tracing *export.Tracing // nil without TapOptions.Tracing
+	Tracing *tracing.Tracing // nil without TapOptions.Tracing
 	Events  *events
 	Log     *logBuffer
 }

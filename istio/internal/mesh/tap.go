@@ -18,6 +18,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -76,14 +77,14 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		Logger:  log,
 		Version: "istio-compat",
 		Detect:  opts.Detect,
-		Tracing: &export.TracingConfig{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
+		Tracing: &tracing.Config{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
 		Sinks:   []track.Sink{tp.events},
 
 		CheckReferences: true,
 		ReferencesGrace: opts.ReferencesGrace,
 	}
 	if opts.OTLPEndpoint != "" {
-		cfg.Tracing = &export.TracingConfig{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
+		cfg.Tracing = &tracing.Config{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20

@@ -1,4 +1,4 @@
-package export_test
+package tracing_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -67,15 +68,15 @@ func TestANACKLoopFoldsIntoOneEpisodeSpan(t *testing.T) {
 	leakcheck.Check(t)
 	const n = 1000
 	events, _ := loopEvents(n, time.Millisecond)
-	spans := traceSpans(t, export.TracingConfig{Scope: "s"}, events)
+	spans := traceSpans(t, tracing.Config{Scope: "s"}, events)
 	pushes, folded := pushSpans(spans), foldedSpans(spans)
-	if len(pushes) != export.FoldAfter+1 || len(folded) != 1 {
-		t.Fatalf("%d push spans and %d episode spans, want %d and 1", len(pushes), len(folded), export.FoldAfter+1)
+	if len(pushes) != tracing.FoldAfter+1 || len(folded) != 1 {
+		t.Fatalf("%d push spans and %d episode spans, want %d and 1", len(pushes), len(folded), tracing.FoldAfter+1)
 	}
 	ep := folded[0]
 	for k, want := range map[string]any{
-		"xds.folded.count": int64(n - export.FoldAfter), "xds.folded.nacks": int64(n - export.FoldAfter), "xds.folded.acks": int64(0),
-		"xds.folded.first_nonce": fmt.Sprint(export.FoldAfter + 1), "xds.folded.last_nonce": fmt.Sprint(n),
+		"xds.folded.count": int64(n - tracing.FoldAfter), "xds.folded.nacks": int64(n - tracing.FoldAfter), "xds.folded.acks": int64(0),
+		"xds.folded.first_nonce": fmt.Sprint(tracing.FoldAfter + 1), "xds.folded.last_nonce": fmt.Sprint(n),
 		"xds.folded.reason": "repeated", "xds.result": "nack", "xds.type": "cds", "xds.version": "v1", "xds.push_id": "v1",
 		"xds.error.message": "cluster outbound|8080||svc: unexpected lbPolicy MAGLEV", "xds.node.id": nodeA,
 	} {
@@ -86,10 +87,10 @@ func TestANACKLoopFoldsIntoOneEpisodeSpan(t *testing.T) {
 	if ep.Name() != "CDS push (folded)" || ep.Status().Description == "" {
 		t.Errorf("episode span %q with status %+v", ep.Name(), ep.Status())
 	}
-	if got, want := ep.SpanContext().TraceID(), export.VersionTraceID("s", "v1"); got != want {
+	if got, want := ep.SpanContext().TraceID(), tracing.VersionTraceID("s", "v1"); got != want {
 		t.Errorf("episode span in trace %s, want the version's %s", got, want)
 	}
-	if got, want := ep.StartTime(), t0.Add(export.FoldAfter*time.Millisecond); !got.Equal(want) {
+	if got, want := ep.StartTime(), t0.Add(tracing.FoldAfter*time.Millisecond); !got.Equal(want) {
 		t.Errorf("episode starts at %v, want %v (its first folded push)", got, want)
 	}
 	var linked bool
@@ -114,7 +115,7 @@ func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 	leakcheck.Check(t)
 	events, _ := loopEvents(95, time.Second) // 95 s, one NACK a second
 	rec := &spanRecorder{}
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: "s", Exporter: rec, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Scope: "s", Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +135,14 @@ func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 	folded := foldedSpans(rec.spans)
 	rec.mu.Unlock()
 	if len(folded) < 3 || len(folded) > 5 {
-		t.Fatalf("%d episode spans for 95 s of loop, want one per %s", len(folded), export.FoldInterval)
+		t.Fatalf("%d episode spans for 95 s of loop, want one per %s", len(folded), tracing.FoldInterval)
 	}
 	total := 0
 	first := folded[0]
 	for i, ep := range folded {
 		total += int(attrOf(ep, "xds.folded.count").AsInt64())
-		if d := ep.EndTime().Sub(ep.StartTime()); d > export.FoldInterval {
-			t.Errorf("episode %d lasts %s, past %s", i, d, export.FoldInterval)
+		if d := ep.EndTime().Sub(ep.StartTime()); d > tracing.FoldInterval {
+			t.Errorf("episode %d lasts %s, past %s", i, d, tracing.FoldInterval)
 		}
 		if i == 0 {
 			continue
@@ -157,8 +158,8 @@ func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 			t.Errorf("episode %d does not say it continues the first", i)
 		}
 	}
-	if total != 95-export.FoldAfter {
-		t.Errorf("the episodes count %d pushes, want %d", total, 95-export.FoldAfter)
+	if total != 95-tracing.FoldAfter {
+		t.Errorf("the episodes count %d pushes, want %d", total, 95-tracing.FoldAfter)
 	}
 }
 
@@ -176,11 +177,11 @@ func TestSpansPerTracePerStreamAreBounded(t *testing.T) {
 			Nonce: fmt.Sprint(i), Content: uint64(i + 1), SentAt: t0.Add(time.Duration(i) * time.Millisecond)}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: p.SentAt})
 	}
-	spans := traceSpans(t, export.TracingConfig{Scope: "s", MaxSpansPerStream: limit}, events)
+	spans := traceSpans(t, tracing.Config{Scope: "s", MaxSpansPerStream: limit}, events)
 	inTrace := 0
 	folded := 0
 	for _, s := range spans {
-		if s.SpanContext().TraceID() == export.VersionTraceID("s", "v9") {
+		if s.SpanContext().TraceID() == tracing.VersionTraceID("s", "v9") {
 			inTrace++
 		}
 		folded += int(attrOf(s, "xds.folded.count").AsInt64())
@@ -210,7 +211,7 @@ func TestNoFoldingWithoutRepeats(t *testing.T) {
 			Content: 1, SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 	}
-	spans := traceSpans(t, export.TracingConfig{}, events)
+	spans := traceSpans(t, tracing.Config{}, events)
 	if got := len(pushSpans(spans)); got != 50 || len(foldedSpans(spans)) != 0 {
 		t.Errorf("%d push spans and %d episodes, want 50 and none", got, len(foldedSpans(spans)))
 	}
@@ -223,11 +224,11 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	const n = 50
 	events, _ := loopEvents(n, time.Millisecond)
 	rec := &spanRecorder{}
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := export.NewMetrics(export.MetricsConfig{SpansDropped: tr.Drops}, export.RelayStatsFunc(noRelay))
+	m := export.NewMetrics(export.MetricsConfig{SpansDropped: tr.Drops}, nil)
 	tr.CountFolds(m.SpansFolded)
 	for _, e := range events {
 		tr.OnEvent(e)
@@ -254,9 +255,9 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 			for _, l := range c.GetExemplar().GetLabel() {
 				ex[l.GetName()] = l.GetValue()
 			}
-			if c.GetValue() != n-export.FoldAfter || ex["span_id"] != folded[0].SpanContext().SpanID().String() ||
+			if c.GetValue() != n-tracing.FoldAfter || ex["span_id"] != folded[0].SpanContext().SpanID().String() ||
 				ex["trace_id"] != folded[0].SpanContext().TraceID().String() {
-				t.Errorf("adstap_spans_folded_total = %v with exemplar %v; want %d and the episode span %s", c.GetValue(), ex, n-export.FoldAfter, folded[0].SpanContext().SpanID())
+				t.Errorf("adstap_spans_folded_total = %v with exemplar %v; want %d and the episode span %s", c.GetValue(), ex, n-tracing.FoldAfter, folded[0].SpanContext().SpanID())
 			}
 			seen = true
 		case "adstap_spans_dropped_total":
@@ -290,15 +291,15 @@ func TestNACKsFoldDuringAStorm(t *testing.T) {
 	}
 	events = append(events, track.DetectorEnded{Detector: track.DetectorNACKStorm, StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, At: t0.Add(21 * time.Second)})
 	nack(21)
-	spans := traceSpans(t, export.TracingConfig{}, events)
+	spans := traceSpans(t, tracing.Config{}, events)
 	folded := foldedSpans(spans)
 	if len(folded) != 1 || attrOf(folded[0], "xds.folded.reason").AsString() != "nack_storm" {
 		t.Fatalf("%d episode spans (%v), want one of the storm", len(folded), folded)
 	}
-	if got, want := int(attrOf(folded[0], "xds.folded.nacks").AsInt64()), 21-export.FoldAfter; got != want {
+	if got, want := int(attrOf(folded[0], "xds.folded.nacks").AsInt64()), 21-tracing.FoldAfter; got != want {
 		t.Errorf("the storm's episode folded %d NACKs, want %d", got, want)
 	}
-	if got, want := len(pushSpans(spans)), export.FoldAfter+1; got != want {
+	if got, want := len(pushSpans(spans)), tracing.FoldAfter+1; got != want {
 		t.Errorf("%d push spans, want %d: the storm's first and the NACK after it", got, want)
 	}
 }

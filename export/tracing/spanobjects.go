@@ -1,4 +1,4 @@
-package export
+package tracing
 
 import (
 	"sync"
@@ -104,7 +104,7 @@ func withRejection(span sdktrace.ReadOnlySpan, x *origin.Rejection) sdktrace.Rea
 		return span
 	}
 	attrs := append(span.Attributes(), attribute.String("xds.error.source", x.Summary()))
-	if paths := objectPaths(x); len(paths) > 0 {
+	if paths := shared.ObjectPaths(x); len(paths) > 0 {
 		attrs = append(attrs, attribute.StringSlice("xds.error.istio_config", paths))
 	}
 	events := span.Events()

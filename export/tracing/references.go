@@ -1,4 +1,4 @@
-package export
+package tracing
 
 import (
 	"context"
@@ -7,16 +7,17 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
 )
 
-// references records what one check of a stream's references started and
+// References records what one check of a stream's references started and
 // ended: a "references" span, an event per finding ("dangling reference",
 // "dangling reference resolved"), in the trace of the push whose answer
 // made the change (its round's trace, as the push's span), else under the
 // stream's connect span. Its status is an error when a finding started.
-func (t *Tracing) references(stream uint64, ref *track.StreamRef, node string, p *track.Push, changes []refgraph.Change) {
+func (t *Tracing) References(stream uint64, ref *track.StreamRef, node string, p *track.Push, changes []refgraph.Change) {
 	at := changes[0].At
 	ctx := context.Background()
 	opts := []trace.SpanStartOption{trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindInternal)}
@@ -65,13 +66,13 @@ func (t *Tracing) references(stream uint64, ref *track.StreamRef, node string, p
 		name := "dangling reference"
 		if c.Resolved {
 			name = "dangling reference resolved"
-			ev = append(ev, attribute.Float64("xds.reference.duration_ms", ms(c.Window)), attribute.Bool("xds.reference.make_before_break", c.MakeBeforeBreak),
+			ev = append(ev, attribute.Float64("xds.reference.duration_ms", shared.Ms(c.Window)), attribute.Bool("xds.reference.make_before_break", c.MakeBeforeBreak),
 				attribute.String("xds.reference.summary", c.ResolvedSummary(c.Present)))
 		} else {
 			if firstStarted == "" {
 				firstStarted = c.Summary()
 			}
-			ev = append(ev, attribute.String("xds.reference.summary", c.Summary()+fixHint(c.Finding)))
+			ev = append(ev, attribute.String("xds.reference.summary", c.Summary()+shared.FixHint(c.Finding)))
 		}
 		span.AddEvent(name, trace.WithTimestamp(c.At), trace.WithAttributes(ev...))
 	}

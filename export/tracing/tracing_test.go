@@ -1,4 +1,4 @@
-package export_test
+package tracing_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -33,8 +33,8 @@ func TestTracingIsOffUntilAnEndpointIsGiven(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := export.TracingConfig{Endpoint: tc.flag, Getenv: func(k string) string { return tc.env[k] }}
-			if got := export.TracingEnabled(cfg); got != tc.want {
+			cfg := tracing.Config{Endpoint: tc.flag, Getenv: func(k string) string { return tc.env[k] }}
+			if got := tracing.Enabled(cfg); got != tc.want {
 				t.Errorf("TracingEnabled = %v, want %v", got, tc.want)
 			}
 		})
@@ -44,11 +44,11 @@ func TestTracingIsOffUntilAnEndpointIsGiven(t *testing.T) {
 func TestVersionTraceIDsAgreeAcrossTapsAndDifferAcrossScopes(t *testing.T) {
 	leakcheck.Check(t)
 	const v = "2026-11-30T09:00:05Z/42"
-	a, b := export.VersionTraceID("mesh-1", v), export.VersionTraceID("mesh-1", v)
+	a, b := tracing.VersionTraceID("mesh-1", v), tracing.VersionTraceID("mesh-1", v)
 	if a != b || !a.IsValid() {
 		t.Errorf("the same scope and version gave %s and %s", a, b)
 	}
-	if export.VersionTraceID("mesh-2", v) == a || export.VersionTraceID("mesh-1", v+"0") == a {
+	if tracing.VersionTraceID("mesh-2", v) == a || tracing.VersionTraceID("mesh-1", v+"0") == a {
 		t.Error("another scope or version gave the same trace id")
 	}
 }
@@ -91,7 +91,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 		p := track.Push{StreamID: 1, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i), SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 	}
-	spans := pushSpans(traceSpans(t, export.TracingConfig{}, events))
+	spans := pushSpans(traceSpans(t, tracing.Config{}, events))
 	if len(spans) != len(nodes) {
 		t.Fatalf("%d spans, want %d", len(spans), len(nodes))
 	}
@@ -115,7 +115,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 func TestTraceIDForManyVersions(t *testing.T) {
 	leakcheck.Check(t)
 	const scope = "mesh-x"
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Scope: scope, Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Scope: scope, Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestTraceIDForManyVersions(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		for i := range 20 {
 			v := fmt.Sprint("v", i*7%20)
-			if got, want := tr.TraceIDFor(track.Push{Version: v, FullPush: true}), export.VersionTraceID(scope, v).String(); got != want {
+			if got, want := tr.TraceIDFor(track.Push{Version: v, FullPush: true}), tracing.VersionTraceID(scope, v).String(); got != want {
 				t.Fatalf("TraceIDFor(%s) = %s, want %s", v, got, want)
 			}
 		}
@@ -149,12 +149,12 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 		versions = append(versions, v)
 	}
-	spans := pushSpans(traceSpans(t, export.TracingConfig{Scope: scope}, events))
+	spans := pushSpans(traceSpans(t, tracing.Config{Scope: scope}, events))
 	if len(spans) != len(versions) {
 		t.Fatalf("%d spans, want %d", len(spans), len(versions))
 	}
 	for i, s := range spans {
-		if got, want := s.SpanContext().TraceID(), export.VersionTraceID(scope, versions[i]); got != want {
+		if got, want := s.SpanContext().TraceID(), tracing.VersionTraceID(scope, versions[i]); got != want {
 			t.Errorf("push %d of %s in trace %s, want %s", i, versions[i], got, want)
 		}
 	}
@@ -165,10 +165,10 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 // goroutines, while exemplars ask for trace ids (run with -race).
 func TestTracingFromManyGoroutines(t *testing.T) {
 	leakcheck.Check(t)
-	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
+	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
 			rec := &spanRecorder{}
-			tr, err := export.NewTracing(context.Background(), export.TracingConfig{Grouping: g, Exporter: rec, Getenv: func(string) string { return "" }})
+			tr, err := tracing.New(context.Background(), tracing.Config{Grouping: g, Exporter: rec, Getenv: func(string) string { return "" }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,5 @@
-package export
+// Package tracing is the spans output: OpenTelemetry spans of pushes, connections, detector episodes and reference checks, exported over OTLP from a bounded queue.
+package tracing
 
 import (
 	"context"
@@ -26,6 +27,8 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	ccodec "github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -42,8 +45,8 @@ const (
 	GroupByStream = "stream"
 )
 
-// TracingConfig says where spans go and how they are grouped.
-type TracingConfig struct {
+// Config says where spans go and how they are grouped.
+type Config struct {
 	// Endpoint is the OTLP endpoint URL (--otlp-endpoint); empty leaves it to
 	// the standard OTEL_EXPORTER_OTLP_* variables.
 	Endpoint string
@@ -72,9 +75,9 @@ type TracingConfig struct {
 // OTEL_SERVICE_NAME names another: where adstap rollout looks for them.
 const DefaultServiceName = "adstap"
 
-// TracingEnabled says whether the configuration asks for spans: an endpoint
+// Enabled says whether the configuration asks for spans: an endpoint
 // by flag or by OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, and the SDK not disabled.
-func TracingEnabled(cfg TracingConfig) bool {
+func Enabled(cfg Config) bool {
 	env := cfg.Getenv
 	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") || env("OTEL_TRACES_EXPORTER") == "none" {
 		return false
@@ -86,7 +89,7 @@ func TracingEnabled(cfg TracingConfig) bool {
 // push, ending with its outcome; a connect span per stream with its phases;
 // a span per detector episode.
 type Tracing struct {
-	cfg      TracingConfig
+	cfg      Config
 	provider *sdktrace.TracerProvider
 	queue    *spanQueue
 	tracer   trace.Tracer
@@ -101,7 +104,10 @@ type Tracing struct {
 	foldCounters
 }
 
-var _ track.Sink = (*Tracing)(nil)
+var (
+	_ track.Sink    = (*Tracing)(nil)
+	_ export.Output = (*Tracing)(nil)
+)
 
 // streamSpans is what a stream's spans need from its earlier events, kept
 // on the stream (track.OutputState). mu guards it: a stream's events come from
@@ -157,9 +163,9 @@ func (s *streamSpans) pushAttrsFor(n track.Node) []attribute.KeyValue {
 	return s.pushAttrs
 }
 
-// NewTracing starts exporting spans over OTLP (gRPC unless
+// New starts exporting spans over OTLP (gRPC unless
 // OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says http/protobuf).
-func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
+func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	if cfg.Grouping == "" {
 		cfg.Grouping = GroupByVersion
 	}
@@ -204,7 +210,7 @@ func NewTracing(ctx context.Context, cfg TracingConfig) (*Tracing, error) {
 	return t, nil
 }
 
-func newExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExporter, error) {
+func newExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
 	protocol := cfg.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if protocol == "" {
 		protocol = cfg.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -247,14 +253,14 @@ func (t *Tracing) Dropped() uint64 {
 	return t.queue.Dropped() + t.traceLimit.Load()
 }
 
-// Name is TracingOutput.
-func (t *Tracing) Name() string { return TracingOutput }
+// Name is export.TracingOutput.
+func (t *Tracing) Name() string { return export.TracingOutput }
 
 // Close is Shutdown, for the pipeline's loop over its outputs; its error
 // names the output.
 func (t *Tracing) Close(ctx context.Context) error {
 	if err := t.Shutdown(ctx); err != nil {
-		return fmt.Errorf("%s: flushing spans: %w", TracingOutput, err)
+		return fmt.Errorf("%s: flushing spans: %w", export.TracingOutput, err)
 	}
 	return nil
 }
@@ -668,7 +674,7 @@ var (
 // a fixed set), so that naming a span allocates nothing.
 var pushSpanNames = func() map[string]string {
 	m := map[string]string{}
-	for _, t := range knownShortTypes {
+	for _, t := range shared.ShortTypes {
 		m[t] = strings.ToUpper(t) + " push"
 	}
 	return m

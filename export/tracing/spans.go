@@ -1,4 +1,4 @@
-package export
+package tracing
 
 import (
 	"context"

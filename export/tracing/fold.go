@@ -1,4 +1,4 @@
-package export
+package tracing
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -426,19 +427,12 @@ func (t *Tracing) CountFolds(fn func(typ, traceID, spanID string)) {
 	}
 }
 
-// SpanDrops are the spans that never reached the collector, by why.
-type SpanDrops struct {
-	QueueFull    uint64 // the span queue was full: the collector is slow or unreachable
-	ExportFailed uint64 // the collector refused them or did not answer in time
-	TraceLimit   uint64 // past --trace-max-spans-per-stream in a trace, with no episode to fold into
-}
-
 // Drops are the spans that never reached the collector, by why.
-func (t *Tracing) Drops() SpanDrops {
+func (t *Tracing) Drops() export.SpanDrops {
 	if t == nil {
-		return SpanDrops{}
+		return export.SpanDrops{}
 	}
-	return SpanDrops{QueueFull: t.queue.queueFull.Load(), ExportFailed: t.queue.exportFailed.Load(), TraceLimit: t.traceLimit.Load()}
+	return export.SpanDrops{QueueFull: t.queue.queueFull.Load(), ExportFailed: t.queue.exportFailed.Load(), TraceLimit: t.traceLimit.Load()}
 }
 
 // Link attributes of episode spans, made once.
