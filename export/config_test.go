@@ -174,3 +174,13 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 		})
 	}
 }
+
+// takeAll has each output among sinks that takes what the tracker keeps
+// of pushes take it, as the pipeline does before any stream.
+func takeAll(tk *track.Tracker, sinks ...track.Sink) {
+	for _, s := range sinks {
+		if t, ok := s.(interface{ Take(*track.Tracker) }); ok {
+			t.Take(tk)
+		}
+	}
+}

@@ -30,7 +30,6 @@ const (
 var (
 	_ Output = (*LogWriter)(nil)
 	_ Output = (*ConfigStore)(nil)
-	_ Output = (*References)(nil)
 )
 
 // SpanDrops are the spans that never reached the collector, by why: the

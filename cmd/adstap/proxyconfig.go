@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/track"
 )
 
@@ -93,14 +94,14 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	stream := f.stream
 	if stream == 0 {
-		var page export.StreamsPage
-		if err := client.get(ctx, "/debug/streams?node="+url.QueryEscape(f.node)+"&type="+short, &page); err != nil {
+		var streams page.Streams
+		if err := client.get(ctx, "/debug/streams?node="+url.QueryEscape(f.node)+"&type="+short, &streams); err != nil {
 			return fail(exitFailure, "%v", err)
 		}
-		if len(page.Streams) == 0 {
+		if len(streams.Streams) == 0 {
 			return fail(exitFailure, "no stream of node %q has %s (adstap status lists the proxies)", printable(f.node), short)
 		}
-		stream = page.Streams[len(page.Streams)-1].ID // the newest
+		stream = streams.Streams[len(streams.Streams)-1].ID // the newest
 	}
 	var cfg export.ConfigPage
 	if err := client.get(ctx, fmt.Sprintf("/debug/config?stream=%d&type=%s", stream, short), &cfg); err != nil {

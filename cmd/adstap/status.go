@@ -15,6 +15,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -82,7 +84,7 @@ type statusRow struct {
 	// Upstream is, with --prometheus, the tap's failing upstream.
 	Upstream *export.UpstreamState `json:"upstream,omitempty"`
 	// Dangling are the references that dangle in what the proxy accepted.
-	Dangling []export.DanglingReference `json:"dangling_references,omitempty"`
+	Dangling []references.DanglingReference `json:"dangling_references,omitempty"`
 	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace,
 	// a dangling reference or a failing upstream, 2 otherwise.
 	worst int
@@ -196,12 +198,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if f.node != "" {
 			path += "?node=" + url.QueryEscape(f.node)
 		}
-		var page export.StreamsPage
-		if err := client.get(ctx, path, &page); err != nil {
+		var streams page.Streams
+		if err := client.get(ctx, path, &streams); err != nil {
 			fmt.Fprintf(stderr, "adstap status: %v\n", err)
 			return exitFailure
 		}
-		rep = buildStatus(page, f.node, f.staleAfter)
+		rep = buildStatus(streams, f.node, f.staleAfter)
 		rep.Source = client.base
 		addResourceProblems(ctx, client, f.node, &rep)
 	}
@@ -219,16 +221,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration) statusReport {
-	now := page.Now
+func buildStatus(view page.Streams, node string, staleAfter time.Duration) statusReport {
+	now := view.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	rep := statusReport{Now: now, Proxies: []statusRow{}, Problems: []statusProblem{}, Detectors: []track.DetectorState{}, InSync: true}
-	if page.Upstream.State != "" {
-		rep.Upstream = &page.Upstream
+	if view.Upstream.State != "" {
+		rep.Upstream = &view.Upstream
 	}
-	for _, s := range page.Streams {
+	for _, s := range view.Streams {
 		row := statusRow{
 			Name: proxyName(s.NodeID, s.ID), NodeID: s.NodeID, Stream: s.ID, Protocol: string(s.Protocol), Peer: s.Peer,
 			ControlPlane: export.ControlPlaneName(s.ControlPlane), Version: proxyVersion(s), FullSync: s.FullSyncSeconds,
@@ -256,7 +258,7 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 			}
 			row.set(codec.ShortType(url), c, now, at, staleAfter)
 		}
-		for _, d := range page.Dangling {
+		for _, d := range view.Dangling {
 			if d.Stream == s.ID {
 				row.Dangling = append(row.Dangling, d)
 			}
@@ -270,10 +272,10 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 	rep.finish()
 	shown := map[uint64]bool{}
 	nodes := map[string]bool{}
-	for _, s := range page.Streams {
+	for _, s := range view.Streams {
 		shown[s.ID], nodes[s.NodeID] = true, true
 	}
-	for _, d := range page.Detectors {
+	for _, d := range view.Detectors {
 		// With --node, the page has that node's streams only: so do the
 		// detectors shown (a herd, about the whole tap, is not the node's).
 		if d.Active && (node == "" || shown[d.StreamID] || (d.StreamID == 0 && nodes[d.Node])) {

@@ -23,6 +23,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/refgraph"
@@ -113,7 +114,7 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 	pushes := newPushes("none", true)
 	pushes.take(tr)
 	sent := &sentCollector{byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}, named: map[uint64]bool{}}
-	refs := export.NewReferences(export.ReferencesConfig{})
+	refs := references.New(references.Config{})
 	defer refs.Close(context.Background())
 	refs.Take(tr)
 

@@ -12,7 +12,9 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/export/recorder"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -41,7 +43,7 @@ type Config struct {
 	// CheckReferences keeps each stream's reference graph and reports the
 	// references that dangle (--check-references); ReferencesGrace is how
 	// long a proxy may wait for what it refers to first
-	// (export.DefaultReferencesGrace when 0).
+	// (references.DefaultGrace when 0).
 	CheckReferences bool
 	ReferencesGrace time.Duration
 	// Capture, when set, receives every frame; the pipeline closes it.
@@ -76,7 +78,7 @@ type Pipeline struct {
 	// Upstream follows the tap's connections to its control plane.
 	Upstream *export.UpstreamHealth
 	// References is nil without Config.CheckReferences.
-	References *export.References
+	References *references.References
 	// outputs are the pipeline's own outputs, in the order they close:
 	// those fed accepted pushes first, tracing, which the others' spans
 	// reach, last.
@@ -142,11 +144,11 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	p.Upstream = export.NewUpstreamHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
-		rc := export.ReferencesConfig{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}
+		rc := references.Config{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}
 		if p.Tracing != nil { // a nil *Tracing would be a Spans that is not nil
 			rc.Spans = p.Tracing
 		}
-		p.References = export.NewReferences(rc)
+		p.References = references.New(rc)
 		p.outputs = append(p.outputs, p.References)
 	}
 	if cfg.Capture != nil {
@@ -176,7 +178,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		sinks = append(sinks, p.References)
 	}
 	if cfg.Resources {
-		sinks = append(sinks, export.NewNotSentLog(log, p.References, cfg.LogLater))
+		sinks = append(sinks, references.NewNotSentLog(log, p.References, cfg.LogLater))
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
@@ -245,8 +247,8 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 // /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
-		"GET /debug/streams":   export.DebugStreams(p.Tracker, p.Upstream),
-		"GET /debug/pushes":    export.DebugPushes(p.Tracker),
+		"GET /debug/streams":   page.StreamsHandler(p.Tracker, p.Upstream),
+		"GET /debug/pushes":    page.PushesHandler(p.Tracker),
 		"GET /debug/config":    export.ConfigOff(),
 		"GET /debug/resources": export.DebugResources(p.Tracker),
 		"GET /metrics":         p.Metrics.Handler(),
@@ -255,12 +257,12 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
 	if p.References != nil {
-		pages["GET /debug/streams"] = export.DebugStreams(p.Tracker, p.Upstream, p.References)
+		pages["GET /debug/streams"] = page.StreamsHandler(p.Tracker, p.Upstream, p.References)
 	}
 	if p.Capture != nil {
 		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = recorder.Files(p.captureFile)
 	}
-	for pattern, h := range export.Page() {
+	for pattern, h := range page.Handlers() {
 		pages[pattern] = h
 	}
 	return pages

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/gctune"
 	"github.com/adstap/adstap/internal/pipeline"
@@ -160,7 +161,7 @@ func Define(t Table, f *Flags) {
 
 	t.Group("Dangling references (what each proxy accepted that refers to something it does not have)")
 	t.Bool(&f.CheckReferences, "check-references", true, "keep each stream's reference graph (names only) and report, after every ACK, routes and TCP proxies to clusters the proxy does not have, listeners without their route configuration, EDS clusters without (healthy) endpoints, secrets never received (docs/istio.md)")
-	f.ReferencesGrace = export.DefaultReferencesGrace
+	f.ReferencesGrace = references.DefaultGrace
 	t.Var(Duration(&f.ReferencesGrace), "references-grace", "how long a proxy may wait for what it refers to (a listener's route configuration, a cluster's endpoints, a secret) before the wait is reported; Envoy's initial_fetch_timeout by default")
 
 	defineResources(t, f)

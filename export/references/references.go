@@ -1,4 +1,5 @@
-package export
+// Package references is the reference check: what each proxy accepted checked for references that dangle, reported in the log, on the pages, as metrics and on spans.
+package references
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
@@ -20,11 +22,11 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// DefaultReferencesGrace is how long a proxy may wait for what a resource
+// DefaultGrace is how long a proxy may wait for what a resource
 // refers to (a listener's route configuration, a cluster's endpoints, a
 // secret) before the wait is a dangling reference: Envoy's default
 // initial_fetch_timeout, after which it stops waiting and serves without.
-const DefaultReferencesGrace = 15 * time.Second
+const DefaultGrace = 15 * time.Second
 
 // References checks, for every stream, that what the client accepted refers
 // only to what it holds: it keeps each stream's reference graph (package
@@ -114,15 +116,18 @@ const (
 // of it was lost.
 const unchecked = "pushes or requests of the stream went unchecked (a full queue or skipped observation): its reference graph would be wrong"
 
-var _ track.Sink = (*References)(nil)
+var (
+	_ track.Sink    = (*References)(nil)
+	_ export.Output = (*References)(nil)
+)
 
-// ReferencesConfig shapes the check.
-type ReferencesConfig struct {
-	// Grace is DefaultReferencesGrace when 0.
+// Config shapes the check.
+type Config struct {
+	// Grace is DefaultGrace when 0.
 	Grace time.Duration
 	// OutputConfig.QueueBytes bounds the bytes of accepted pushes waiting
 	// to be scanned, but for one larger than that.
-	OutputConfig
+	export.OutputConfig
 	// Registry, when set, gets the metrics.
 	Registry *prometheus.Registry
 	// Spans, when set, gets a span per check that changed something.
@@ -138,13 +143,13 @@ type Spans interface {
 
 var mbbBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
-// NewReferences starts checking. Close stops it.
-func NewReferences(cfg ReferencesConfig) *References {
+// New starts checking. Close stops it.
+func New(cfg Config) *References {
 	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultReferencesGrace
+		cfg.Grace = DefaultGrace
 	}
-	cfg.Logger = cfg.logger()
-	_, human := cfg.Logger.Handler().(*Pretty)
+	cfg.Logger = shared.Logger(cfg.Logger)
+	_, human := cfg.Logger.Handler().(*export.Pretty)
 	r := &References{grace: cfg.Grace, log: cfg.Logger, detail: !human, spans: cfg.Spans, streams: map[uint64]*refStream{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_dangling_references",
 			Help: "References that dangle now, in what proxies accepted: a route or TCP proxy to a cluster they do not have, a listener waiting for a route configuration, an EDS cluster without endpoints or with none healthy, a secret never received."}, []string{"kind"}),
@@ -164,7 +169,7 @@ func NewReferences(cfg ReferencesConfig) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = outq.New(ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
+	r.q = outq.New(export.ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, export.ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
 		r.release) // a push dropped at Close's deadline is let go of
 	return r
 }
@@ -270,7 +275,7 @@ func (r *References) release(op refOp) {
 }
 
 // Name is the output's name, its queue's.
-func (r *References) Name() string { return ReferencesOutput }
+func (r *References) Name() string { return export.ReferencesOutput }
 
 // Dropped counts what the check's queue dropped.
 func (r *References) Dropped() uint64 { return r.q.Dropped() }
@@ -440,7 +445,7 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 	switch {
 	case c.Resolved && c.MakeBeforeBreak:
 		msg = fmt.Sprintf("make-before-break broken on stream %d: for %s, within one push round: %s (the control plane pushed the reference before its target)%s",
-			id, Latency(c.Window), c.ResolvedSummary(c.Present), shared.ObjectOf(c.Finding))
+			id, export.Latency(c.Window), c.ResolvedSummary(c.Present), shared.ObjectOf(c.Finding))
 	case c.Resolved:
 		level = slog.LevelInfo
 		msg = fmt.Sprintf("dangling reference resolved on stream %d after %s: %s%s", id, c.Window.Round(time.Millisecond), c.ResolvedSummary(c.Present), shared.ObjectOf(c.Finding))
@@ -463,7 +468,7 @@ func (r *References) logChange(id uint64, node string, c refgraph.Change) {
 	if c.Resolved {
 		facts = append(facts, "duration_ms", shared.Ms(c.Window), "make_before_break", c.MakeBeforeBreak)
 	}
-	r.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
+	r.log.Log(context.Background(), level, msg, slog.Group(export.DetailGroup, facts...))
 }
 
 // Holds reports whether the reference graph of stream id holds a resource

@@ -1,4 +1,4 @@
-package export
+package page
 
 import (
 	"encoding/json"
@@ -9,23 +9,25 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
-// StreamsPage is the body of GET /debug/streams (schema in docs/debug.md).
-type StreamsPage struct {
+// Streams is the body of GET /debug/streams (schema in docs/debug.md).
+type Streams struct {
 	// Now is the tap's clock when the page was made, for the ages of the
 	// times below whatever the reader's clock says.
 	Now       time.Time             `json:"now"`
 	Streams   []track.StreamState   `json:"streams"`
 	Detectors []track.DetectorState `json:"detectors"`
 	// Upstream is how the tap's connections to its control plane fare.
-	Upstream UpstreamState `json:"upstream"`
+	Upstream export.UpstreamState `json:"upstream"`
 	// Dangling are the references that dangle now in what the streams'
 	// clients accepted; absent when references are not checked.
-	Dangling []DanglingReference `json:"dangling_references,omitzero"`
+	Dangling []references.DanglingReference `json:"dangling_references,omitzero"`
 }
 
 // StreamFilter keeps the streams of one node, and the types of one type
@@ -85,19 +87,19 @@ func (f StreamFilter) Apply(streams []track.StreamState) []track.StreamState {
 	return out
 }
 
-// DebugStreams serves GET /debug/streams: every stream's protocol state, in
+// StreamsHandler serves GET /debug/streams: every stream's protocol state, in
 // istioctl proxy-status terms, and the detectors. ?node=ID keeps one node,
 // ?type=cds one type, ?state=NACKED the types in that state. up, which may
 // be nil, says how the connections to the control plane fare; with refs, it
 // shows the dangling references too.
-func DebugStreams(t *track.Tracker, up *UpstreamHealth, refs ...*References) http.Handler {
+func StreamsHandler(t *track.Tracker, up *export.UpstreamHealth, refs ...*references.References) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseStreamFilter(r.URL.Query())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		page := StreamsPage{
+		page := Streams{
 			Now:       time.Now(),
 			Streams:   f.Apply(t.Streams(f.Node)),
 			Detectors: t.Detectors(),
@@ -120,7 +122,7 @@ func DebugStreams(t *track.Tracker, up *UpstreamHealth, refs ...*References) htt
 			for _, s := range page.Streams {
 				shown[s.ID] = true
 			}
-			page.Dangling = []DanglingReference{}
+			page.Dangling = []references.DanglingReference{}
 			for _, d := range x.Dangling(r.Context(), f.Node) {
 				// With a type or state filter, only the streams shown.
 				if shown[d.Stream] || (f.Type == "" && f.State == "") {
@@ -142,9 +144,9 @@ type pushesPage struct {
 	Pushes []track.PushRecord `json:"pushes"` // oldest first, at most track.RecentPushes
 }
 
-// DebugPushes serves GET /debug/pushes?stream=ID: the stream's latest pushes
+// PushesHandler serves GET /debug/pushes?stream=ID: the stream's latest pushes
 // and how each ended, for the live page's timeline.
-func DebugPushes(t *track.Tracker) http.Handler {
+func PushesHandler(t *track.Tracker) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.URL.Query().Get("stream"), 10, 64)
 		if err != nil {

@@ -1,17 +1,16 @@
-package export_test
+package page_test
 
 import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -21,7 +20,7 @@ import (
 func TestPageServesItsOwnFilesOnly(t *testing.T) {
 	leakcheck.Check(t)
 	mux := http.NewServeMux()
-	for pattern, h := range export.Page() {
+	for pattern, h := range page.Handlers() {
 		mux.Handle(pattern, h)
 	}
 	get := func(path string) *httptest.ResponseRecorder {
@@ -77,7 +76,7 @@ func TestPageServesItsOwnFilesOnly(t *testing.T) {
 func TestPageKnowsEveryState(t *testing.T) {
 	leakcheck.Check(t)
 	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join("page", name))
+		b, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package export
+package references
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
@@ -30,7 +31,7 @@ var _ track.Sink = (*NotSentLog)(nil)
 // later (nil: write at once, without what refers to the resource) as
 // above.
 func NewNotSentLog(l *slog.Logger, refs *References, later func(func()) bool) *NotSentLog {
-	_, human := l.Handler().(*Pretty)
+	_, human := l.Handler().(*export.Pretty)
 	return &NotSentLog{log: l, detail: !human, refs: refs, later: later}
 }
 
@@ -96,5 +97,5 @@ func (n *NotSentLog) line(level slog.Level, msg string, facts ...any) {
 		n.log.Log(context.Background(), level, msg)
 		return
 	}
-	n.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
+	n.log.Log(context.Background(), level, msg, slog.Group(export.DetailGroup, facts...))
 }

@@ -1,4 +1,4 @@
-package export_test
+package references_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -131,7 +132,7 @@ func (s *refStream) close() {
 func TestReferencesFindsARouteToNowhere(t *testing.T) {
 	leakcheck.Check(t)
 	var log syncbuf.Buffer
-	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))}})
+	r := references.New(references.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("a", false)))
@@ -163,7 +164,7 @@ func TestReferencesFindsARouteToNowhere(t *testing.T) {
 // push brings it back.
 func TestReferencesFollowWhatAPushDropped(t *testing.T) {
 	leakcheck.Check(t)
-	r := export.NewReferences(export.ReferencesConfig{})
+	r := references.New(references.Config{})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	a, b := xdstest.MustAny(xdsconfig.Cluster("a", false)), xdstest.MustAny(xdsconfig.Cluster("b", false))
@@ -207,7 +208,7 @@ func TestReferencesStopCheckingAStreamThatLostAFrame(t *testing.T) {
 	leakcheck.Check(t)
 	var log syncbuf.Buffer
 	w := &gatedWriter{log: &log, entered: make(chan struct{}), open: make(chan struct{})}
-	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 2000, Logger: slog.New(slog.NewTextHandler(w, nil))}})
+	r := references.New(references.Config{OutputConfig: export.OutputConfig{QueueBytes: 2000, Logger: slog.New(slog.NewTextHandler(w, nil))}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	// A route to nowhere: the output's goroutine writes its line, and
@@ -240,7 +241,7 @@ func TestReferencesStopCheckingAStreamThatLostAFrame(t *testing.T) {
 // bound and checked: the dangling reference it brings is found.
 func TestReferencesCheckAPushLargerThanTheQueue(t *testing.T) {
 	leakcheck.Check(t)
-	r := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 2000}})
+	r := references.New(references.Config{OutputConfig: export.OutputConfig{QueueBytes: 2000}})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("a", false)))
@@ -269,7 +270,7 @@ func TestReferencesCheckAPushLargerThanTheQueue(t *testing.T) {
 // in the pool.
 func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
-	r := export.NewReferences(export.ReferencesConfig{})
+	r := references.New(references.Config{})
 	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
@@ -316,7 +317,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 // no longer wants, whose route leads nowhere, is gone, and nothing dangles.
 func TestReferencesApplyAnACKBeforeItsSubscriptionChange(t *testing.T) {
 	leakcheck.Check(t)
-	r := export.NewReferences(export.ReferencesConfig{})
+	r := references.New(references.Config{})
 	defer r.Close(context.Background())
 	s := openRefStream(t, track.Config{}, r)
 	s.pushAndACK(codec.TypeCluster, "c1", xdstest.MustAny(xdsconfig.Cluster("y", false)))

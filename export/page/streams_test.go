@@ -1,4 +1,4 @@
-package export_test
+package page_test
 
 import (
 	"net/url"
@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -56,7 +56,7 @@ func TestStreamFilter(t *testing.T) {
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			q, _ := url.ParseQuery(tc.query)
-			f, err := export.ParseStreamFilter(q)
+			f, err := page.ParseStreamFilter(q)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -78,7 +78,7 @@ func TestStreamFilter(t *testing.T) {
 // words, and nothing else.
 func TestDebugDocListsTheStates(t *testing.T) {
 	leakcheck.Check(t)
-	const doc = "../docs/debug.md"
+	const doc = "../../docs/debug.md"
 	raw, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
