@@ -29,7 +29,6 @@ const (
 
 var (
 	_ Output = (*LogWriter)(nil)
-	_ Output = (*ConfigStore)(nil)
 )
 
 // SpanDrops are the spans that never reached the collector, by why: the

@@ -17,6 +17,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -271,7 +272,7 @@ func TestReferencesCheckAPushLargerThanTheQueue(t *testing.T) {
 func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
 	r := references.New(references.Config{})
-	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
+	store := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,11 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
 	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
@@ -72,9 +74,9 @@ type Config struct {
 type Pipeline struct {
 	Tracker  *track.Tracker
 	Metrics  *export.Metrics
-	Tracing  *tracing.Tracing    // nil when tracing is off
-	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
-	Capture  *recorder.Recorder  // nil without Config.Capture
+	Tracing  *tracing.Tracing   // nil when tracing is off
+	Retained *retained.Store    // nil without Config.RetainMaxBytes
+	Capture  *recorder.Recorder // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
 	Upstream *export.UpstreamHealth
 	// References is nil without Config.CheckReferences.
@@ -124,7 +126,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	}
 	out := export.OutputConfig{Logger: log, QueueBytes: cfg.OutputQueueBytes}
 	if cfg.RetainMaxBytes > 0 {
-		p.Retained = export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
+		p.Retained = retained.New(retained.Config{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
 		p.outputs = append(p.outputs, p.Retained)
 	}
 	p.Metrics = export.NewMetrics(export.MetricsConfig{
@@ -249,8 +251,8 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
 		"GET /debug/streams":   page.StreamsHandler(p.Tracker, p.Upstream),
 		"GET /debug/pushes":    page.PushesHandler(p.Tracker),
-		"GET /debug/config":    export.ConfigOff(),
-		"GET /debug/resources": export.DebugResources(p.Tracker),
+		"GET /debug/config":    retained.Off(),
+		"GET /debug/resources": csds.ResourcesHandler(p.Tracker),
 		"GET /metrics":         p.Metrics.Handler(),
 	}
 	if p.Retained != nil {

@@ -28,7 +28,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
@@ -367,10 +367,10 @@ func TestRetainedConfigurationCountsOnlyWhatWasAccepted(t *testing.T) {
 		}
 	}()
 	o, s, at := p.Tracking(), benchStream(1), benchT0
-	page := func() export.ConfigPage {
+	page := func() retained.Page {
 		rec := httptest.NewRecorder()
 		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
-		var got export.ConfigPage
+		var got retained.Page
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
 			t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body.String())
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/gctune"
 	"github.com/adstap/adstap/internal/pipeline"
@@ -156,7 +157,7 @@ func Define(t Table, f *Flags) {
 	f.OutputQueueBytes = export.DefaultOutputQueueBytes
 	t.Var(&f.OutputQueueBytes, "output-queue-bytes", "`bytes` of capture records, of pushes to retain, and of frames whose references are to be checked, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
 	t.Bool(&f.RetainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
-	f.RetainMaxBytes = export.DefaultRetainMaxBytes
+	f.RetainMaxBytes = retained.DefaultMaxBytes
 	t.Var(&f.RetainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
 
 	t.Group("Dangling references (what each proxy accepted that refers to something it does not have)")

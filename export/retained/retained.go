@@ -1,4 +1,5 @@
-package export
+// Package retained is the retained configuration: what each proxy accepted, kept within a byte budget and served redacted at /debug/config.
+package retained
 
 import (
 	"bytes"
@@ -20,17 +21,18 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/outq"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
 
-// DefaultRetainMaxBytes bounds the resources a ConfigStore keeps unless told
+// DefaultMaxBytes bounds the resources a Store keeps unless told
 // otherwise (--retain-max-bytes): a few full configurations of a large mesh.
-const DefaultRetainMaxBytes = 128 << 20
+const DefaultMaxBytes = 128 << 20
 
-// ConfigStore keeps, per stream and type, the resources the client has
+// Store keeps, per stream and type, the resources the client has
 // accepted, for GET /debug/config. The tap otherwise keeps only hashes, so
 // this is opt-in (--retain-resources) and bounded by a byte budget; past it
 // new pushes are not retained and the page says so.
@@ -44,7 +46,7 @@ const DefaultRetainMaxBytes = 128 << 20
 // bounded queue: an accepted push that does not fit is let go of, counted
 // (adstap_output_dropped_total{output="config"}), and the page says it is
 // incomplete.
-type ConfigStore struct {
+type Store struct {
 	maxBytes int64
 	q        *outq.Queue[configOp]
 	taker    *track.Taker
@@ -64,16 +66,21 @@ type retainedStream struct {
 
 type retainedType struct {
 	version  string
-	accepted map[string]retained
+	accepted map[string]Resource
 	bytes    int64 // of the bodies in accepted
 }
 
-type retained struct {
-	typeURL string
-	body    []byte
+// Resource is a resource as retained: its type and its body, as accepted.
+// Its bytes are the store's, never changed in place.
+type Resource struct {
+	TypeURL string
+	Body    []byte
 }
 
-var _ track.Sink = (*ConfigStore)(nil)
+var (
+	_ track.Sink    = (*Store)(nil)
+	_ export.Output = (*Store)(nil)
+)
 
 // configOp is one call to the store, done on its queue's goroutine.
 type configOp struct {
@@ -90,26 +97,26 @@ const (
 	opEnded // a push of the type ended with nothing to retain
 )
 
-// ConfigStoreConfig shapes the retained configuration.
-type ConfigStoreConfig struct {
+// Config shapes the retained configuration.
+type Config struct {
 	// OutputConfig.QueueBytes bounds the accepted pushes waiting to be
 	// retained.
-	OutputConfig
+	export.OutputConfig
 	// MaxBytes bounds the resource bodies retained (--retain-max-bytes).
 	MaxBytes int64
 }
 
-// NewConfigStore retains at most cfg.MaxBytes of resource bodies. Close
+// New retains at most cfg.MaxBytes of resource bodies. Close
 // stops it.
-func NewConfigStore(cfg ConfigStoreConfig) *ConfigStore {
-	c := &ConfigStore{maxBytes: cfg.MaxBytes, streams: map[uint64]*retainedStream{}}
-	c.q = outq.New(ConfigOutput, cfg.QueueBytes, c.do, outq.WarnLost(cfg.logger(), ConfigOutput, "pushes"), func(op configOp) {
+func New(cfg Config) *Store {
+	c := &Store{maxBytes: cfg.MaxBytes, streams: map[uint64]*retainedStream{}}
+	c.q = outq.New(export.ConfigOutput, cfg.QueueBytes, c.do, outq.WarnLost(shared.Logger(cfg.Logger), export.ConfigOutput, "pushes"), func(op configOp) {
 		op.accepted.Release()
 	})
 	return c
 }
 
-func (c *ConfigStore) do(op configOp) {
+func (c *Store) do(op configOp) {
 	switch op.kind {
 	case opOpen:
 		c.mu.Lock()
@@ -123,7 +130,7 @@ func (c *ConfigStore) do(op configOp) {
 	case opEnded:
 		if st := c.streams[op.stream]; st != nil && st.types[op.typeURL] == nil {
 			c.mu.Lock()
-			st.types[op.typeURL] = &retainedType{accepted: map[string]retained{}}
+			st.types[op.typeURL] = &retainedType{accepted: map[string]Resource{}}
 			c.mu.Unlock()
 		}
 	}
@@ -132,7 +139,7 @@ func (c *ConfigStore) do(op configOp) {
 // OnEvent follows the streams, and takes each accepted push the tracker
 // hands over. It never waits: an accepted push that does not fit in the
 // queue is let go of, and the page says it is incomplete.
-func (c *ConfigStore) OnEvent(e track.Event) {
+func (c *Store) OnEvent(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		if e.Stream.Protocol != codec.Opaque {
@@ -152,12 +159,12 @@ func (c *ConfigStore) OnEvent(e track.Event) {
 // Take registers the store with tr as a taker of every accepted push of
 // every type; call it before tr tracks a stream. Without it the store sees
 // the streams and their types but retains no resource.
-func (c *ConfigStore) Take(tr *track.Tracker) { c.taker = tr.TakeAccepted(track.Takes{}) }
+func (c *Store) Take(tr *track.Tracker) { c.taker = tr.TakeAccepted(track.Takes{}) }
 
 // ended takes what a push that ended accepted, if anything. A type whose
 // pushes ended with nothing accepted (NACKed, say) is on the page all the
 // same, with no resources.
-func (c *ConfigStore) ended(p track.Push, l *track.Lease) {
+func (c *Store) ended(p track.Push, l *track.Lease) {
 	if a := l.Accepted(); a != nil {
 		if a.NotKept == "" && c.q.Put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: l}, int(a.Bytes), false) {
 			return
@@ -172,15 +179,15 @@ func (c *ConfigStore) ended(p track.Push, l *track.Lease) {
 }
 
 // Name is the output's name, its queue's.
-func (c *ConfigStore) Name() string { return ConfigOutput }
+func (c *Store) Name() string { return export.ConfigOutput }
 
 // Dropped counts the accepted pushes the store's queue dropped.
-func (c *ConfigStore) Dropped() uint64 { return c.q.Dropped() }
+func (c *Store) Dropped() uint64 { return c.q.Dropped() }
 
 // Close stops retaining, once what waits is retained or ctx is done.
-func (c *ConfigStore) Close(ctx context.Context) error { return c.q.Close(ctx) }
+func (c *Store) Close(ctx context.Context) error { return c.q.Close(ctx) }
 
-func (c *ConfigStore) closeStream(id uint64) {
+func (c *Store) closeStream(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := c.streams[id]; st != nil {
@@ -195,13 +202,13 @@ func (c *ConfigStore) closeStream(id uint64) {
 // copying the bodies it adds or changes; a resource it carried unchanged
 // keeps the body retained before. Only this goroutine writes the streams,
 // so it reads them without the lock, and takes it to change them.
-func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
+func (c *Store) accept(id uint64, url string, a *track.Accepted) {
 	st := c.streams[id]
 	if st == nil {
 		return
 	}
 	t := st.types[url]
-	var old map[string]retained
+	var old map[string]Resource
 	var oldBytes int64
 	if t != nil {
 		old, oldBytes = t.accepted, t.bytes
@@ -209,7 +216,7 @@ func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
 	// next is what the push makes of the type (Replace) or what it adds
 	// and changes; the bodies of fresh are views into the push until
 	// copied, once the result is known to fit.
-	next := make(map[string]retained, len(a.Resources))
+	next := make(map[string]Resource, len(a.Resources))
 	var fresh []string
 	for _, v := range a.Resources {
 		if r, ok := old[v.Name]; ok && v.Unchanged {
@@ -224,21 +231,21 @@ func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
 		if _, dup := next[v.Name]; !dup {
 			fresh = append(fresh, v.Name)
 		}
-		next[v.Name] = retained{typeURL: v.TypeURL, body: v.Body}
+		next[v.Name] = Resource{TypeURL: v.TypeURL, Body: v.Body}
 	}
 	newBytes := oldBytes
 	if a.Replace {
 		newBytes = 0
 		for _, r := range next {
-			newBytes += int64(len(r.body))
+			newBytes += int64(len(r.Body))
 		}
 	} else {
 		for n, r := range next {
-			newBytes += int64(len(r.body) - len(old[n].body))
+			newBytes += int64(len(r.Body) - len(old[n].Body))
 		}
 		for _, n := range a.Removed {
 			if _, changed := next[n]; !changed {
-				newBytes -= int64(len(old[n].body))
+				newBytes -= int64(len(old[n].Body))
 			}
 		}
 	}
@@ -253,13 +260,13 @@ func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
 	}
 	for _, n := range fresh {
 		r := next[n]
-		r.body = bytes.Clone(r.body)
+		r.Body = bytes.Clone(r.Body)
 		next[n] = r
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t == nil {
-		t = &retainedType{accepted: map[string]retained{}}
+		t = &retainedType{accepted: map[string]Resource{}}
 		st.types[url] = t
 	}
 	if a.Replace {
@@ -276,8 +283,8 @@ func (c *ConfigStore) accept(id uint64, url string, a *track.Accepted) {
 	c.used += newBytes - oldBytes
 }
 
-// ConfigPage is the body of GET /debug/config.
-type ConfigPage struct {
+// Page is the body of GET /debug/config.
+type Page struct {
 	Stream    uint64            `json:"stream"`
 	TypeURL   string            `json:"type_url"`
 	Version   string            `json:"version"`
@@ -289,7 +296,7 @@ type ConfigPage struct {
 // Handler serves GET /debug/config?stream=ID&type=cds (a short name or a
 // type URL): the resources the stream's client accepted, decoded and with
 // every secret replaced by its fingerprint.
-func (c *ConfigStore) Handler() http.Handler {
+func (c *Store) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.URL.Query().Get("stream"), 10, 64)
 		if err != nil {
@@ -305,14 +312,14 @@ func (c *ConfigStore) Handler() http.Handler {
 		cancel()
 		c.mu.Lock()
 		st := c.streams[id]
-		var page *ConfigPage
-		var bodies []retained
+		var page *Page
+		var bodies []Resource
 		if st != nil {
 			for url, t := range st.types {
 				if url != want && codec.ShortType(url) != want {
 					continue
 				}
-				page = &ConfigPage{Stream: id, TypeURL: url, Version: t.version, Incomplete: c.full}
+				page = &Page{Stream: id, TypeURL: url, Version: t.version, Incomplete: c.full}
 				names := make([]string, 0, len(t.accepted))
 				for n := range t.accepted {
 					names = append(names, n)
@@ -338,8 +345,8 @@ func (c *ConfigStore) Handler() http.Handler {
 // retentionOff is what GET /debug/config says without --retain-resources.
 const retentionOff = "resources are not retained: start adstap with --retain-resources (it keeps what each proxy accepted, up to --retain-max-bytes)"
 
-// ConfigOff serves GET /debug/config when resources are not retained.
-func ConfigOff() http.Handler {
+// Off serves GET /debug/config when resources are not retained.
+func Off() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, retentionOff, http.StatusNotFound)
 	})
@@ -348,15 +355,15 @@ func ConfigOff() http.Handler {
 // showResource decodes a resource for people, through the shared redaction;
 // a type adstap does not know is shown by size alone, since its bytes could
 // hold anything.
-func showResource(r retained) json.RawMessage {
-	body, _, err := redact.Resource(r.typeURL, r.body)
+func showResource(r Resource) json.RawMessage {
+	body, _, err := redact.Resource(r.TypeURL, r.Body)
 	var m proto.Message
 	if err == nil {
 		// Istio's ambient types too (redact.Types).
-		m, err = anypb.UnmarshalNew(&anypb.Any{TypeUrl: r.typeURL, Value: body}, proto.UnmarshalOptions{Resolver: redact.Types})
+		m, err = anypb.UnmarshalNew(&anypb.Any{TypeUrl: r.TypeURL, Value: body}, proto.UnmarshalOptions{Resolver: redact.Types})
 	}
 	if err != nil {
-		b, _ := json.Marshal(map[string]any{"@type": r.typeURL, "undecoded_bytes": len(r.body)})
+		b, _ := json.Marshal(map[string]any{"@type": r.TypeURL, "undecoded_bytes": len(r.Body)})
 		return b
 	}
 	// An Any inside of a type this binary does not know would fail the
@@ -371,4 +378,33 @@ func showResource(r retained) json.RawMessage {
 		return json.RawMessage(`{}`)
 	}
 	return b
+}
+
+// Snapshot returns the retained resources of the streams ids, by stream,
+// type and name, once what the tracker has judged so far is applied (as
+// the page does, within a second). The bodies are the store's own, which
+// it never changes in place.
+func (c *Store) Snapshot(ctx context.Context, ids []uint64) map[uint64]map[string]map[string]Resource {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	c.q.Flush(ctx)
+	cancel()
+	out := map[uint64]map[string]map[string]Resource{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		st := c.streams[id]
+		if st == nil {
+			continue
+		}
+		types := map[string]map[string]Resource{}
+		for url, t := range st.types {
+			m := make(map[string]Resource, len(t.accepted))
+			for n, r := range t.accepted {
+				m[n] = r
+			}
+			types[url] = m
+		}
+		out[id] = types
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package export
+package retained
 
 import (
 	"strings"
@@ -29,7 +29,7 @@ func TestShowResourceDecodesIstioAmbientTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := strings.ReplaceAll(string(showResource(retained{typeURL: codec.TypeAddress, body: body})), " ", "")
+	got := strings.ReplaceAll(string(showResource(Resource{TypeURL: codec.TypeAddress, Body: body})), " ", "")
 	if want := `"workload":{"name":"reviews-v1-7f9c"}`; !strings.Contains(got, want) || !strings.Contains(got, codec.TypeAddress) {
 		t.Errorf("/debug/config shows an Address as %s, want its type and %s", got, want)
 	}

@@ -1,4 +1,4 @@
-package export
+package csds
 
 import (
 	"net/http"
@@ -24,12 +24,12 @@ type StreamResources struct {
 	Resources []track.ResourceStatus `json:"resources"`
 }
 
-// DebugResources serves GET /debug/resources[?node=ID][&stream=ID][&type=cds][&problems=1]:
+// ResourcesHandler serves GET /debug/resources[?node=ID][&stream=ID][&type=cds][&problems=1]:
 // every resource of every stream (of one node; of one type, by short name or
 // type URL), or with problems=1 only those not ACKED nor REQUESTED (NACKED,
 // DOES_NOT_EXIST, RECEIVED_ERROR). Resources are followed one by one only
 // with per-resource tracking on (--initial-fetch-timeout or --csds-listen).
-func DebugResources(t *track.Tracker) http.Handler {
+func ResourcesHandler(t *track.Tracker) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		node, typ, problems, stream := q.Get("node"), q.Get("type"), q.Get("problems") != "", q.Get("stream")

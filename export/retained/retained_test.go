@@ -1,4 +1,4 @@
-package export_test
+package retained_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -35,7 +36,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tracing=%v", traced), func(t *testing.T) {
 			leakcheck.Check(t)
-			store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
+			store := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
 			defer func() {
 				if err := store.Close(context.Background()); err != nil {
 					t.Error(err)
@@ -97,7 +98,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 				if rec.Code != http.StatusOK {
 					return rec.Code, "", nil
 				}
-				var p export.ConfigPage
+				var p retained.Page
 				if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 					t.Fatalf("/debug/config: %v in %s", err, rec.Body.String())
 				}

@@ -1,4 +1,5 @@
-package export
+// Package csds answers what each proxy holds, resource by resource: Envoy's client status discovery service, istioctl proxy-status's syncz, and /debug/resources.
+package csds
 
 import (
 	"context"
@@ -7,7 +8,6 @@ import (
 	"io"
 	"regexp"
 	"strings"
-	"time"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/redact"
 	"github.com/adstap/adstap/track"
 )
@@ -34,12 +35,12 @@ import (
 type CSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
 	tracker  *track.Tracker
-	retained *ConfigStore // nil without --retain-resources
+	retained *retained.Store // nil without --retain-resources
 }
 
-// NewCSDS answers from t, with the resources retained (nil for none).
-func NewCSDS(t *track.Tracker, retained *ConfigStore) *CSDS {
-	return &CSDS{tracker: t, retained: retained}
+// New answers from t, with the resources retained (nil for none).
+func New(t *track.Tracker, store *retained.Store) *CSDS {
+	return &CSDS{tracker: t, retained: store}
 }
 
 // Register adds the service to s.
@@ -86,13 +87,13 @@ func (c *CSDS) ClientStatus(ctx context.Context, req *statusv3.ClientStatusReque
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	clients := c.tracker.ClientResources(match, true)
-	var bodies map[uint64]map[string]map[string]retained
+	var bodies map[uint64]map[string]map[string]retained.Resource
 	if c.retained != nil && !req.GetExcludeResourceContents() {
 		ids := make([]uint64, 0, len(clients))
 		for _, cl := range clients {
 			ids = append(ids, cl.StreamID)
 		}
-		bodies = c.retained.snapshot(ctx, ids)
+		bodies = c.retained.Snapshot(ctx, ids)
 	}
 	resp := &statusv3.ClientStatusResponse{}
 	for _, cl := range MergeByNode(clients) {
@@ -119,8 +120,8 @@ func (c *CSDS) ClientStatus(ctx context.Context, req *statusv3.ClientStatusReque
 				}
 			}
 			if b, ok := bodies[r.stream][r.TypeURL][r.Name]; ok && r.Version != "" {
-				if body, _, err := redact.Resource(b.typeURL, b.body); err == nil {
-					g.XdsConfig = &anypb.Any{TypeUrl: b.typeURL, Value: body}
+				if body, _, err := redact.Resource(b.TypeURL, b.Body); err == nil {
+					g.XdsConfig = &anypb.Any{TypeUrl: b.TypeURL, Value: body}
 				}
 			}
 			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, g)
@@ -317,33 +318,4 @@ func stringMatch(m *matcherv3.StringMatcher) (func(string) bool, error) {
 	}
 	pattern = norm(pattern)
 	return func(s string) bool { return test(norm(s), pattern) }, nil
-}
-
-// snapshot returns the retained resources of the streams ids, by stream,
-// type and name, once what the tracker has judged so far is applied (as
-// the page does, within a second). The bodies are the store's own, which
-// it never changes in place.
-func (c *ConfigStore) snapshot(ctx context.Context, ids []uint64) map[uint64]map[string]map[string]retained {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	c.q.Flush(ctx)
-	cancel()
-	out := map[uint64]map[string]map[string]retained{}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, id := range ids {
-		st := c.streams[id]
-		if st == nil {
-			continue
-		}
-		types := map[string]map[string]retained{}
-		for url, t := range st.types {
-			m := make(map[string]retained, len(t.accepted))
-			for n, r := range t.accepted {
-				m[n] = r
-			}
-			types[url] = m
-		}
-		out[id] = types
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package export
+package csds
 
 import (
 	"encoding/json"
