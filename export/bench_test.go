@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/track"
 )
@@ -158,10 +159,10 @@ func BenchmarkLiveLogPush(b *testing.B) {
 func BenchmarkMetricsPush(b *testing.B) {
 	b.Run("exemplar-trace-id", func(b *testing.B) {
 		tr := newBenchTracing(b, tracing.GroupByVersion)
-		runPushes(b, export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil))
+		runPushes(b, metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil))
 	})
 	b.Run("node-label", func(b *testing.B) {
-		runPushes(b, export.NewMetrics(export.MetricsConfig{NodeLabel: true}, nil))
+		runPushes(b, metrics.New(metrics.Config{NodeLabel: true}, nil))
 	})
 }
 
@@ -178,7 +179,7 @@ func allSinks(b *testing.B) track.Sink {
 	tr := newBenchTracing(b, tracing.GroupByVersion)
 	sinks := []track.Sink{
 		export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
-		export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
+		metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil),
 		tr,
 	}
 	return track.SinkFunc(func(e track.Event) {

@@ -19,10 +19,12 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -57,11 +59,11 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil)
+	m := metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil)
 	logOut := export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Writer: io.Discard})
 	retained := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
 	refs := references.New(references.Config{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Spans: tr})
-	upstream := export.NewUpstreamHealth()
+	upstream := upstream.NewHealth()
 	w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<30, 2, "test", "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)

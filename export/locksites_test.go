@@ -41,7 +41,7 @@ var lockSites = map[string]string{
 	"retained: (*Store).closeStream c.mu":      "off the path: the store's goroutine",
 	"retained: (*Store).accept c.mu":           "off the path: the store's goroutine",
 	"retained: (*Store).Handler c.mu":          "off the path: /debug/config",
-	"export: (*UpstreamHealth).State u.mu":     "off the path: status and pages",
+	"upstream: (*Health).State u.mu":           "off the path: status and pages",
 	"references: (*References).do r.mu":        "off the path: the check's goroutine",
 	"references: (*References).ScanStats r.mu": "off the path: a scrape",
 	"references: (*References).Dangling r.mu":  "off the path: pages and status",

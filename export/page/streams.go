@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -24,7 +24,7 @@ type Streams struct {
 	Streams   []track.StreamState   `json:"streams"`
 	Detectors []track.DetectorState `json:"detectors"`
 	// Upstream is how the tap's connections to its control plane fare.
-	Upstream export.UpstreamState `json:"upstream"`
+	Upstream upstream.State `json:"upstream"`
 	// Dangling are the references that dangle now in what the streams'
 	// clients accepted; absent when references are not checked.
 	Dangling []references.DanglingReference `json:"dangling_references,omitzero"`
@@ -92,7 +92,7 @@ func (f StreamFilter) Apply(streams []track.StreamState) []track.StreamState {
 // ?type=cds one type, ?state=NACKED the types in that state. up, which may
 // be nil, says how the connections to the control plane fare; with refs, it
 // shows the dangling references too.
-func StreamsHandler(t *track.Tracker, up *export.UpstreamHealth, refs ...*references.References) http.Handler {
+func StreamsHandler(t *track.Tracker, up *upstream.Health, refs ...*references.References) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseStreamFilter(r.URL.Query())
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
@@ -228,7 +228,7 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := export.NewMetrics(export.MetricsConfig{SpansDropped: tr.Drops}, nil)
+	m := metrics.New(metrics.Config{SpansDropped: tr.Drops}, nil)
 	tr.CountFolds(m.SpansFolded)
 	for _, e := range events {
 		tr.OnEvent(e)

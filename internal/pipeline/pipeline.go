@@ -13,11 +13,13 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/csds"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -73,12 +75,12 @@ type Config struct {
 // Pipeline is the observation side of one running tap.
 type Pipeline struct {
 	Tracker  *track.Tracker
-	Metrics  *export.Metrics
+	Metrics  *metrics.Metrics
 	Tracing  *tracing.Tracing   // nil when tracing is off
 	Retained *retained.Store    // nil without Config.RetainMaxBytes
 	Capture  *recorder.Recorder // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
-	Upstream *export.UpstreamHealth
+	Upstream *upstream.Health
 	// References is nil without Config.CheckReferences.
 	References *references.References
 	// outputs are the pipeline's own outputs, in the order they close:
@@ -129,7 +131,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.Retained = retained.New(retained.Config{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
 		p.outputs = append(p.outputs, p.Retained)
 	}
-	p.Metrics = export.NewMetrics(export.MetricsConfig{
+	p.Metrics = metrics.New(metrics.Config{
 		NodeLabel:    cfg.MetricsNodeLabel,
 		MaxNodes:     cfg.MetricsMaxNodes,
 		Version:      cfg.Version,
@@ -141,9 +143,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
-	}, export.RelayStatsFunc(p.relayStats))
+	}, metrics.RelayStatsFunc(p.relayStats))
 	p.Tracing.CountFolds(p.Metrics.SpansFolded)
-	p.Upstream = export.NewUpstreamHealth()
+	p.Upstream = upstream.NewHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
 		rc := references.Config{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
@@ -136,7 +137,7 @@ func Define(t Table, f *Flags) {
 	t.String(&f.Admin, "admin", DefaultAdmin, "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
 	t.String(&f.MetricsListen, "metrics-listen", "", "also serve /metrics, and nothing else, on this `host:port` (e.g. 0.0.0.0:15102), for Prometheus to scrape from outside the pod while --admin, with the pages, captures and configuration, stays on loopback; \"\" serves none")
 	t.Bool(&f.MetricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
-	f.MetricsMaxNodes = export.DefaultMaxNodes
+	f.MetricsMaxNodes = metrics.DefaultMaxNodes
 	t.Var(Count(&f.MetricsMaxNodes), "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
 	t.Bool(&f.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the admin address (off by default: it exposes the process)")
 

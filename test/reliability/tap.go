@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/promsum"
@@ -39,7 +39,7 @@ type Tap struct {
 	Addr    tap.Address
 	Server  *tap.Server
 	Tracker *track.Tracker
-	Metrics *export.Metrics
+	Metrics *metrics.Metrics
 	Tracing *tracing.Tracing // nil without TapOptions.Tracing
 	Events  *events
 	Log     *logBuffer

@@ -1,4 +1,5 @@
-package export
+// Package upstream follows how the tap's connections to its control plane fare, and says why one failed in words.
+package upstream
 
 import (
 	"context"
@@ -19,7 +20,7 @@ import (
 )
 
 // The reasons an upstream connection fails, as adstap_upstream_failing's
-// reason label and UpstreamState.Reason say them: a fixed set, so the label
+// reason label and State.Reason say them: a fixed set, so the label
 // stays bounded whatever the errors say.
 const (
 	ReasonCertificateExpired = "certificate_expired"
@@ -32,11 +33,11 @@ const (
 	ReasonTCP                = "tcp"
 )
 
-// UpstreamReasons are the reasons in the order the metrics list them.
-var UpstreamReasons = []string{ReasonCertificateExpired, ReasonUnknownAuthority, ReasonWrongName, ReasonTLS, ReasonDNS, ReasonRefused, ReasonTimeout, ReasonTCP}
+// Reasons are the reasons in the order the metrics list them.
+var Reasons = []string{ReasonCertificateExpired, ReasonUnknownAuthority, ReasonWrongName, ReasonTLS, ReasonDNS, ReasonRefused, ReasonTimeout, ReasonTCP}
 
-// upstreamReasonWords say each reason to an operator.
-var upstreamReasonWords = map[string]string{
+// reasonWords say each reason to an operator.
+var reasonWords = map[string]string{
 	ReasonCertificateExpired: "the control plane's certificate has expired (or is not valid yet)",
 	ReasonUnknownAuthority:   "the control plane's certificate is signed by an authority the tap does not trust (--upstream-ca)",
 	ReasonWrongName:          "the control plane's certificate is not valid for the name the tap checks (--upstream-server-name)",
@@ -47,12 +48,12 @@ var upstreamReasonWords = map[string]string{
 	ReasonTCP:                "the connection to the control plane failed",
 }
 
-// UpstreamReasonWords says a reason in words; "" for an unknown one.
-func UpstreamReasonWords(reason string) string { return upstreamReasonWords[reason] }
+// ReasonWords says a reason in words; "" for an unknown one.
+func ReasonWords(reason string) string { return reasonWords[reason] }
 
-// UpstreamReason classifies why an upstream connection failed, from the
+// Reason classifies why an upstream connection failed, from the
 // phase that failed and its error.
-func UpstreamReason(phase string, err error) string {
+func Reason(phase string, err error) string {
 	var (
 		invalid   x509.CertificateInvalidError
 		authority x509.UnknownAuthorityError
@@ -83,15 +84,15 @@ func UpstreamReason(phase string, err error) string {
 	return ReasonTCP
 }
 
-// UpstreamState is how the tap's connections to its control plane fare, as
+// State is how the tap's connections to its control plane fare, as
 // /debug/streams, adstap status and the live page show it.
-type UpstreamState struct {
+type State struct {
 	// Address is the control plane dialed; "" before the first attempt.
 	Address string `json:"address"`
 	// State is "unknown" before any connection was attempted (no client
 	// has connected yet), "failing" when the latest attempt failed, else "ok".
 	State string `json:"state"`
-	// Reason is one of UpstreamReasons, and Words says it, while failing.
+	// Reason is one of Reasons, and Words says it, while failing.
 	Reason string `json:"reason,omitempty"`
 	Words  string `json:"words,omitempty"`
 	// Error is the latest failure's error, as the tap's log says it.
@@ -105,31 +106,31 @@ type UpstreamState struct {
 	LastFailure    time.Time `json:"last_failure,omitzero"`
 }
 
-// The values of UpstreamState.State.
+// The values of State.State.
 const (
-	UpstreamUnknown = "unknown"
-	UpstreamOK      = "ok"
-	UpstreamFailing = "failing"
+	Unknown = "unknown"
+	OK      = "ok"
+	Failing = "failing"
 )
 
-// UpstreamHealth follows the outcome of every upstream connection attempt
+// Health follows the outcome of every upstream connection attempt
 // (track.UpstreamConnected), for the status, the page and the metrics. A
 // client that cannot get its configuration because the control plane's
 // certificate expired has no stream to show: this is where it shows.
-type UpstreamHealth struct {
+type Health struct {
 	mu sync.Mutex
-	st UpstreamState
+	st State
 }
 
-var _ track.Sink = (*UpstreamHealth)(nil)
+var _ track.Sink = (*Health)(nil)
 
-// NewUpstreamHealth returns a health record with no attempt yet.
-func NewUpstreamHealth() *UpstreamHealth {
-	return &UpstreamHealth{st: UpstreamState{State: UpstreamUnknown}}
+// NewHealth returns a health record with no attempt yet.
+func NewHealth() *Health {
+	return &Health{st: State{State: Unknown}}
 }
 
 // OnEvent records the outcome of an upstream connection.
-func (u *UpstreamHealth) OnEvent(e track.Event) {
+func (u *Health) OnEvent(e track.Event) {
 	c, ok := e.(track.UpstreamConnected)
 	if !ok {
 		return
@@ -137,27 +138,27 @@ func (u *UpstreamHealth) OnEvent(e track.Event) {
 	u.record(c.UpstreamConnect)
 }
 
-func (u *UpstreamHealth) record(c codec.UpstreamConnect) {
+func (u *Health) record(c codec.UpstreamConnect) {
 	at := c.Start.Add(c.DNS + c.TCP + c.TLS)
 	shared.Taking("upstream.mu")
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.st.Address = c.Upstream
 	if c.Err == nil {
-		u.st = UpstreamState{Address: c.Upstream, State: UpstreamOK, LastSuccess: at, LastFailure: u.st.LastFailure}
+		u.st = State{Address: c.Upstream, State: OK, LastSuccess: at, LastFailure: u.st.LastFailure}
 		return
 	}
-	reason := UpstreamReason(c.FailedPhase, c.Err)
-	u.st.State, u.st.Reason, u.st.Words, u.st.Phase = UpstreamFailing, reason, upstreamReasonWords[reason], c.FailedPhase
+	reason := Reason(c.FailedPhase, c.Err)
+	u.st.State, u.st.Reason, u.st.Words, u.st.Phase = Failing, reason, reasonWords[reason], c.FailedPhase
 	u.st.Error = codec.Text([]byte(c.Err.Error())) // a DNS name or a certificate field may not be UTF-8
 	u.st.FailedAttempts++
 	u.st.LastFailure = at
 }
 
 // State returns the latest state; nil-safe (a nil record is unknown).
-func (u *UpstreamHealth) State() UpstreamState {
+func (u *Health) State() State {
 	if u == nil {
-		return UpstreamState{State: UpstreamUnknown}
+		return State{State: Unknown}
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -165,13 +166,13 @@ func (u *UpstreamHealth) State() UpstreamState {
 }
 
 // Summary is the state in one line, for the status and the log.
-func (s UpstreamState) Summary() string {
+func (s State) Summary() string {
 	name := "upstream"
 	if s.Address != "" {
 		name += " " + s.Address
 	}
 	switch s.State {
-	case UpstreamFailing:
+	case Failing:
 		var b strings.Builder
 		b.WriteString(name + " FAILING: ")
 		if s.Words != "" {
@@ -181,7 +182,7 @@ func (s UpstreamState) Summary() string {
 		}
 		b.WriteString("; " + plural(s.FailedAttempts, "attempt") + " failed since the last success")
 		return b.String()
-	case UpstreamOK:
+	case OK:
 		return name + " connected"
 	}
 	return name + ": no connection attempted yet (no client has connected)"

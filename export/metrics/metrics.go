@@ -1,4 +1,5 @@
-package export
+// Package metrics is the Prometheus output: the tracker's events, the relay's counters and the streams' states as metrics, read at scrape time where they can be.
+package metrics
 
 import (
 	"log/slog"
@@ -14,12 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
 
-// MetricsConfig shapes the Prometheus metrics.
-type MetricsConfig struct {
+// Config shapes the Prometheus metrics.
+type Config struct {
 	// NodeLabel adds a node label (the node id) to the per-type metrics. Off
 	// by default: an unbounded label once took a Prometheus down (istio#14642).
 	// It is for a debugging tap in front of a handful of proxies.
@@ -33,7 +35,7 @@ type MetricsConfig struct {
 	TraceID func(track.Push) string
 	// SpansDropped, when set, counts the spans that never reached the
 	// collector, by why (Tracing.Drops).
-	SpansDropped func() SpanDrops
+	SpansDropped func() export.SpanDrops
 	// Refused counts, per limit of the relay ("max_concurrent_streams",
 	// "max_streams_per_connection", "max_pending_connections"), what it
 	// turned away.
@@ -43,7 +45,7 @@ type MetricsConfig struct {
 
 const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
 
-// DefaultMaxNodes is MetricsConfig.MaxNodes when left zero.
+// DefaultMaxNodes is Config.MaxNodes when left zero.
 const DefaultMaxNodes = 100
 
 // OverflowNode is the node label of every node past MaxNodes: what adstap
@@ -77,7 +79,7 @@ var (
 // Metrics turns tracker events and relay counters into Prometheus metrics.
 // Metric names are a public interface: see docs/metrics.md.
 type Metrics struct {
-	cfg MetricsConfig
+	cfg Config
 	reg *prometheus.Registry
 
 	pushes, acks, nacks, stale, redundant, timeouts *prometheus.CounterVec
@@ -110,8 +112,8 @@ type Metrics struct {
 
 var _ track.Sink = (*Metrics)(nil)
 
-// NewMetrics registers adstap's metrics, reading relay counters from relay.
-func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
+// New registers adstap's metrics, reading relay counters from relay.
+func New(cfg Config, relay RelayStats) *Metrics {
 	if cfg.MaxNodes <= 0 {
 		cfg.MaxNodes = DefaultMaxNodes
 	}
@@ -179,7 +181,7 @@ func NewMetrics(cfg MetricsConfig, relay RelayStats) *Metrics {
 	m.spansFolded = counter("adstap_spans_folded_total", "Pushes folded into an episode span rather than written as spans of their own: repeats of the same push and answer, NACKs in a storm or loop, pushes past --trace-max-spans-per-stream in one trace; the exemplar names the latest episode's span.", "type")
 	drops := cfg.SpansDropped
 	if drops == nil {
-		drops = func() SpanDrops { return SpanDrops{} }
+		drops = func() export.SpanDrops { return export.SpanDrops{} }
 	}
 	m.reg.MustRegister(spanDropsCollector{drops})
 	for limit, n := range cfg.Refused {
@@ -403,7 +405,7 @@ var spanDropsDesc = prometheus.NewDesc("adstap_spans_dropped_total",
 	[]string{"reason"}, nil)
 
 // spanDropsCollector reads the spans dropped at scrape time.
-type spanDropsCollector struct{ drops func() SpanDrops }
+type spanDropsCollector struct{ drops func() export.SpanDrops }
 
 func (c spanDropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- spanDropsDesc }
 
@@ -537,9 +539,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 // WatchOutputs counts, per output, the work its queue dropped because the
 // output fell behind (adstap_output_dropped_total{output=Name()}). Tracing
 // is left out: its spans' losses have a metric of their own, by reason.
-func (m *Metrics) WatchOutputs(outs ...Output) {
+func (m *Metrics) WatchOutputs(outs ...export.Output) {
 	for _, o := range outs {
-		if o == nil || o.Name() == TracingOutput {
+		if o == nil || o.Name() == export.TracingOutput {
 			continue
 		}
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,

@@ -1,10 +1,10 @@
-package export_test
+package metrics_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/track"
@@ -43,28 +43,28 @@ func TestStreamStateMetrics(t *testing.T) {
 		want      []sample
 	}{
 		{"one series per type and state", false, []sample{
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "SYNCED"}, 1},
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "NACKED"}, 1},
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "NOT_SENT"}, 1},
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "STALE"}, 0},
-			{export.MetricStreamStates, map[string]string{"type": "eds", "state": "STALE"}, 1},
-			{export.MetricLastPush, map[string]string{"type": "cds"}, float64(at.Add(2 * time.Minute).Unix())},
-			{export.MetricLastACK, map[string]string{"type": "cds"}, float64(at.Unix())},
-			{export.MetricLastPush, map[string]string{"type": "eds"}, float64(at.Add(time.Minute).Unix())},
-			{export.MetricProxyStreams, map[string]string{"version": "1.28.1", "control_plane": "istiod-5d7c9d8d9b-x2x4k"}, 2},
-			{export.MetricProxyStreams, map[string]string{"version": "gRPC Go/1.85.0", "control_plane": ""}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "SYNCED"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "NACKED"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "NOT_SENT"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "STALE"}, 0},
+			{metrics.MetricStreamStates, map[string]string{"type": "eds", "state": "STALE"}, 1},
+			{metrics.MetricLastPush, map[string]string{"type": "cds"}, float64(at.Add(2 * time.Minute).Unix())},
+			{metrics.MetricLastACK, map[string]string{"type": "cds"}, float64(at.Unix())},
+			{metrics.MetricLastPush, map[string]string{"type": "eds"}, float64(at.Add(time.Minute).Unix())},
+			{metrics.MetricProxyStreams, map[string]string{"version": "1.28.1", "control_plane": "istiod-5d7c9d8d9b-x2x4k"}, 2},
+			{metrics.MetricProxyStreams, map[string]string{"version": "gRPC Go/1.85.0", "control_plane": ""}, 1},
 		}},
 		{"with the node label, capped", true, []sample{
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "SYNCED", "node": "a"}, 1},
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "NACKED", "node": "b"}, 1},
-			{export.MetricStreamStates, map[string]string{"type": "cds", "state": "NOT_SENT", "node": "other"}, 1},
-			{export.MetricLastACK, map[string]string{"type": "cds", "node": "b"}, 0},
-			{export.MetricProxyStreams, map[string]string{"node": "other", "version": "gRPC Go/1.85.0"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "SYNCED", "node": "a"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "NACKED", "node": "b"}, 1},
+			{metrics.MetricStreamStates, map[string]string{"type": "cds", "state": "NOT_SENT", "node": "other"}, 1},
+			{metrics.MetricLastACK, map[string]string{"type": "cds", "node": "b"}, 0},
+			{metrics.MetricProxyStreams, map[string]string{"node": "other", "version": "gRPC Go/1.85.0"}, 1},
 			{"adstap_metrics_node_overflow_total", nil, 0}, // a scrape is no event
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := export.NewMetrics(export.MetricsConfig{NodeLabel: tc.nodeLabel, MaxNodes: 2}, nil)
+			m := metrics.New(metrics.Config{NodeLabel: tc.nodeLabel, MaxNodes: 2}, nil)
 			m.WatchStreams(streams)
 			for range 2 { // a second scrape says the same
 				for _, w := range tc.want {

@@ -1,4 +1,4 @@
-package export_test
+package metrics_test
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -19,8 +19,8 @@ func noRelay() map[codec.Protocol]codec.ProtocolStats { return nil }
 
 func TestMetricsFollowEvents(t *testing.T) {
 	leakcheck.Check(t)
-	m := export.NewMetrics(export.MetricsConfig{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }},
-		export.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
+	m := metrics.New(metrics.Config{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }},
+		metrics.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
 			return map[codec.Protocol]codec.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
 		}))
 	push := cdsPush("v1")
@@ -168,7 +168,7 @@ adstap_bytes_total{direction="response",protocol="sotw"} 0
 
 func TestMetricsCardinalityIsBounded(t *testing.T) {
 	leakcheck.Check(t)
-	series := func(m *export.Metrics) int {
+	series := func(m *metrics.Metrics) int {
 		families, err := m.Registry().Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 		}
 		return n
 	}
-	feed := func(m *export.Metrics, nodes, types int) {
+	feed := func(m *metrics.Metrics, nodes, types int) {
 		for i := 0; i < nodes; i++ {
 			for j := 0; j < types; j++ {
 				p := track.Push{StreamID: uint64(i), Node: track.Node{ID: fmt.Sprintf("sidecar~10.0.%d.%d~pod-%d.ns~ns.svc.cluster.local", i/250, i%250, i)},
@@ -194,16 +194,16 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		cfg       export.MetricsConfig
+		cfg       metrics.Config
 		maxSeries int
 	}{
-		{"no node label", export.MetricsConfig{}, 42},
-		{"node label capped", export.MetricsConfig{NodeLabel: true, MaxNodes: 20}, 250},
+		{"no node label", metrics.Config{}, 42},
+		{"node label capped", metrics.Config{NodeLabel: true, MaxNodes: 20}, 250},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			small := export.NewMetrics(tc.cfg, export.RelayStatsFunc(noRelay))
+			small := metrics.New(tc.cfg, metrics.RelayStatsFunc(noRelay))
 			feed(small, 10, 2)
-			big := export.NewMetrics(tc.cfg, export.RelayStatsFunc(noRelay))
+			big := metrics.New(tc.cfg, metrics.RelayStatsFunc(noRelay))
 			feed(big, 3000, 50) // 3,000 nodes, 50 unknown type URLs
 			t.Logf("series: small %d, big %d", series(small), series(big))
 			if got := series(big); got > tc.maxSeries {
@@ -220,7 +220,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 // says it dropped at the moment of the scrape.
 func TestConnectReportsDroppedIsReadAtScrape(t *testing.T) {
 	leakcheck.Check(t)
-	m := export.NewMetrics(export.MetricsConfig{Version: "v-test"}, export.RelayStatsFunc(noRelay))
+	m := metrics.New(metrics.Config{Version: "v-test"}, metrics.RelayStatsFunc(noRelay))
 	var dropped uint64
 	m.WatchConnectReports(func() uint64 { return dropped })
 	for _, n := range []uint64{0, 7} {

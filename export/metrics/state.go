@@ -1,4 +1,4 @@
-package export
+package metrics
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/track"
 )
 
@@ -165,7 +166,7 @@ func unixSeconds(t time.Time) float64 {
 // attempt while it fails (every reason is there, from 0, so that a rule sees
 // the change), and adstap_upstream_failed_attempts counts the attempts that
 // failed since the last that succeeded.
-func (m *Metrics) WatchUpstream(u *UpstreamHealth) {
+func (m *Metrics) WatchUpstream(u *upstream.Health) {
 	m.reg.MustRegister(&upstreamCollector{u: u,
 		failing: prometheus.NewDesc(MetricUpstreamFail, "1 while the tap's latest connection attempt to its control plane failed, for the reason it failed (certificate_expired, unknown_authority, wrong_name, tls, dns, refused, timeout, tcp); else 0.", []string{"reason"}, nil),
 		tries:   prometheus.NewDesc(MetricUpstreamTries, "Connection attempts to the control plane that failed since the last that succeeded.", nil, nil),
@@ -173,7 +174,7 @@ func (m *Metrics) WatchUpstream(u *UpstreamHealth) {
 }
 
 type upstreamCollector struct {
-	u              *UpstreamHealth
+	u              *upstream.Health
 	failing, tries *prometheus.Desc
 }
 
@@ -184,9 +185,9 @@ func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.u.State()
-	for _, r := range UpstreamReasons {
+	for _, r := range upstream.Reasons {
 		v := 0.0
-		if st.State == UpstreamFailing && st.Reason == r {
+		if st.State == upstream.Failing && st.Reason == r {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, v, r)
