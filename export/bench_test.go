@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/track"
@@ -147,10 +148,10 @@ func BenchmarkTracingPush(b *testing.B) {
 // line, in each --log-format.
 func BenchmarkLiveLogPush(b *testing.B) {
 	b.Run("pretty", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
+		runPushes(b, livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
 	})
 	b.Run("json", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+		runPushes(b, livelog.New(slog.New(slog.NewJSONHandler(io.Discard, nil))))
 	})
 }
 
@@ -178,7 +179,7 @@ func BenchmarkAllSinksPush(b *testing.B) {
 func allSinks(b *testing.B) track.Sink {
 	tr := newBenchTracing(b, tracing.GroupByVersion)
 	sinks := []track.Sink{
-		export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
+		livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
 		metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil),
 		tr,
 	}

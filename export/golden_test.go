@@ -21,6 +21,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
@@ -296,7 +297,7 @@ func TestLiveLogGolden(t *testing.T) {
 			}
 			return a
 		}
-		l := export.NewLiveLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
+		l := livelog.New(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
 		for _, e := range events {
 			l.OnEvent(e)
 		}
@@ -306,7 +307,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// A logger carrying its own attributes and group, as a caller may
 		// hand one over.
 		var buf bytes.Buffer
-		l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
+		l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
 		for _, e := range tracked(story()...) {
 			l.OnEvent(e)
 		}

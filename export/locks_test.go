@@ -19,6 +19,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/export/references"
@@ -69,7 +70,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	capt := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
-	sinks := []track.Sink{export.NewLiveLog(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
+	sinks := []track.Sink{livelog.New(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
 	emit := func(e track.Event) {
 		for _, s := range sinks {
 			s.OnEvent(e)

@@ -21,7 +21,7 @@ import (
 // calls shared.Taking just before, and TestOutputsShareNoLockAcrossStreams
 // counts it.
 var lockSites = map[string]string{
-	"export: (*LiveLog).throttle st.mu":        "stream",
+	"livelog: (*Log).throttle st.mu":           "stream",
 	"tracing: (*Tracing).detectorState s.mu":   "stream",
 	"tracing: (*Tracing).Tick s.mu":            "stream",
 	"tracing: (*Tracing).endAllEpisodes s.mu":  "stream",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -251,7 +252,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 	leakcheck.Check(t)
 	var buf strings.Builder
-	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
 	var waiting []func()
 	l.DecodeLater(func(f func()) bool {
 		waiting = append(waiting, f)

@@ -27,10 +27,6 @@ const (
 	TracingOutput    = "tracing"
 )
 
-var (
-	_ Output = (*LogWriter)(nil)
-)
-
 // SpanDrops are the spans that never reached the collector, by why: the
 // tracing output counts them, the metrics say them.
 type SpanDrops struct {
@@ -47,12 +43,4 @@ type OutputConfig struct {
 	// QueueBytes bounds the work waiting for the output
 	// (DefaultOutputQueueBytes when 0); past it work is dropped and counted.
 	QueueBytes int64
-}
-
-// logger is Logger, or one that discards.
-func (c OutputConfig) logger() *slog.Logger {
-	if c.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return c.Logger
 }

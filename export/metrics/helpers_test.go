@@ -2,11 +2,16 @@ package metrics_test
 
 import (
 	"reflect"
+	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/track"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 

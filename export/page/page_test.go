@@ -9,11 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestPageServesItsOwnFilesOnly: the page and what it loads come from the
 // binary, with their types and a policy that allows nothing else.

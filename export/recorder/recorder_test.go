@@ -13,6 +13,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
@@ -24,6 +25,8 @@ import (
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // ads is the method of an ADS stream.
 const ads = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"

@@ -3,10 +3,14 @@ package references_test
 import (
 	"context"
 	"sync"
+	"testing"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 

@@ -11,11 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestUpstreamReason(t *testing.T) {
 	leakcheck.Check(t)

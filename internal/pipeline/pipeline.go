@@ -13,6 +13,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/csds"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/export/recorder"
@@ -167,7 +168,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.Metrics.WatchOutputs(cfg.LogOutput)
 	}
 	p.Metrics.WatchOutputs(p.outputs...)
-	live := export.NewLiveLog(log)
+	live := livelog.New(log)
 	if cfg.LogLater != nil {
 		live.DecodeLater(cfg.LogLater)
 	}

@@ -31,18 +31,23 @@ func isSupport(dir string) bool {
 // non-test files may import. A package above may import what those below it
 // may: the table is the picture of docs/architecture.md.
 var mayImport = map[string][]string{
-	"codec":                  {},
-	"capture":                {},
-	"deploy":                 {},
-	"redact":                 {"codec"},
-	"tap":                    {"codec"},
-	"track":                  {"codec"},
-	"refgraph":               {"codec"},
-	"origin":                 {"codec", "track", "redact"},
+	"codec":    {},
+	"capture":  {},
+	"deploy":   {},
+	"redact":   {"codec"},
+	"tap":      {"codec"},
+	"track":    {"codec"},
+	"refgraph": {"codec"},
+	"origin":   {"codec", "track", "redact"},
+	// What every output shares (export, on its internal packages), then the
+	// outputs, a package each, which import no other: the upstream's
+	// health is below the metrics and the page that read it, and the
+	// readers of outputs (page, csds) are above them.
 	"export/internal/outq":   {},
 	"export/internal/shared": {"codec", "origin", "refgraph"},
-	"export":                 {"codec", "track", "origin", "export/internal/outq", "export/internal/shared"},
+	"export":                 {"track", "export/internal/outq", "export/internal/shared"},
 	"export/upstream":        {"codec", "track", "export/internal/shared"},
+	"export/livelog":         {"codec", "origin", "track", "export", "export/internal/shared"},
 	"export/recorder":        {"codec", "capture", "redact", "export", "export/internal/outq", "export/internal/shared"},
 	"export/tracing":         {"codec", "origin", "refgraph", "track", "export", "export/internal/shared"},
 	"export/references":      {"codec", "origin", "refgraph", "track", "export", "export/internal/outq", "export/internal/shared"},
@@ -53,13 +58,13 @@ var mayImport = map[string][]string{
 	"internal/feed":          {"codec", "track", "redact"},
 	"internal/gctune":        {},
 	"internal/rollout":       {"origin"},
-	"internal/inspect":       {"codec", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed"},
-	"internal/pipeline":      {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed", "export/recorder", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream"},
-	"internal/runconfig":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "refgraph", "internal/feed", "internal/gctune", "internal/pipeline", "export/tracing", "export/references", "export/retained", "export/metrics"},
+	"internal/inspect":       {"codec", "track", "origin", "capture", "redact", "export", "export/livelog", "refgraph", "internal/feed"},
+	"internal/pipeline":      {"codec", "tap", "track", "origin", "capture", "redact", "export", "export/recorder", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream", "export/livelog", "refgraph", "internal/feed"},
+	"internal/runconfig":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "export/tracing", "export/references", "export/retained", "export/metrics", "refgraph", "internal/feed", "internal/gctune", "internal/pipeline"},
 	"internal/xdsconfig":     {},
 	"internal/controlplane":  {},
 	"internal/demo":          {"internal/xdsconfig", "internal/controlplane"},
-	"cmd/adstap":             {"codec", "tap", "track", "origin", "capture", "export", "refgraph", "internal/feed", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream"},
+	"cmd/adstap":             {"codec", "tap", "track", "origin", "capture", "export", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream", "refgraph", "internal/feed", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo"},
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -2,6 +2,7 @@ package shared
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,4 +79,37 @@ func NodeSuffix(id string) string {
 		return ""
 	}
 	return " node=" + id
+}
+
+// AppendLatency appends export.Latency(d) to b, without allocating for the common
+// cases: the live log writes one per push.
+func AppendLatency(b []byte, d time.Duration) []byte {
+	switch {
+	case d < time.Millisecond:
+		b = strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 2, 64)
+		return append(b, "ms"...)
+	case d < time.Second:
+		// Whole milliseconds under a second print as Duration.String
+		// prints them ("14ms"), without its string.
+		if r := d.Round(time.Millisecond); r < time.Second {
+			b = strconv.AppendInt(b, int64(r/time.Millisecond), 10)
+			return append(b, "ms"...)
+		}
+		return append(b, d.Round(time.Millisecond).String()...)
+	}
+	return append(b, d.Round(100*time.Millisecond).String()...)
+}
+
+// AppendSize appends export.Size(n) to b.
+func AppendSize(b []byte, n int) []byte {
+	switch {
+	case n >= 1<<20:
+		b = strconv.AppendFloat(b, float64(n)/(1<<20), 'f', 1, 64)
+		return append(b, "MB"...)
+	case n >= 1<<10:
+		b = strconv.AppendFloat(b, float64(n)/(1<<10), 'f', 1, 64)
+		return append(b, "KB"...)
+	}
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, 'B')
 }

@@ -1,10 +1,11 @@
-package export
+package shared
 
 import (
 	"fmt"
-	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"testing"
 	"time"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 // Numbers are appended to a buffer rather than formatted with fmt; these are
@@ -44,7 +45,7 @@ func TestAppendLatencyMatchesFmt(t *testing.T) {
 	}
 	ds = append(ds, 59*time.Second+950*time.Millisecond, 61*time.Minute, 30*time.Second, 1<<62)
 	for _, d := range ds {
-		if got, want := string(appendLatency(nil, d)), latencyByFmt(d); got != want {
+		if got, want := string(AppendLatency(nil, d)), latencyByFmt(d); got != want {
 			t.Errorf("AppendLatency(%d) = %q, fmt gives %q", d, got, want)
 		}
 	}
@@ -57,7 +58,7 @@ func TestAppendSizeMatchesFmt(t *testing.T) {
 		ns = append(ns, n)
 	}
 	for _, n := range ns {
-		if got, want := string(appendSize(nil, n)), humanBytesByFmt(n); got != want {
+		if got, want := string(AppendSize(nil, n)), humanBytesByFmt(n); got != want {
 			t.Errorf("AppendSize(%d) = %q, fmt gives %q", n, got, want)
 		}
 	}

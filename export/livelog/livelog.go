@@ -1,4 +1,5 @@
-package export
+// Package livelog is the live log: a readable line per push outcome, stream change and detector event, its facts attached for the JSON format.
+package livelog
 
 import (
 	"context"
@@ -13,28 +14,30 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
-// LiveLog writes one readable line per push outcome, stream change and
+// Log writes one readable line per push outcome, stream change and
 // detector event, e.g.
 //
 //	CDS v=2026-11-30T09:00:00Z/42 +2 -0 ~1 =117 1.2MB node=sidecar~10.0.0.1~app.default ACK 14ms
 //
-// Each record also carries its facts as attributes in the DetailGroup
-// group, for --log-format=json.
+// Each record also carries its facts as attributes in the
+// export.DetailGroup group, for --log-format=json.
 //
 // A control plane stuck re-sending a rejected push (go-control-plane's
 // snapshot cache does it thousands of times a second) would bury everything
 // else: a NACK identical to the previous one of its stream and type is
 // written at most once per repeatEvery, with the count of those left out.
-type LiveLog struct {
+type Log struct {
 	log *slog.Logger
-	// detail says whether the handler writes the facts (DetailGroup). The
-	// human format (Pretty) leaves them out, so they are not made for it:
-	// a push's facts were most of the live log's garbage.
+	// detail says whether the handler writes the facts
+	// (export.DetailGroup). The human format (export.Pretty) leaves them
+	// out, so they are not made for it: a push's facts were most of the
+	// live log's garbage.
 	detail      bool
 	repeatEvery time.Duration
 	// later, when set, runs the lines that read a NACK's Istio objects on
@@ -63,24 +66,24 @@ type repeat struct {
 // defaultRepeatEvery is how often an identical NACK is written again.
 const defaultRepeatEvery = 5 * time.Second
 
-var _ track.Sink = (*LiveLog)(nil)
+var _ track.Sink = (*Log)(nil)
 
-// NewLiveLog logs to l.
-func NewLiveLog(l *slog.Logger) *LiveLog {
-	_, human := l.Handler().(*Pretty)
-	return &LiveLog{log: l, detail: !human, repeatEvery: defaultRepeatEvery}
+// New logs to l.
+func New(l *slog.Logger) *Log {
+	_, human := l.Handler().(*export.Pretty)
+	return &Log{log: l, detail: !human, repeatEvery: defaultRepeatEvery}
 }
 
 // DecodeLater makes the lines that name the Istio objects a NACK rejected
-// run on an output's own goroutine (run: LogWriter.Later), which reads the
-// objects (origin.Of) there rather than on the observation worker that hands
-// the live log its events; the lines of the stream that follow wait there
-// too, so the stream's lines keep their order. Without it, they are read
+// run on an output's own goroutine (run: export.LogWriter.Later), which
+// reads the objects (origin.Of) there rather than on the observation
+// worker that hands the live log its events; the lines of the stream that
+// follow wait there too, so the stream's lines keep their order. Without it, they are read
 // where the event is handled (inspect, tests).
-func (l *LiveLog) DecodeLater(run func(func()) bool) { l.later = run }
+func (l *Log) DecodeLater(run func(func()) bool) { l.later = run }
 
 // OnEvent logs e if it is worth a line.
-func (l *LiveLog) OnEvent(e track.Event) {
+func (l *Log) OnEvent(e track.Event) {
 	ref, rejected, lined := streamOf(e)
 	if !lined {
 		return
@@ -109,7 +112,7 @@ func (l *LiveLog) OnEvent(e track.Event) {
 // writeLater writes e's line on the log's goroutine (DecodeLater), after
 // claiming what its NACK rejected, so that the objects are read there. Apart
 // from OnEvent, so that only a line that waits costs its closure.
-func (l *LiveLog) writeLater(st *logStream, rejected *track.Rejected, e track.Event, suppressed int) {
+func (l *Log) writeLater(st *logStream, rejected *track.Rejected, e track.Event, suppressed int) {
 	line := func() {
 		if pe, ok := e.(track.PushEnded); ok {
 			l.pushEnded(pe, suppressed)
@@ -154,7 +157,7 @@ func streamOf(e track.Event) (ref *track.StreamRef, r *track.Rejected, lined boo
 }
 
 // write logs e, but for a push's outcome (pushEnded).
-func (l *LiveLog) write(e track.Event) {
+func (l *Log) write(e track.Event) {
 	switch e := e.(type) {
 	case track.StreamOpened:
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d open: %s %s from %s", e.Stream.ID, e.Stream.Protocol, shortMethod(e.Stream.Method), e.Stream.Peer),
@@ -191,14 +194,14 @@ func (l *LiveLog) write(e track.Event) {
 		l.line(slog.LevelInfo, fmt.Sprintf("stream %d full sync complete in %s (%s)%s", e.StreamID, e.Elapsed.Round(time.Millisecond), strings.Join(types, " "), shared.NodeSuffix(e.Node.ID)),
 			"stream", e.StreamID, "node", e.Node.ID, "full_sync_seconds", e.Elapsed.Seconds(), "types", e.Types)
 	case track.DetectorStarted:
-		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", DetectorName(e.Detector), e.Detail),
+		l.line(slog.LevelWarn, fmt.Sprintf("%s started: %s", export.DetectorName(e.Detector), e.Detail),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count)
 	case track.DetectorEnded:
-		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", DetectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
+		l.line(slog.LevelInfo, fmt.Sprintf("%s ended: %s after %s (%d in all)", export.DetectorName(e.Detector), e.Key, e.Duration.Round(time.Second), e.Count),
 			"detector", e.Detector, "key", e.Key, "stream", e.StreamID, "node", e.Node, "type_url", e.TypeURL, "count", e.Count, "duration_seconds", e.Duration.Seconds())
 	case track.UpstreamConnected:
 		c := e.UpstreamConnect
-		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", Latency(c.DNS), Latency(c.TCP), Latency(c.TLS))
+		phases := fmt.Sprintf("dns %s, tcp %s, tls %s", export.Latency(c.DNS), export.Latency(c.TCP), export.Latency(c.TLS))
 		if c.Err != nil {
 			l.line(slog.LevelWarn, fmt.Sprintf("upstream %s unreachable for connection %d: %s failed (%s): %v", c.Upstream, c.ConnID, c.FailedPhase, phases, c.Err),
 				"conn", c.ConnID, "upstream", c.Upstream, "failed_phase", c.FailedPhase, "error", c.Err.Error(),
@@ -216,7 +219,7 @@ func (l *LiveLog) write(e track.Event) {
 	}
 }
 
-func (l *LiveLog) pushEnded(e track.PushEnded, suppressed int) {
+func (l *Log) pushEnded(e track.PushEnded, suppressed int) {
 	p := e.Push
 	level := slog.LevelInfo
 	if e.Result == track.ResultNACK || e.Result == track.ResultTimeout {
@@ -259,12 +262,12 @@ func (l *LiveLog) pushEnded(e track.PushEnded, suppressed int) {
 	}
 	// The stream id stays in plain sight, to look the stream up in
 	// /debug/streams; the facts are for machines only.
-	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: DetailGroup, Value: slog.GroupValue(facts...)})
+	l.log.LogAttrs(ctx, level, msg, slog.Uint64("stream", p.StreamID), slog.Attr{Key: export.DetailGroup, Value: slog.GroupValue(facts...)})
 }
 
 // fullPush writes the line of a full push, which every stream of a mesh
 // gets at once: built like a push's line, without garbage but its string.
-func (l *LiveLog) fullPush(e track.FullPush) {
+func (l *Log) fullPush(e track.FullPush) {
 	ctx := context.Background()
 	if !l.log.Enabled(ctx, slog.LevelInfo) {
 		return
@@ -288,7 +291,7 @@ func (l *LiveLog) fullPush(e track.FullPush) {
 		l.log.LogAttrs(ctx, slog.LevelInfo, msg)
 		return
 	}
-	l.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Attr{Key: DetailGroup, Value: slog.GroupValue(
+	l.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Attr{Key: export.DetailGroup, Value: slog.GroupValue(
 		slog.Uint64("stream", e.StreamID), slog.String("node", e.Node.ID), slog.String("version", e.Version),
 		slog.Uint64("round", e.Round), slog.String("type_url", e.TypeURL), slog.Int("full_pushes", e.Count),
 	)})
@@ -311,7 +314,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	b = append(b, " ="...)
 	b = strconv.AppendInt(b, int64(d.Unchanged), 10)
 	b = append(b, ' ')
-	b = appendSize(b, p.Bytes)
+	b = shared.AppendSize(b, p.Bytes)
 	if p.FullSync {
 		if p.Initial {
 			b = append(b, " full"...)
@@ -329,10 +332,10 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 	switch e.Result {
 	case track.ResultACK:
 		b = append(b, " ACK "...)
-		b = appendLatency(b, e.Latency)
+		b = shared.AppendLatency(b, e.Latency)
 	case track.ResultNACK:
 		b = append(b, " NACK "...)
-		b = appendLatency(b, e.Latency)
+		b = shared.AppendLatency(b, e.Latency)
 		b = append(b, ": "...)
 		b = append(b, e.Error...)
 		if s := origin.Of(e.Rejected).Summary(); s != "" {
@@ -357,7 +360,7 @@ func appendPushLine(b []byte, e track.PushEnded, suppressed int) []byte {
 // throttle decides whether a push outcome gets its line, and how many
 // identical NACKs were left out before it. st is the push's stream's (nil
 // for an event made outside a tracker: every line is written).
-func (l *LiveLog) throttle(st *logStream, e track.PushEnded) (suppressed int, write bool) {
+func (l *Log) throttle(st *logStream, e track.PushEnded) (suppressed int, write bool) {
 	if st == nil {
 		return 0, true
 	}
@@ -389,12 +392,12 @@ func (l *LiveLog) throttle(st *logStream, e track.PushEnded) (suppressed int, wr
 }
 
 // line logs msg with its facts, which are for machines only.
-func (l *LiveLog) line(level slog.Level, msg string, facts ...any) {
+func (l *Log) line(level slog.Level, msg string, facts ...any) {
 	if !l.detail {
 		l.log.Log(context.Background(), level, msg)
 		return
 	}
-	l.log.Log(context.Background(), level, msg, slog.Group(DetailGroup, facts...))
+	l.log.Log(context.Background(), level, msg, slog.Group(export.DetailGroup, facts...))
 }
 
 func shortMethod(m string) string {

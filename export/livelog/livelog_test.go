@@ -1,4 +1,4 @@
-package export_test
+package livelog_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -32,11 +33,11 @@ func cdsPush(version string) track.Push {
 	}
 }
 
-// lines runs events through a LiveLog in the human format and returns its
+// lines runs events through the live log in the human format and returns its
 // lines without their timestamps.
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
-	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
 	for _, e := range tracked(events...) {
 		l.OnEvent(e)
 	}
@@ -105,7 +106,7 @@ func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
 func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 	leakcheck.Check(t)
 	var buf bytes.Buffer
-	l := export.NewLiveLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	l := livelog.New(slog.New(slog.NewJSONHandler(&buf, nil)))
 	l.OnEvent(track.PushEnded{Push: cdsPush("v1"), Result: track.ResultNACK, At: t0, Latency: 2 * time.Millisecond, ErrorCode: 3, Error: "bad", ErrorNames: []string{"ratings"}})
 	var rec struct {
 		Level string
@@ -131,7 +132,7 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 func TestLiveLogBelowItsLevel(t *testing.T) {
 	leakcheck.Check(t)
 	var buf bytes.Buffer
-	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelWarn)))
+	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelWarn)))
 	nack := func(at time.Duration) track.PushEnded {
 		return track.PushEnded{Push: cdsPush("v7"), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
 	}
