@@ -209,7 +209,7 @@ func (d discardSpans) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySp
 func (discardSpans) Shutdown(context.Context) error { return nil }
 
 // refsStoppedLine is what the reference check logs when it stops checking
-// a stream (export.References): no metric counts those streams.
+// a stream (references.References): no metric counts those streams.
 var refsStoppedLine = []byte("references no longer checked")
 
 // countingWriter counts what the live log writes before it reaches its

@@ -10,15 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"sigs.k8s.io/yaml"
+
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/promtest"
 	"github.com/adstap/adstap/refgraph"
 	"github.com/adstap/adstap/track"
-	"github.com/google/go-cmp/cmp"
-	"go.uber.org/goleak"
-	"sigs.k8s.io/yaml"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -238,7 +239,7 @@ var labelValues = func() map[string][]string {
 		"phase":                          {"dns", "tcp", "tls", "first_response"},
 		"adstap_full_syncs_total/reason": {"initial", "repeated"},
 		"adstap_upstream_connect_failures_total/reason": {"dns", "tcp", "tls", "other"},
-		"adstap_upstream_failing/reason":                export.UpstreamReasons,
+		"adstap_upstream_failing/reason":                upstream.Reasons,
 		"adstap_make_before_break_seconds/kind":         {string(refgraph.RouteCluster), string(refgraph.ListenerCluster)},
 	}
 }()

@@ -16,6 +16,9 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/track"
 )
 
@@ -110,9 +113,9 @@ func runFleet(b *testing.B, s track.Sink, streams int) {
 	}
 }
 
-func newBenchTracing(b *testing.B, grouping string) *export.Tracing {
+func newBenchTracing(b *testing.B, grouping string) *tracing.Tracing {
 	b.Helper()
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{
+	tr, err := tracing.New(context.Background(), tracing.Config{
 		Grouping: grouping, Scope: "mesh-bench", Exporter: discardExporter{},
 		Getenv: func(string) string { return "" },
 	})
@@ -130,14 +133,14 @@ func newBenchTracing(b *testing.B, grouping string) *export.Tracing {
 // BenchmarkTracingPush is the tracing sink's cost of one push and its ACK:
 // the push span, the link to the stream's connect span.
 func BenchmarkTracingPush(b *testing.B) {
-	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
+	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		b.Run(g, func(b *testing.B) {
 			runPushes(b, newBenchTracing(b, g))
 		})
 	}
 	// W2's shape: every stream gets each version.
 	b.Run("version-fleet-of-8", func(b *testing.B) {
-		runFleet(b, newBenchTracing(b, export.GroupByVersion), 8)
+		runFleet(b, newBenchTracing(b, tracing.GroupByVersion), 8)
 	})
 }
 
@@ -145,10 +148,10 @@ func BenchmarkTracingPush(b *testing.B) {
 // line, in each --log-format.
 func BenchmarkLiveLogPush(b *testing.B) {
 	b.Run("pretty", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
+		runPushes(b, livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
 	})
 	b.Run("json", func(b *testing.B) {
-		runPushes(b, export.NewLiveLog(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+		runPushes(b, livelog.New(slog.New(slog.NewJSONHandler(io.Discard, nil))))
 	})
 }
 
@@ -156,11 +159,11 @@ func BenchmarkLiveLogPush(b *testing.B) {
 // with the exemplar's trace id from a tracing sink as cmd/adstap wires it.
 func BenchmarkMetricsPush(b *testing.B) {
 	b.Run("exemplar-trace-id", func(b *testing.B) {
-		tr := newBenchTracing(b, export.GroupByVersion)
-		runPushes(b, export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil))
+		tr := newBenchTracing(b, tracing.GroupByVersion)
+		runPushes(b, metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil))
 	})
 	b.Run("node-label", func(b *testing.B) {
-		runPushes(b, export.NewMetrics(export.MetricsConfig{NodeLabel: true}, nil))
+		runPushes(b, metrics.New(metrics.Config{NodeLabel: true}, nil))
 	})
 }
 
@@ -174,10 +177,10 @@ func BenchmarkAllSinksPush(b *testing.B) {
 
 // allSinks are the three sinks as cmd/adstap wires them.
 func allSinks(b *testing.B) track.Sink {
-	tr := newBenchTracing(b, export.GroupByVersion)
+	tr := newBenchTracing(b, tracing.GroupByVersion)
 	sinks := []track.Sink{
-		export.NewLiveLog(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
-		export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil),
+		livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
+		metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil),
 		tr,
 	}
 	return track.SinkFunc(func(e track.Event) {

@@ -1,2 +1,2 @@
-// Package export turns the tracker's events into what operators read: a live log, debug pages, metrics and spans.
+// Package export is what every output shares: the Output shape, the log's way out (LogWriter, Pretty) and the words people read; each output is a package under it.
 package export

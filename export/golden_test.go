@@ -21,6 +21,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -177,29 +179,29 @@ func story() []track.Event {
 	}
 }
 
-// recorder keeps the spans the tracing sink exports.
-type recorder struct {
+// spanRecorder keeps the spans the tracing sink exports.
+type spanRecorder struct {
 	mu    sync.Mutex
 	spans []sdktrace.ReadOnlySpan
 }
 
-func (r *recorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+func (r *spanRecorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.spans = append(r.spans, s...)
 	return nil
 }
 
-func (r *recorder) Shutdown(context.Context) error { return nil }
+func (r *spanRecorder) Shutdown(context.Context) error { return nil }
 
 // traceSpans runs events through a Tracing and returns its spans, in the
 // order they ended.
-func traceSpans(t *testing.T, cfg export.TracingConfig, events []track.Event) []sdktrace.ReadOnlySpan {
+func traceSpans(t *testing.T, cfg tracing.Config, events []track.Event) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	rec := &recorder{}
+	rec := &spanRecorder{}
 	cfg.Exporter = rec
 	cfg.Getenv = func(string) string { return "" }
-	tr, err := export.NewTracing(context.Background(), cfg)
+	tr, err := tracing.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 	versionTraces := map[trace.TraceID]string{}
 	for _, e := range events {
 		if p, ok := e.(track.PushSent); ok && p.Push.Version != "" {
-			versionTraces[export.VersionTraceID(scope, p.Push.Version)] = "version " + p.Push.Version
+			versionTraces[tracing.VersionTraceID(scope, p.Push.Version)] = "version " + p.Push.Version
 		}
 	}
 	spanNames := map[trace.SpanID]string{}
@@ -273,9 +275,9 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 func TestTracingGolden(t *testing.T) {
 	leakcheck.Check(t)
 	events := tracked(story()...)
-	for _, g := range []string{export.GroupByVersion, export.GroupByStream} {
+	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
-			cfg := export.TracingConfig{Grouping: g, Scope: "mesh-golden"}
+			cfg := tracing.Config{Grouping: g, Scope: "mesh-golden"}
 			golden(t, "spans-"+g+".golden", renderSpans(cfg.Scope, events, traceSpans(t, cfg, events)))
 		})
 	}
@@ -295,7 +297,7 @@ func TestLiveLogGolden(t *testing.T) {
 			}
 			return a
 		}
-		l := export.NewLiveLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
+		l := livelog.New(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
 		for _, e := range events {
 			l.OnEvent(e)
 		}
@@ -305,7 +307,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// A logger carrying its own attributes and group, as a caller may
 		// hand one over.
 		var buf bytes.Buffer
-		l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
+		l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
 		for _, e := range tracked(story()...) {
 			l.OnEvent(e)
 		}

@@ -18,6 +18,14 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/internal/shared"
+	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/recorder"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
+	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -32,7 +40,7 @@ import (
 // takes.
 //
 // Two nets: every shared lock an output takes on the way says so
-// (takingShared), contended or not, and may be taken at most once a stream
+// (shared.Taking), contended or not, and may be taken at most once a stream
 // (a new node, a connection attempt), never once a frame; and the mutex
 // profile names any contended lock of this package, should one be taken
 // without saying so.
@@ -41,35 +49,35 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	defer runtime.SetMutexProfileFraction(runtime.SetMutexProfileFraction(1))
 	var takenMu sync.Mutex // the test's own, outside the outputs
 	taken := map[string]int{}
-	defer export.SetSharedLockHook(func(name string) {
+	defer shared.SetLockHook(func(name string) {
 		takenMu.Lock()
 		taken[name]++
 		takenMu.Unlock()
 	})()
 
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: &recorder{}, QueueSize: 1 << 16,
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, QueueSize: 1 << 16,
 		Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := export.NewMetrics(export.MetricsConfig{TraceID: tr.TraceIDFor}, nil)
+	m := metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil)
 	logOut := export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Writer: io.Discard})
-	retained := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
-	refs := export.NewReferences(export.ReferencesConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Tracing: tr})
-	upstream := export.NewUpstreamHealth()
+	retained := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
+	refs := references.New(references.Config{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Spans: tr})
+	upstream := upstream.NewHealth()
 	w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<30, 2, "test", "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	capt := export.NewCapture(export.CaptureConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
-	sinks := []track.Sink{export.NewLiveLog(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
+	capt := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
+	sinks := []track.Sink{livelog.New(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
 	emit := func(e track.Event) {
 		for _, s := range sinks {
 			s.OnEvent(e)
 		}
 	}
 
-	before := contendedIn("github.com/adstap/adstap/export.")
+	before := contendedIn("github.com/adstap/adstap/export")
 	const streams, pushes = 8, 3000
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -111,7 +119,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := contendedIn("github.com/adstap/adstap/export.")
+	after := contendedIn("github.com/adstap/adstap/export")
 	var shared []string
 	for fn, n := range after {
 		if n > before[fn] {
@@ -132,11 +140,11 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 }
 
 // contendedIn counts, by the function that released it, the contended
-// sync locks (Mutex, RWMutex) the mutex profile holds that a function with
-// prefix released. The runtime's own locks (a channel's: the hand-off to an
+// sync locks (Mutex, RWMutex) the mutex profile holds that a function of
+// package pkg, or of a package under it, released. The runtime's own locks (a channel's: the hand-off to an
 // output's queue) and sync.Pool's (taken when a processor first uses a
 // pool) are not counted: neither is held across an output's work.
-func contendedIn(prefix string) map[string]int64 {
+func contendedIn(pkg string) map[string]int64 {
 	var records []runtime.BlockProfileRecord
 	for {
 		n, ok := runtime.MutexProfile(records)
@@ -157,7 +165,7 @@ func contendedIn(prefix string) map[string]int64 {
 			// The first frame out of package sync is the one that
 			// released the lock.
 			if !strings.HasPrefix(f.Function, "sync.") && !strings.HasPrefix(f.Function, "internal/sync.") {
-				if strings.HasPrefix(f.Function, prefix) {
+				if strings.HasPrefix(f.Function, pkg+".") || strings.HasPrefix(f.Function, pkg+"/") {
 					out[f.Function] += r.Count
 				}
 				break

@@ -13,47 +13,48 @@ import (
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
-// lockSites is every lock the outputs take, by the function that takes it
-// and the lock, and why no two streams wait for each other on it for a
-// frame: the stream's own state, or off the frame's path (the output's own
-// goroutine, a page, a scrape, the clock, shutdown). A lock streams share
-// on the path is not listed: it calls takingShared just before, and
-// TestOutputsShareNoLockAcrossStreams counts it.
+// lockSites is every lock the outputs take, by the package (its directory
+// under export), the function that takes it and the lock, and why no two
+// streams wait for each other on it for a frame: the stream's own state,
+// or off the frame's path (the output's own goroutine, a page, a scrape,
+// the clock, shutdown). A lock streams share on the path is not listed: it
+// calls shared.Taking just before, and TestOutputsShareNoLockAcrossStreams
+// counts it.
 var lockSites = map[string]string{
-	"(*LiveLog).throttle st.mu":       "stream",
-	"(*Tracing).detectorState s.mu":   "stream",
-	"(*Tracing).Tick s.mu":            "stream",
-	"(*Tracing).endAllEpisodes s.mu":  "stream",
-	"(*Tracing).references s.mu":      "stream",
-	"(*Tracing).Shutdown s.mu":        "stream",
-	"(*Tracing).TraceIDFor s.mu":      "stream",
-	"(*Tracing).stream s.mu":          "stream",
-	"(*Tracing).OnEvent s.mu":         "stream",
-	"(*Tracing).streamOpened s.mu":    "stream",
-	"(*Tracing).fullSync s.mu":        "stream",
-	"(*Tracing).streamClosed s.mu":    "stream",
-	"(*Tracing).pushEnded s.mu":       "stream",
-	"(*Tracing).detector s.mu":        "stream",
-	"(*spanObjects).take sh.mu":       "off the path: the span queue's goroutine",
-	"(*ConfigStore).snapshot c.mu":    "off the path: CSDS",
-	"(*ConfigStore).do c.mu":          "off the path: the store's goroutine",
-	"(*ConfigStore).closeStream c.mu": "off the path: the store's goroutine",
-	"(*ConfigStore).accept c.mu":      "off the path: the store's goroutine",
-	"(*ConfigStore).Handler c.mu":     "off the path: /debug/config",
-	"(*UpstreamHealth).State u.mu":    "off the path: status and pages",
-	"(*References).do r.mu":           "off the path: the check's goroutine",
-	"(*References).ScanStats r.mu":    "off the path: a scrape",
-	"(*References).Dangling r.mu":     "off the path: pages and status",
-	"(*References).Holds r.mu":        "off the path: tests of what the check holds",
+	"livelog: (*Log).throttle st.mu":           "stream",
+	"tracing: (*Tracing).detectorState s.mu":   "stream",
+	"tracing: (*Tracing).Tick s.mu":            "stream",
+	"tracing: (*Tracing).endAllEpisodes s.mu":  "stream",
+	"tracing: (*Tracing).References s.mu":      "stream",
+	"tracing: (*Tracing).Shutdown s.mu":        "stream",
+	"tracing: (*Tracing).TraceIDFor s.mu":      "stream",
+	"tracing: (*Tracing).stream s.mu":          "stream",
+	"tracing: (*Tracing).OnEvent s.mu":         "stream",
+	"tracing: (*Tracing).streamOpened s.mu":    "stream",
+	"tracing: (*Tracing).fullSync s.mu":        "stream",
+	"tracing: (*Tracing).streamClosed s.mu":    "stream",
+	"tracing: (*Tracing).pushEnded s.mu":       "stream",
+	"tracing: (*Tracing).detector s.mu":        "stream",
+	"tracing: (*spanObjects).take sh.mu":       "off the path: the span queue's goroutine",
+	"retained: (*Store).Snapshot c.mu":         "off the path: CSDS",
+	"retained: (*Store).do c.mu":               "off the path: the store's goroutine",
+	"retained: (*Store).closeStream c.mu":      "off the path: the store's goroutine",
+	"retained: (*Store).accept c.mu":           "off the path: the store's goroutine",
+	"retained: (*Store).Handler c.mu":          "off the path: /debug/config",
+	"upstream: (*Health).State u.mu":           "off the path: status and pages",
+	"references: (*References).do r.mu":        "off the path: the check's goroutine",
+	"references: (*References).ScanStats r.mu": "off the path: a scrape",
+	"references: (*References).Dangling r.mu":  "off the path: pages and status",
+	"references: (*References).Holds r.mu":     "off the path: tests of what the check holds",
 }
 
 // Every lock of the outputs' code is either listed in lockSites or said to
-// the hook (takingShared) where it is taken: a new lock cannot join a
+// the hook (shared.Taking) where it is taken: a new lock cannot join a
 // frame's path unseen by TestOutputsShareNoLockAcrossStreams.
 func TestEveryLockIsAccountedFor(t *testing.T) {
 	leakcheck.Check(t)
 	var files []string
-	for _, pattern := range []string{"*.go", "internal/*/*.go"} {
+	for _, pattern := range []string{"*.go", "*/*.go", "internal/*/*.go"} {
 		m, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)
@@ -74,6 +75,10 @@ func TestEveryLockIsAccountedFor(t *testing.T) {
 		f, err := parser.ParseFile(fset, name, src, 0)
 		if err != nil {
 			t.Fatal(err)
+		}
+		pkg := filepath.ToSlash(filepath.Dir(name))
+		if pkg == "." {
+			pkg = "export"
 		}
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
@@ -102,7 +107,7 @@ func TestEveryLockIsAccountedFor(t *testing.T) {
 					if i > 0 && callsTakingShared(list[i-1]) {
 						continue
 					}
-					key := where + " " + lock
+					key := pkg + ": " + where + " " + lock
 					seen[key] = true
 					if _, ok := lockSites[key]; !ok {
 						unaccounted = append(unaccounted, fset.Position(s.Pos()).String()+": "+key)
@@ -114,7 +119,7 @@ func TestEveryLockIsAccountedFor(t *testing.T) {
 	}
 	sort.Strings(unaccounted)
 	for _, u := range unaccounted {
-		t.Errorf("%s: a lock neither listed in lockSites (a stream's own, or off the frame's path) nor said to takingShared", u)
+		t.Errorf("%s: a lock neither listed in lockSites (a stream's own, or off the frame's path) nor said to shared.Taking", u)
 	}
 	for key := range lockSites {
 		if !seen[key] {
@@ -149,6 +154,10 @@ func callsTakingShared(s ast.Stmt) bool {
 	if !ok {
 		return false
 	}
-	id, ok := call.Fun.(*ast.Ident)
-	return ok && id.Name == "takingShared"
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	return ok && pkg.Name == "shared" && sel.Sel.Name == "Taking"
 }

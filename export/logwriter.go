@@ -21,6 +21,8 @@ type LogWriter struct {
 	q *outq.Queue[logItem]
 }
 
+var _ Output = (*LogWriter)(nil)
+
 // logItem is a line to write, or work that logs lines (Later).
 type logItem struct {
 	line  []byte
@@ -72,8 +74,8 @@ func (l *LogWriter) Write(p []byte) (int, error) {
 // or drops it (counted as a line) when too much waits already; it reports
 // whether f was queued. The lines f logs through this writer come after
 // those queued before f ran: work whose lines need something slow (the
-// Istio objects a NACK rejected, LiveLog.DecodeLater) runs here rather than
-// on the tracker's goroutine.
+// Istio objects a NACK rejected, livelog.Log.DecodeLater) runs here rather
+// than on the tracker's goroutine.
 func (l *LogWriter) Later(f func()) bool {
 	return l.q.Put(logItem{later: f}, laterSize, false)
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
@@ -100,8 +102,8 @@ func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
 // whatever the push's outcome, and nothing stays kept once the spans are out.
 func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 	leakcheck.Check(t)
-	rec := &recorder{}
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
+	rec := &spanRecorder{}
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +170,8 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 func TestUnsampledPushSpansLetGoOfWhatTheirPushKept(t *testing.T) {
 	leakcheck.Check(t)
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-	rec := &recorder{}
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Exporter: rec, Getenv: func(string) string { return "" }})
+	rec := &spanRecorder{}
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 	}
 	for _, objects := range []bool{false, true} {
 		b.Run(map[bool]string{false: "without-objects", true: "with-objects"}[objects], func(b *testing.B) {
-			tr := newBenchTracing(b, export.GroupByVersion)
+			tr := newBenchTracing(b, tracing.GroupByVersion)
 			tk := track.New(track.Config{})
 			if objects {
 				tk.TakeChanged()
@@ -250,7 +252,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 	leakcheck.Check(t)
 	var buf strings.Builder
-	l := export.NewLiveLog(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
 	var waiting []func()
 	l.DecodeLater(func(f func()) bool {
 		waiting = append(waiting, f)
@@ -282,4 +284,15 @@ func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 	if line := after[nack:ack]; !strings.Contains(line, "NACK") || !strings.Contains(line, " — ") || !strings.Contains(line[strings.Index(line, " — "):], "shop/ratings") {
 		t.Errorf("the NACK's line does not name the DestinationRule it rejected: %s", line)
 	}
+}
+
+// pushSpans keeps the push spans of spans.
+func pushSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if strings.HasSuffix(s.Name(), " push") {
+			out = append(out, s)
+		}
+	}
+	return out
 }

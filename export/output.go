@@ -27,13 +27,13 @@ const (
 	TracingOutput    = "tracing"
 )
 
-var (
-	_ Output = (*LogWriter)(nil)
-	_ Output = (*ConfigStore)(nil)
-	_ Output = (*References)(nil)
-	_ Output = (*Capture)(nil)
-	_ Output = (*Tracing)(nil)
-)
+// SpanDrops are the spans that never reached the collector, by why: the
+// tracing output counts them, the metrics say them.
+type SpanDrops struct {
+	QueueFull    uint64 // the span queue was full: the collector is slow or unreachable
+	ExportFailed uint64 // the collector refused them or did not answer in time
+	TraceLimit   uint64 // past --trace-max-spans-per-stream in a trace, with no episode to fold into
+}
 
 // OutputConfig is what every output's config embeds: one
 // --output-queue-bytes, one logger, the same for all.
@@ -43,12 +43,4 @@ type OutputConfig struct {
 	// QueueBytes bounds the work waiting for the output
 	// (DefaultOutputQueueBytes when 0); past it work is dropped and counted.
 	QueueBytes int64
-}
-
-// logger is Logger, or one that discards.
-func (c OutputConfig) logger() *slog.Logger {
-	if c.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return c.Logger
 }

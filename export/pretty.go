@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/adstap/adstap/export/internal/shared"
 )
 
 // DetailGroup names the attribute group that carries a record's facts for
@@ -69,7 +71,7 @@ func (h *Pretty) Handle(_ context.Context, r slog.Record) error {
 	if h.mu == nil {
 		_, err = h.w.Write(b)
 	} else {
-		takingShared("pretty.mu")
+		shared.Taking("pretty.mu")
 		h.mu.Lock()
 		_, err = h.w.Write(b)
 		h.mu.Unlock()

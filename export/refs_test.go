@@ -6,9 +6,6 @@ import (
 	"github.com/adstap/adstap/track"
 )
 
-// stream3 is the stream of cdsPush, for events fed one by one.
-var stream3 = track.NewStreamRef(track.StreamMeta{ID: 3, OpenedAt: t0})
-
 // tracked fills in what a tracker hands with its events and a hand-written
 // list leaves out: each stream's StreamRef (made at its StreamOpened, or at
 // its first event), the stream's first push, and the type of its latest

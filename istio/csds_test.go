@@ -16,7 +16,6 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/structpb"
-
 	"istio.io/istio/istioctl/pkg/clioptions"
 	"istio.io/istio/istioctl/pkg/multixds"
 	"istio.io/istio/istioctl/pkg/writer/pilot"
@@ -26,7 +25,7 @@ import (
 	"istio.io/istio/pkg/adsc"
 	"istio.io/istio/tests/util/leak"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
 	atxdstest "github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/istio/internal/mesh"
 	"github.com/adstap/adstap/track"
@@ -78,7 +77,7 @@ func deltaWatching(t *testing.T, addr, workload, ip, name string) *adsc.Client {
 // resourceOf reads one resource of a node from the tap's /debug/resources.
 func resourceOf(t *testing.T, tp *mesh.Tap, node, typ, name string) (track.ResourceStatus, bool) {
 	t.Helper()
-	var page export.ResourcesPage
+	var page csds.ResourcesPage
 	body, err := tp.Page("/debug/resources?node=" + url.QueryEscape(node) + "&type=" + typ)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 	"istio.io/istio/tests/util/leak"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/istio/internal/mesh"
 	"github.com/adstap/adstap/track"
 )
@@ -111,7 +111,7 @@ func TestRoutesToNowhere(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 
-			found, err := tp.WaitDangling(ctx, func(d []export.DanglingReference) bool {
+			found, err := tp.WaitDangling(ctx, func(d []references.DanglingReference) bool {
 				return findRef(d, "route_cluster", missingV2) != nil && findRef(d, "cluster_unhealthy", emptyRatings) != nil
 			})
 			if err != nil {
@@ -139,7 +139,7 @@ func TestRoutesToNowhere(t *testing.T) {
 			}
 
 			engine.Apply(t, reviewsBoth)
-			if _, err := tp.WaitDangling(ctx, func(d []export.DanglingReference) bool {
+			if _, err := tp.WaitDangling(ctx, func(d []references.DanglingReference) bool {
 				return findRef(d, "route_cluster", missingV2) == nil
 			}); err != nil {
 				t.Fatalf("adding subset v2 did not clear the route: %v\n%s", err, tp.Log)
@@ -268,7 +268,7 @@ spec:
 	}
 }
 
-func findRef(refs []export.DanglingReference, kind, target string) *export.DanglingReference {
+func findRef(refs []references.DanglingReference, kind, target string) *references.DanglingReference {
 	for i := range refs {
 		if refs[i].Kind == kind && (refs[i].Target == target || refs[i].Owner == target) {
 			return &refs[i]

@@ -55,7 +55,7 @@ type TypeState struct {
 	LastRejected *Rejected `json:"-"`
 	// LastErrorSource is LastRejected as /debug/streams shows it: the
 	// rejected resources and the Istio objects they came from, as
-	// origin.Rejection writes them. export.DebugStreams fills it in.
+	// origin.Rejection writes them. page.StreamsHandler fills it in.
 	LastErrorSource json.RawMessage `json:"last_error_source,omitempty"`
 	Pushes          int             `json:"pushes"`
 	ACKs            int             `json:"acks"`

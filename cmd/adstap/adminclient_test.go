@@ -1,10 +1,11 @@
 package main
 
 import (
-	"github.com/adstap/adstap/export"
-	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"testing"
 	"time"
+
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
 func TestStatusWords(t *testing.T) {
@@ -42,8 +43,8 @@ func TestStatusWords(t *testing.T) {
 		{"{not json", "{not json"},
 		{"cp-east-1", "cp-east-1"},
 	} {
-		if got := export.ControlPlaneName(tc.id); got != tc.want {
-			t.Errorf("export.ControlPlaneName(%q) = %q, want %q", tc.id, got, tc.want)
+		if got := metrics.ControlPlaneName(tc.id); got != tc.want {
+			t.Errorf("metrics.ControlPlaneName(%q) = %q, want %q", tc.id, got, tc.want)
 		}
 	}
 	if got := printable("node\x1b[2J\x07\nx"); got != "node\uFFFD[2J\uFFFD\uFFFDx" {

@@ -18,7 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -55,8 +55,8 @@ func TestCaptureDownload(t *testing.T) {
 	// is checked is a second, fresh download, made once the ACK is written,
 	// after which nothing more is and the files stay as they are.
 	out := t.TempDir()
-	download := func() (list []export.CaptureFile, local []string, summary string, err error) {
-		var page struct{ Files []export.CaptureFile }
+	download := func() (list []recorder.File, local []string, summary string, err error) {
+		var page struct{ Files []recorder.File }
 		b, err := fetch("http://" + admin + "/debug/capture")
 		if err != nil {
 			return nil, nil, "", err

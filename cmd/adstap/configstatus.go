@@ -4,7 +4,8 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/track"
 )
 
@@ -12,14 +13,14 @@ import (
 // resource's status at the proxy as CSDS gives it (none when the tap does
 // not follow resources one by one).
 type configWithStatus struct {
-	export.ConfigPage
+	retained.Page
 	Status []track.ResourceStatus `json:"resource_status,omitempty"`
 }
 
 // resourceStatuses reads the stream's resources of one type, one by one;
 // nil from a tap that does not follow them.
 func resourceStatuses(ctx context.Context, client *adminClient, stream uint64, short string) []track.ResourceStatus {
-	var page export.ResourcesPage
+	var page csds.ResourcesPage
 	if client.get(ctx, "/debug/resources?stream="+strconv.FormatUint(stream, 10)+"&type="+short, &page) != nil {
 		return nil
 	}

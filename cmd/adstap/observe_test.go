@@ -9,7 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -24,18 +24,18 @@ func startObservedTap(t *testing.T, upstream string, log *syncbuf.Buffer) (tapAd
 	return startTracedTap(t, upstream, log)
 }
 
-func getStreams(t *testing.T, admin, query string) export.StreamsPage {
+func getStreams(t *testing.T, admin, query string) page.Streams {
 	t.Helper()
 	resp, err := http.Get("http://" + admin + "/debug/streams" + query)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var page export.StreamsPage
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+	var streams page.Streams
+	if err := json.NewDecoder(resp.Body).Decode(&streams); err != nil {
 		t.Fatalf("decoding /debug/streams: %v", err)
 	}
-	return page
+	return streams
 }
 
 // TestNACKFromGRPCGoShowsInDebugStreams: grpc-go's xDS client rejects a

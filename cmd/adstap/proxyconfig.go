@@ -14,7 +14,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/track"
 )
 
@@ -93,16 +94,16 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	stream := f.stream
 	if stream == 0 {
-		var page export.StreamsPage
-		if err := client.get(ctx, "/debug/streams?node="+url.QueryEscape(f.node)+"&type="+short, &page); err != nil {
+		var streams page.Streams
+		if err := client.get(ctx, "/debug/streams?node="+url.QueryEscape(f.node)+"&type="+short, &streams); err != nil {
 			return fail(exitFailure, "%v", err)
 		}
-		if len(page.Streams) == 0 {
+		if len(streams.Streams) == 0 {
 			return fail(exitFailure, "no stream of node %q has %s (adstap status lists the proxies)", printable(f.node), short)
 		}
-		stream = page.Streams[len(page.Streams)-1].ID // the newest
+		stream = streams.Streams[len(streams.Streams)-1].ID // the newest
 	}
-	var cfg export.ConfigPage
+	var cfg retained.Page
 	if err := client.get(ctx, fmt.Sprintf("/debug/config?stream=%d&type=%s", stream, short), &cfg); err != nil {
 		return fail(exitFailure, "%v", err)
 	}
@@ -110,7 +111,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(configWithStatus{ConfigPage: cfg, Status: statuses})
+		enc.Encode(configWithStatus{Page: cfg, Status: statuses})
 		return exitOK
 	}
 	printConfig(stdout, short, cfg, statuses)
@@ -170,7 +171,7 @@ var configTables = map[string]configTable{
 	}},
 }
 
-func printConfig(w io.Writer, short string, cfg export.ConfigPage, statuses []track.ResourceStatus) {
+func printConfig(w io.Writer, short string, cfg retained.Page, statuses []track.ResourceStatus) {
 	noun := "resources"
 	if len(cfg.Resources) == 1 {
 		noun = "resource"

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/rollout"
 	"github.com/adstap/adstap/internal/runconfig"
 )
@@ -30,7 +30,7 @@ func rolloutCommand(f *rolloutFlags) *command {
 		"adstap rollout --jaeger=http://HOST:16686 [VERSION | PUSH_ID | --object=KIND/NAMESPACE/NAME] [flags]")
 	c.group("Where")
 	c.String(&f.jaeger, "jaeger", "", "Jaeger's query API: the `URL` people browse, http(s)://HOST:16686 (api_v3 over HTTP, under a path prefix if Jaeger has one), or its gRPC API, HOST:16685 (grpc:// plaintext, grpcs:// TLS); both give the same answer")
-	c.String(&f.service, "service", export.DefaultServiceName, "the taps' service `name` in Jaeger (their OTEL_SERVICE_NAME)")
+	c.String(&f.service, "service", tracing.DefaultServiceName, "the taps' service `name` in Jaeger (their OTEL_SERVICE_NAME)")
 	c.group("Which rounds")
 	c.String(&f.object, "object", "", "every push round that changed this Istio `object`, KIND/NAMESPACE/NAME: destination-rule/shop/reviews (or DestinationRule/shop/reviews)")
 	f.since = time.Hour

@@ -15,6 +15,10 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/page"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -80,9 +84,9 @@ type statusRow struct {
 	Tap     string `json:"tap,omitempty"`
 	Streams int    `json:"streams,omitempty"`
 	// Upstream is, with --prometheus, the tap's failing upstream.
-	Upstream *export.UpstreamState `json:"upstream,omitempty"`
+	Upstream *upstream.State `json:"upstream,omitempty"`
 	// Dangling are the references that dangle in what the proxy accepted.
-	Dangling []export.DanglingReference `json:"dangling_references,omitempty"`
+	Dangling []references.DanglingReference `json:"dangling_references,omitempty"`
 	// worst orders the rows: 0 for an ERROR, 1 for a STALE past the grace,
 	// a dangling reference or a failing upstream, 2 otherwise.
 	worst int
@@ -142,7 +146,7 @@ type statusReport struct {
 	// Source is the admin address, or the Prometheus URL, read.
 	Source string `json:"source"`
 	// Upstream is, for one tap, how its connections to the control plane fare.
-	Upstream  *export.UpstreamState `json:"upstream,omitempty"`
+	Upstream  *upstream.State       `json:"upstream,omitempty"`
 	Proxies   []statusRow           `json:"proxies"`
 	Problems  []statusProblem       `json:"problems"`
 	Detectors []track.DetectorState `json:"active_detectors"`
@@ -196,12 +200,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if f.node != "" {
 			path += "?node=" + url.QueryEscape(f.node)
 		}
-		var page export.StreamsPage
-		if err := client.get(ctx, path, &page); err != nil {
+		var streams page.Streams
+		if err := client.get(ctx, path, &streams); err != nil {
 			fmt.Fprintf(stderr, "adstap status: %v\n", err)
 			return exitFailure
 		}
-		rep = buildStatus(page, f.node, f.staleAfter)
+		rep = buildStatus(streams, f.node, f.staleAfter)
 		rep.Source = client.base
 		addResourceProblems(ctx, client, f.node, &rep)
 	}
@@ -219,19 +223,19 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration) statusReport {
-	now := page.Now
+func buildStatus(view page.Streams, node string, staleAfter time.Duration) statusReport {
+	now := view.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	rep := statusReport{Now: now, Proxies: []statusRow{}, Problems: []statusProblem{}, Detectors: []track.DetectorState{}, InSync: true}
-	if page.Upstream.State != "" {
-		rep.Upstream = &page.Upstream
+	if view.Upstream.State != "" {
+		rep.Upstream = &view.Upstream
 	}
-	for _, s := range page.Streams {
+	for _, s := range view.Streams {
 		row := statusRow{
 			Name: proxyName(s.NodeID, s.ID), NodeID: s.NodeID, Stream: s.ID, Protocol: string(s.Protocol), Peer: s.Peer,
-			ControlPlane: export.ControlPlaneName(s.ControlPlane), Version: proxyVersion(s), FullSync: s.FullSyncSeconds,
+			ControlPlane: metrics.ControlPlaneName(s.ControlPlane), Version: proxyVersion(s), FullSync: s.FullSyncSeconds,
 			Types: map[string]statusCell{}, worst: 2,
 		}
 		for url, ts := range s.Types {
@@ -256,7 +260,7 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 			}
 			row.set(codec.ShortType(url), c, now, at, staleAfter)
 		}
-		for _, d := range page.Dangling {
+		for _, d := range view.Dangling {
 			if d.Stream == s.ID {
 				row.Dangling = append(row.Dangling, d)
 			}
@@ -270,10 +274,10 @@ func buildStatus(page export.StreamsPage, node string, staleAfter time.Duration)
 	rep.finish()
 	shown := map[uint64]bool{}
 	nodes := map[string]bool{}
-	for _, s := range page.Streams {
+	for _, s := range view.Streams {
 		shown[s.ID], nodes[s.NodeID] = true, true
 	}
-	for _, d := range page.Detectors {
+	for _, d := range view.Detectors {
 		// With --node, the page has that node's streams only: so do the
 		// detectors shown (a herd, about the whole tap, is not the node's).
 		if d.Active && (node == "" || shown[d.StreamID] || (d.StreamID == 0 && nodes[d.Node])) {
@@ -322,7 +326,7 @@ func (rep *statusReport) finish() {
 		}
 		return int(a.Stream) - int(b.Stream)
 	})
-	if up := rep.Upstream; up != nil && up.State == export.UpstreamFailing {
+	if up := rep.Upstream; up != nil && up.State == upstream.Failing {
 		p := statusProblem{Kind: problemUpstream, Message: up.Summary()}
 		if up.Error != "" {
 			p.Detail = []string{up.Error}
@@ -331,7 +335,7 @@ func (rep *statusReport) finish() {
 	}
 	saidTap := map[string]bool{}
 	for _, r := range rep.Proxies {
-		if up := r.Upstream; up != nil && up.State == export.UpstreamFailing && !saidTap[r.Tap] {
+		if up := r.Upstream; up != nil && up.State == upstream.Failing && !saidTap[r.Tap] {
 			saidTap[r.Tap] = true
 			rep.Problems = append(rep.Problems, statusProblem{Kind: problemUpstream, Proxy: r.Name, Message: r.Name + ": " + up.Summary()})
 		}
@@ -428,7 +432,7 @@ func typeColumns(rows []statusRow) []string {
 
 func printStatus(w io.Writer, rep statusReport, wide bool) {
 	switch {
-	case len(rep.Proxies) == 0 && rep.Upstream != nil && rep.Upstream.State == export.UpstreamFailing:
+	case len(rep.Proxies) == 0 && rep.Upstream != nil && rep.Upstream.State == upstream.Failing:
 		fmt.Fprintln(w, "No streams: no proxy gets its configuration through this tap while its upstream fails (below).")
 	case len(rep.Proxies) == 0:
 		fmt.Fprintln(w, "No streams: no proxy is connected through this tap.")
@@ -490,7 +494,7 @@ func printTable(w io.Writer, rep statusReport, wide bool) {
 			}
 		}
 		controlPlane := orDash(printable(r.ControlPlane))
-		if r.Upstream != nil && r.Upstream.State == export.UpstreamFailing {
+		if r.Upstream != nil && r.Upstream.State == upstream.Failing {
 			controlPlane = "UPSTREAM FAILING"
 		}
 		line = append(line, controlPlane, orDash(printable(r.Version)))

@@ -16,7 +16,8 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/track"
 )
 
@@ -26,8 +27,8 @@ import (
 // and, only when the first finds nothing, one to say what Prometheus does
 // scrape.
 var meshQuery = `{__name__=~"` + strings.Join([]string{
-	export.MetricStreamStates, export.MetricLastPush, export.MetricLastACK,
-	export.MetricProxyStreams, export.MetricUpstreamFail, export.MetricUpstreamTries,
+	metrics.MetricStreamStates, metrics.MetricLastPush, metrics.MetricLastACK,
+	metrics.MetricProxyStreams, metrics.MetricUpstreamFail, metrics.MetricUpstreamTries,
 }, "|") + `"}`
 
 const (
@@ -139,12 +140,12 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 		}
 		name, val := string(s.Metric[model.MetricNameLabel]), float64(s.Value)
 		switch name {
-		case export.MetricUpstreamFail:
+		case metrics.MetricUpstreamFail:
 			if val == 1 {
 				t.reason = string(s.Metric["reason"])
 			}
 			continue
-		case export.MetricUpstreamTries:
+		case metrics.MetricUpstreamTries:
 			t.attempts = val
 			continue
 		}
@@ -155,7 +156,7 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 			r = &meshRow{types: map[string]*meshType{}, proxies: map[[2]string]float64{}}
 			t.rows[string(nodeValue)] = r
 		}
-		if name == export.MetricProxyStreams {
+		if name == metrics.MetricProxyStreams {
 			r.proxies[[2]string{string(s.Metric["version"]), string(s.Metric["control_plane"])}] += val
 			continue
 		}
@@ -166,11 +167,11 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 			r.types[typ] = mt
 		}
 		switch name {
-		case export.MetricStreamStates:
+		case metrics.MetricStreamStates:
 			mt.states[string(s.Metric["state"])] += val
-		case export.MetricLastPush:
+		case metrics.MetricLastPush:
 			mt.pushed, mt.lastPush = true, max(mt.lastPush, val)
-		case export.MetricLastACK:
+		case metrics.MetricLastACK:
 			mt.lastACK = max(mt.lastACK, val)
 		}
 	}
@@ -179,18 +180,18 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 	rep := statusReport{Now: now, Source: source, Proxies: []statusRow{}, Problems: []statusProblem{}, Detectors: []track.DetectorState{}, InSync: true, mesh: true}
 	for id, t := range taps {
 		tapName := targetName(t.labels)
-		var upstream *export.UpstreamState
+		var up *upstream.State
 		if t.reason != "" {
-			upstream = &export.UpstreamState{State: export.UpstreamFailing, Reason: t.reason, Words: export.UpstreamReasonWords(t.reason), FailedAttempts: int(t.attempts)}
+			up = &upstream.State{State: upstream.Failing, Reason: t.reason, Words: upstream.ReasonWords(t.reason), FailedAttempts: int(t.attempts)}
 		}
 		var rows []statusRow
 		for nodeID, r := range t.rows {
-			row := statusRow{Name: tapName, NodeID: nodeID, Tap: string(t.labels[model.InstanceLabel]), Types: map[string]statusCell{}, Upstream: upstream, worst: 2}
+			row := statusRow{Name: tapName, NodeID: nodeID, Tap: string(t.labels[model.InstanceLabel]), Types: map[string]statusCell{}, Upstream: up, worst: 2}
 			if t.labelled {
 				switch nodeID {
 				case "":
 					row.Name = tapName + " (no node yet)"
-				case export.OverflowNode:
+				case metrics.OverflowNode:
 					row.Name = tapName + " (nodes past --metrics-max-nodes)"
 				default:
 					row.Name = proxyName(nodeID, 0)
@@ -230,10 +231,10 @@ func readMesh(ctx context.Context, a promv1.API, source string, now time.Time, n
 		if len(rows) == 0 {
 			// A tap no proxy is connected to: it is there, and its upstream
 			// may be why.
-			rows = append(rows, statusRow{Name: tapName, Tap: string(t.labels[model.InstanceLabel]), Types: map[string]statusCell{}, Upstream: upstream, worst: 2})
+			rows = append(rows, statusRow{Name: tapName, Tap: string(t.labels[model.InstanceLabel]), Types: map[string]statusCell{}, Upstream: up, worst: 2})
 		}
 		for i := range rows {
-			if upstream != nil && rows[i].worst > 1 {
+			if up != nil && rows[i].worst > 1 {
 				rows[i].worst = 1
 			}
 		}
@@ -325,7 +326,7 @@ func nackExemplars(ctx context.Context, a promv1.API, now time.Time) map[exempla
 
 // noTaps says that Prometheus has no series of a tap, and what it does scrape.
 func noTaps(ctx context.Context, a promv1.API, source string, now time.Time) string {
-	msg := fmt.Sprintf("Prometheus at %s has no %s series: is it scraping the taps (adstap run --metrics-listen, or Istio's metrics merging)?", source, export.MetricStreamStates)
+	msg := fmt.Sprintf("Prometheus at %s has no %s series: is it scraping the taps (adstap run --metrics-listen, or Istio's metrics merging)?", source, metrics.MetricStreamStates)
 	v, _, _, err := a.Query(ctx, scrapedQuery, now)
 	jobs, _ := v.(model.Vector)
 	if err != nil || len(jobs) == 0 {

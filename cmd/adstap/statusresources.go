@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
 	"github.com/adstap/adstap/track"
 )
 
@@ -41,7 +41,7 @@ func resourcesPath(node, typ string, problems bool) string {
 // never got. A tap that does not follow resources one by one (an older one,
 // or --initial-fetch-timeout=0) adds none.
 func addResourceProblems(ctx context.Context, client *adminClient, node string, rep *statusReport) {
-	var page export.ResourcesPage
+	var page csds.ResourcesPage
 	if client.get(ctx, resourcesPath(node, "", true), &page) != nil {
 		return
 	}
@@ -69,7 +69,7 @@ type resourceRow struct {
 // runStatusResources is adstap status --resources: each resource of each
 // proxy, problems first, then those still asked for, then the rest.
 func runStatusResources(ctx context.Context, client *adminClient, f statusFlags, stdout, stderr io.Writer) int {
-	var page export.ResourcesPage
+	var page csds.ResourcesPage
 	if err := client.get(ctx, resourcesPath(f.node, f.resourceType, false), &page); err != nil {
 		fmt.Fprintf(stderr, "adstap status: %v\n", err)
 		return exitFailure

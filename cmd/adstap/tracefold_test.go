@@ -16,7 +16,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -78,7 +78,7 @@ func TestANACKLoopIsOneReadableTraceInJaeger(t *testing.T) {
 
 	// Every NACK the tap counted is in Jaeger once: a span of its own or
 	// an episode's count.
-	traceOf := export.VersionTraceID("", version).String()
+	traceOf := tracing.VersionTraceID("", version).String()
 	var counted float64
 	inJaeger := xdstest.Until(60*time.Second, func() bool {
 		counted = 0

@@ -20,7 +20,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -132,7 +132,7 @@ func TestPushSpansInARealJaeger(t *testing.T) {
 		return len(ts) == 1 && len(ts[0].Spans) >= 2
 	})
 	tr := traces[0]
-	if want := export.VersionTraceID("mesh-test", v2).String(); tr.TraceID != want {
+	if want := tracing.VersionTraceID("mesh-test", v2).String(); tr.TraceID != want {
 		t.Errorf("v2's trace id = %s, want %s, derived from the scope and the version", tr.TraceID, want)
 	}
 	if len(tr.Warnings) > 0 {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -45,12 +45,12 @@ func TestStatusShowsAFailingUpstream(t *testing.T) {
 		reason, err    string
 	}{
 		{"certificate expired", tlsUpstream(ca.IssueExpired(t, istiod, []string{istiod}, nil)),
-			[]string{"--upstream-ca=" + caFile, "--upstream-server-name=" + istiod}, export.ReasonCertificateExpired, "x509: certificate has expired"},
+			[]string{"--upstream-ca=" + caFile, "--upstream-server-name=" + istiod}, upstream.ReasonCertificateExpired, "x509: certificate has expired"},
 		{"unknown authority", tlsUpstream(valid),
-			[]string{"--upstream-ca=" + otherCA, "--upstream-server-name=" + istiod}, export.ReasonUnknownAuthority, "x509: certificate signed by unknown authority"},
+			[]string{"--upstream-ca=" + otherCA, "--upstream-server-name=" + istiod}, upstream.ReasonUnknownAuthority, "x509: certificate signed by unknown authority"},
 		{"wrong name", tlsUpstream(valid),
-			[]string{"--upstream-ca=" + caFile, "--upstream-server-name=istiod.other.svc"}, export.ReasonWrongName, "x509: certificate is valid for " + istiod + ", not istiod.other.svc"},
-		{"refused", nothing, nil, export.ReasonRefused, "connection refused"},
+			[]string{"--upstream-ca=" + caFile, "--upstream-server-name=istiod.other.svc"}, upstream.ReasonWrongName, "x509: certificate is valid for " + istiod + ", not istiod.other.svc"},
+		{"refused", nothing, nil, upstream.ReasonRefused, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log syncbuf.Buffer
@@ -64,7 +64,7 @@ func TestStatusShowsAFailingUpstream(t *testing.T) {
 			xdstest.Eventually(t, "two failed attempts", func() bool { return getStreams(t, admin, "").Upstream.FailedAttempts >= 2 })
 
 			code, out, stderr := cli(t, "status", "--admin", admin)
-			want := regexp.MustCompile(`(?m)^Problems:\n  upstream ` + regexp.QuoteMeta(tc.upstream) + ` FAILING: ` + regexp.QuoteMeta(export.UpstreamReasonWords(tc.reason)) +
+			want := regexp.MustCompile(`(?m)^Problems:\n  upstream ` + regexp.QuoteMeta(tc.upstream) + ` FAILING: ` + regexp.QuoteMeta(upstream.ReasonWords(tc.reason)) +
 				`; \d+ attempts failed since the last success\n    .*` + regexp.QuoteMeta(tc.err))
 			if code != exitOutOfSync || !want.MatchString(out) {
 				t.Errorf("status: exit %d (want %d), want a problem matching %s:\n%s%s", code, exitOutOfSync, want, out, stderr)
@@ -76,7 +76,7 @@ func TestStatusShowsAFailingUpstream(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("-o json: %v\n%s", err, out)
 			}
-			if code != exitOutOfSync || rep.InSync || rep.Upstream == nil || rep.Upstream.State != export.UpstreamFailing || rep.Upstream.Reason != tc.reason ||
+			if code != exitOutOfSync || rep.InSync || rep.Upstream == nil || rep.Upstream.State != upstream.Failing || rep.Upstream.Reason != tc.reason ||
 				rep.Upstream.FailedAttempts < 2 || len(rep.Problems) == 0 || rep.Problems[0].Kind != problemUpstream {
 				t.Errorf("-o json: exit %d:\n%s", code, out)
 			}

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	rel "github.com/adstap/adstap/test/reliability"
 	"github.com/adstap/adstap/track"
@@ -428,7 +428,7 @@ func scrapeBusyTap(t *testing.T) (families map[string]*dto.MetricFamily, exempla
 	bad := xdstest.ClusterAnys(4, 200) // other content, rejected every time: a loop
 	up := xdstest.StartRawUpstream(t, scriptedUpstream(good, bad))
 	spans := tracetest.NewInMemoryExporter()
-	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Exporter: spans}, Detect: track.Config{
+	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &tracing.Config{Exporter: spans}, Detect: track.Config{
 		NACKStormThreshold: 3, NACKLoopThreshold: 3, RepeatedFullSyncLimit: 1,
 		HerdThreshold: 3, HerdWindow: 5 * time.Second,
 		// Long enough that no ACKed push times out on a loaded machine,

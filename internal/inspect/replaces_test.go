@@ -23,6 +23,8 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/refgraph"
@@ -107,13 +109,13 @@ func TestEveryoneAgreesWhatAPushReplaces(t *testing.T) {
 func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, superseded bool) map[string]bool {
 	t.Helper()
 	tr := track.New(track.Config{})
-	store := export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler)}, MaxBytes: 1 << 20})
+	store := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler)}, MaxBytes: 1 << 20})
 	defer store.Close(context.Background())
 	store.Take(tr)
 	pushes := newPushes("none", true)
 	pushes.take(tr)
 	sent := &sentCollector{byNonce: map[nonceKey]*sentPush{}, rawNode: map[string][]byte{}, pushed: map[string]bool{}, asked: map[string][]string{}, named: map[uint64]bool{}}
-	refs := export.NewReferences(export.ReferencesConfig{})
+	refs := references.New(references.Config{})
 	defer refs.Close(context.Background())
 	refs.Take(tr)
 
@@ -218,14 +220,14 @@ func acceptTwice(t *testing.T, delta bool, typeURL string, names []string, super
 
 // retains reports whether /debug/config shows a resource named name of
 // stream 1.
-func retains(t *testing.T, store *export.ConfigStore, typeURL, name string) bool {
+func retains(t *testing.T, store *retained.Store, typeURL, name string) bool {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	store.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type="+typeURL, nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body.String())
 	}
-	var p export.ConfigPage
+	var p retained.Page
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}

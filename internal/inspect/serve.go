@@ -24,6 +24,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/internal/feed"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
@@ -219,7 +220,7 @@ type session struct {
 	cfg    ServeConfig
 	sent   *Sent
 	log    *slog.Logger
-	live   *export.LiveLog
+	live   *livelog.Log
 	stream grpc.ServerStream
 	id     uint64
 	delta  bool
@@ -273,7 +274,7 @@ func newSession(r *replayServer, stream grpc.ServerStream, id uint64, delta bool
 		cfg: r.cfg, sent: r.cfg.Sent, log: r.log, stream: stream, id: id, delta: delta,
 		tr: track.New(track.Config{}), types: map[string]*typeServe{}, quiet: map[string]bool{}, unanswered: map[string]bool{},
 	}
-	s.live = export.NewLiveLog(r.log)
+	s.live = livelog.New(r.log)
 	for _, t := range s.sent.Types {
 		s.types[t.TypeURL] = &typeServe{st: t, missing: map[string]bool{}}
 	}

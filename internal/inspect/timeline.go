@@ -8,24 +8,25 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/track"
 )
 
 // timeline writes the live log of the replay: exactly the lines `adstap
-// run` writes (export.LiveLog in the human format), stamped with the
+// run` writes (livelog.Log in the human format), stamped with the
 // recorded times instead of the time of reading.
 //
-// LiveLog logs with slog and no time of its own, so slog stamps each record
-// with time.Now(). Rather than teach LiveLog about replays, the logger's
-// handler is wrapped: the replay is single-threaded and hands events to the
-// live log one record (or tick) at a time, so the replay clock at that
-// moment — the record's recorded time — is the right stamp for every line
-// the live log writes for it, which is exactly what the tap's own clock
-// was when it wrote the same line. Events that carry their own time (a
-// full sync found complete on a later frame) are stamped like the tap
-// stamped them: when they were found.
+// The live log logs with slog and no time of its own, so slog stamps each
+// record with time.Now(). Rather than teach the live log about replays, the
+// logger's handler is wrapped: the replay is single-threaded and hands
+// events to the live log one record (or tick) at a time, so the replay
+// clock at that moment — the record's recorded time — is the right stamp
+// for every line the live log writes for it, which is exactly what the
+// tap's own clock was when it wrote the same line. Events that carry their
+// own time (a full sync found complete on a later frame) are stamped like
+// the tap stamped them: when they were found.
 type timeline struct {
-	live  *export.LiveLog
+	live  *livelog.Log
 	log   *slog.Logger
 	clock *replayClock
 }
@@ -33,7 +34,7 @@ type timeline struct {
 func newTimeline(w io.Writer) *timeline {
 	clock := &replayClock{w: w}
 	log := slog.New(&clockHandler{next: export.NewPretty(w, slog.LevelInfo), clock: clock})
-	return &timeline{live: export.NewLiveLog(log), log: log, clock: clock}
+	return &timeline{live: livelog.New(log), log: log, clock: clock}
 }
 
 func (t *timeline) events(st *step, evs []track.Event) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/internal/testutil/heapbench"
@@ -54,7 +55,7 @@ func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 	p, err := pipeline.NewUnstarted(pipeline.Config{
 		Logger:  slog.New(export.NewPretty(io.Discard, slog.LevelInfo)),
 		Version: "bench",
-		Tracing: &export.TracingConfig{Exporter: discardSpans{}},
+		Tracing: &tracing.Config{Exporter: discardSpans{}},
 	})
 	if err != nil {
 		b.Fatal(err)

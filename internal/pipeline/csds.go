@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
 )
 
 // csdsServer serves the per-proxy status (CSDS, and istioctl's syncz over
@@ -22,7 +22,7 @@ type csdsServer struct {
 	done sync.WaitGroup
 }
 
-func startCSDS(addr string, csds *export.CSDS, syncz *export.Syncz, log *slog.Logger) (*csdsServer, error) {
+func startCSDS(addr string, csds *csds.CSDS, syncz *csds.Syncz, log *slog.Logger) (*csdsServer, error) {
 	if !isLoopbackHost(addr) {
 		log.Warn("the CSDS address is reachable from outside this host; it shows every proxy's configuration", "csds", addr)
 	}

@@ -18,7 +18,7 @@ type Observer struct {
 	tracker *track.Tracker
 	sinks   []track.Sink
 	// tickers are told the clock's time after the tracker: outputs with
-	// time-based rules of their own (export.References).
+	// time-based rules of their own (references.References).
 	tickers []func(time.Time)
 	// responses are reused across decodes, so a steady stream of pushes does
 	// not allocate per resource.

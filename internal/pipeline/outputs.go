@@ -3,14 +3,14 @@ package pipeline
 import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/recorder"
 	"github.com/adstap/adstap/tap"
 )
 
-// captureObserver hands what the relay saw to export.Capture as records:
+// captureObserver hands what the relay saw to recorder.Recorder as records:
 // headers as they crossed, and each message by a reference of its own to
 // the relay's buffers, which the capture lets go once it has written them.
-type captureObserver struct{ c *export.Capture }
+type captureObserver struct{ c *recorder.Recorder }
 
 var _ tap.Observer = captureObserver{}
 

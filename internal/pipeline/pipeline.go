@@ -12,6 +12,15 @@ import (
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
+	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/page"
+	"github.com/adstap/adstap/export/recorder"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
+	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/export/upstream"
 	"github.com/adstap/adstap/tap"
 	"github.com/adstap/adstap/track"
 )
@@ -29,17 +38,17 @@ type Config struct {
 	// --metrics-max-nodes.
 	MetricsNodeLabel bool
 	MetricsMaxNodes  int
-	// Tracing, when set and enabled (export.TracingEnabled, or an Exporter
+	// Tracing, when set and enabled (tracing.Enabled, or an Exporter
 	// given), exports spans. Its Logger and ServiceVersion default to the
 	// pipeline's, its Getenv to an empty environment.
-	Tracing *export.TracingConfig
+	Tracing *tracing.Config
 	// RetainMaxBytes > 0 keeps the accepted resources for /debug/config, up
 	// to that many bytes (--retain-resources, --retain-max-bytes).
 	RetainMaxBytes int64
 	// CheckReferences keeps each stream's reference graph and reports the
 	// references that dangle (--check-references); ReferencesGrace is how
 	// long a proxy may wait for what it refers to first
-	// (export.DefaultReferencesGrace when 0).
+	// (references.DefaultGrace when 0).
 	CheckReferences bool
 	ReferencesGrace time.Duration
 	// Capture, when set, receives every frame; the pipeline closes it.
@@ -67,14 +76,14 @@ type Config struct {
 // Pipeline is the observation side of one running tap.
 type Pipeline struct {
 	Tracker  *track.Tracker
-	Metrics  *export.Metrics
-	Tracing  *export.Tracing     // nil when tracing is off
-	Retained *export.ConfigStore // nil without Config.RetainMaxBytes
-	Capture  *export.Capture     // nil without Config.Capture
+	Metrics  *metrics.Metrics
+	Tracing  *tracing.Tracing   // nil when tracing is off
+	Retained *retained.Store    // nil without Config.RetainMaxBytes
+	Capture  *recorder.Recorder // nil without Config.Capture
 	// Upstream follows the tap's connections to its control plane.
-	Upstream *export.UpstreamHealth
+	Upstream *upstream.Health
 	// References is nil without Config.CheckReferences.
-	References *export.References
+	References *references.References
 	// outputs are the pipeline's own outputs, in the order they close:
 	// those fed accepted pushes first, tracing, which the others' spans
 	// reach, last.
@@ -108,9 +117,9 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		if tcfg.Getenv == nil {
 			tcfg.Getenv = func(string) string { return "" }
 		}
-		if tcfg.Exporter != nil || export.TracingEnabled(tcfg) {
+		if tcfg.Exporter != nil || tracing.Enabled(tcfg) {
 			var err error
-			if p.Tracing, err = export.NewTracing(ctx, tcfg); err != nil {
+			if p.Tracing, err = tracing.New(ctx, tcfg); err != nil {
 				if cfg.Capture != nil {
 					cfg.Capture.Close()
 				}
@@ -120,10 +129,10 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 	}
 	out := export.OutputConfig{Logger: log, QueueBytes: cfg.OutputQueueBytes}
 	if cfg.RetainMaxBytes > 0 {
-		p.Retained = export.NewConfigStore(export.ConfigStoreConfig{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
+		p.Retained = retained.New(retained.Config{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
 		p.outputs = append(p.outputs, p.Retained)
 	}
-	p.Metrics = export.NewMetrics(export.MetricsConfig{
+	p.Metrics = metrics.New(metrics.Config{
 		NodeLabel:    cfg.MetricsNodeLabel,
 		MaxNodes:     cfg.MetricsMaxNodes,
 		Version:      cfg.Version,
@@ -135,17 +144,20 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
-	}, export.RelayStatsFunc(p.relayStats))
+	}, metrics.RelayStatsFunc(p.relayStats))
 	p.Tracing.CountFolds(p.Metrics.SpansFolded)
-	p.Upstream = export.NewUpstreamHealth()
+	p.Upstream = upstream.NewHealth()
 	p.Metrics.WatchUpstream(p.Upstream)
 	if cfg.CheckReferences {
-		p.References = export.NewReferences(export.ReferencesConfig{OutputConfig: out, Grace: cfg.ReferencesGrace,
-			Registry: p.Metrics.Registry(), Tracing: p.Tracing})
+		rc := references.Config{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}
+		if p.Tracing != nil { // a nil *Tracing would be a Spans that is not nil
+			rc.Spans = p.Tracing
+		}
+		p.References = references.New(rc)
 		p.outputs = append(p.outputs, p.References)
 	}
 	if cfg.Capture != nil {
-		p.Capture = export.NewCapture(export.CaptureConfig{OutputConfig: out, Writer: cfg.Capture})
+		p.Capture = recorder.New(recorder.Config{OutputConfig: out, Writer: cfg.Capture})
 		p.captureFile = cfg.Capture
 		p.outputs = append(p.outputs, p.Capture)
 	}
@@ -156,7 +168,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.Metrics.WatchOutputs(cfg.LogOutput)
 	}
 	p.Metrics.WatchOutputs(p.outputs...)
-	live := export.NewLiveLog(log)
+	live := livelog.New(log)
 	if cfg.LogLater != nil {
 		live.DecodeLater(cfg.LogLater)
 	}
@@ -171,7 +183,7 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		sinks = append(sinks, p.References)
 	}
 	if cfg.Resources {
-		sinks = append(sinks, export.NewNotSentLog(log, p.References, cfg.LogLater))
+		sinks = append(sinks, references.NewNotSentLog(log, p.References, cfg.LogLater))
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
@@ -240,22 +252,22 @@ func (p *Pipeline) relayStats() map[codec.Protocol]codec.ProtocolStats {
 // /debug/config (which, unless resources are retained, says how to retain them).
 func (p *Pipeline) Pages() map[string]http.Handler {
 	pages := map[string]http.Handler{
-		"GET /debug/streams":   export.DebugStreams(p.Tracker, p.Upstream),
-		"GET /debug/pushes":    export.DebugPushes(p.Tracker),
-		"GET /debug/config":    export.ConfigOff(),
-		"GET /debug/resources": export.DebugResources(p.Tracker),
+		"GET /debug/streams":   page.StreamsHandler(p.Tracker, p.Upstream),
+		"GET /debug/pushes":    page.PushesHandler(p.Tracker),
+		"GET /debug/config":    retained.Off(),
+		"GET /debug/resources": csds.ResourcesHandler(p.Tracker),
 		"GET /metrics":         p.Metrics.Handler(),
 	}
 	if p.Retained != nil {
 		pages["GET /debug/config"] = p.Retained.Handler()
 	}
 	if p.References != nil {
-		pages["GET /debug/streams"] = export.DebugStreams(p.Tracker, p.Upstream, p.References)
+		pages["GET /debug/streams"] = page.StreamsHandler(p.Tracker, p.Upstream, p.References)
 	}
 	if p.Capture != nil {
-		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = export.CaptureFiles(p.captureFile)
+		pages["GET /debug/capture"], pages["GET /debug/capture/{file}"] = recorder.Files(p.captureFile)
 	}
-	for pattern, h := range export.Page() {
+	for pattern, h := range page.Handlers() {
 		pages[pattern] = h
 	}
 	return pages

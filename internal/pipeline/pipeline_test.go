@@ -28,7 +28,8 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/retained"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -102,7 +103,7 @@ func TestEveryOutputSeesAPush(t *testing.T) {
 		Tap: tap.Config{Upstream: tap.Address{Network: "tcp", Addr: cp.Addr()}},
 		Observe: pipeline.Config{
 			Version:        "test",
-			Tracing:        &export.TracingConfig{Exporter: spans},
+			Tracing:        &tracing.Config{Exporter: spans},
 			RetainMaxBytes: 1 << 20,
 			Capture:        w,
 			Sinks:          []track.Sink{seen},
@@ -190,7 +191,7 @@ func TestWithoutOutputs(t *testing.T) {
 	leakcheck.Check(t)
 	p, err := pipeline.Start(context.Background(), pipeline.RunConfig{
 		Tap:     tap.Config{Upstream: tap.Address{Network: "tcp", Addr: "127.0.0.1:1"}},
-		Observe: pipeline.Config{Tracing: &export.TracingConfig{}},
+		Observe: pipeline.Config{Tracing: &tracing.Config{}},
 		Listen:  loopback,
 	})
 	if err != nil {
@@ -280,7 +281,7 @@ func TestStartFailsCleanly(t *testing.T) {
 		want      string
 		wantWhich pipeline.Listener
 	}{
-		{"tracing", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Observe: pipeline.Config{Tracing: &export.TracingConfig{
+		{"tracing", pipeline.RunConfig{Tap: tap.Config{Upstream: up}, Listen: loopback, Observe: pipeline.Config{Tracing: &tracing.Config{
 			Endpoint: "http://127.0.0.1:4317", Getenv: func(k string) string { return badTracing[k] }}}}, "tracing", -1},
 		{"an observer of its own", pipeline.RunConfig{Tap: tap.Config{Upstream: up, Observer: tap.ObserverFuncs{}}, Listen: loopback}, "Observer must be nil", -1},
 		{"tap", pipeline.RunConfig{Listen: loopback}, "upstream", -1},
@@ -366,10 +367,10 @@ func TestRetainedConfigurationCountsOnlyWhatWasAccepted(t *testing.T) {
 		}
 	}()
 	o, s, at := p.Tracking(), benchStream(1), benchT0
-	page := func() export.ConfigPage {
+	page := func() retained.Page {
 		rec := httptest.NewRecorder()
 		p.Pages()["GET /debug/config"].ServeHTTP(rec, httptest.NewRequest("GET", "/debug/config?stream=1&type=cds", nil))
-		var got export.ConfigPage
+		var got retained.Page
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
 			t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body.String())
 		}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/csds"
 	"github.com/adstap/adstap/tap"
 )
 
@@ -34,7 +34,7 @@ type RunConfig struct {
 	// else.
 	MetricsListen string
 	// CSDSListen, when set, is a host:port serving each relayed proxy's
-	// status resource by resource (export.CSDS); it turns on
+	// status resource by resource (csds.CSDS); it turns on
 	// Observe.Resources.
 	CSDSListen string
 }
@@ -149,7 +149,7 @@ func Start(ctx context.Context, cfg RunConfig) (_ *Running, err error) {
 		}
 	}
 	if cfg.CSDSListen != "" {
-		if r.csds, err = startCSDS(cfg.CSDSListen, export.NewCSDS(p.Tracker, p.Retained), export.NewSyncz(p.Tracker, cfg.Observe.Version), log); err != nil {
+		if r.csds, err = startCSDS(cfg.CSDSListen, csds.New(p.Tracker, p.Retained), csds.NewSyncz(p.Tracker, cfg.Observe.Version), log); err != nil {
 			return nil, &ListenError{Listener: ListenCSDS, Err: err}
 		}
 	}

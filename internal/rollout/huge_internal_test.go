@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -35,7 +35,7 @@ func TestRolloutOfAHugeTrace(t *testing.T) {
 	service := fmt.Sprintf("adstap-huge-%d", time.Now().UnixNano())
 	t.Setenv("OTEL_SERVICE_NAME", service)
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=looping,k8s.namespace.name=shop")
-	tr, err := export.NewTracing(context.Background(), export.TracingConfig{Endpoint: "http://" + j.OTLPGRPC,
+	tr, err := tracing.New(context.Background(), tracing.Config{Endpoint: "http://" + j.OTLPGRPC,
 		QueueSize: n + 100, MaxSpansPerStream: -1, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestRolloutOfAHugeTrace(t *testing.T) {
 	}
 	// Jaeger's own answer for the whole trace, for the figures: the time
 	// to its first byte is Jaeger's, whatever reads it.
-	id := export.VersionTraceID("", version).String()
+	id := tracing.VersionTraceID("", version).String()
 	xdstest.EventuallyWithin(t, 120*time.Second, "the whole trace in Jaeger", func() bool {
 		began := time.Now()
 		resp, err := http.Get("http://" + j.QueryHTTP + "/api/v3/traces/" + id)

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/rollout"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
@@ -35,7 +35,7 @@ func TestNACKsFromTheirTraces(t *testing.T) {
 	}
 	for i, p := range pods {
 		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name="+p.pod+",k8s.namespace.name=shop")
-		tr, err := export.NewTracing(context.Background(), export.TracingConfig{
+		tr, err := tracing.New(context.Background(), tracing.Config{
 			Endpoint: "http://" + j.OTLPGRPC, Scope: scope, Getenv: func(string) string { return "" }})
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +59,7 @@ func TestNACKsFromTheirTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer jq.Close()
-	trace := export.VersionTraceID(scope, version).String()
+	trace := tracing.VersionTraceID(scope, version).String()
 	refs := []rollout.NACKRef{
 		{TraceID: trace, Pod: "reviews-1.shop", Type: "cds"},
 		{TraceID: trace, Node: pods[0].node},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
 )
@@ -93,7 +94,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 			return pipeline.RunConfig{}, fmt.Errorf("--upstream-ca/--upstream-cert/--upstream-key: %v", err)
 		}
 	}
-	if f.TraceGrouping != export.GroupByVersion && f.TraceGrouping != export.GroupByStream {
+	if f.TraceGrouping != tracing.GroupByVersion && f.TraceGrouping != tracing.GroupByStream {
 		return pipeline.RunConfig{}, fmt.Errorf("--trace-grouping %q: want version or stream", f.TraceGrouping)
 	}
 	detect := f.Detect
@@ -114,7 +115,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 		OutputQueueBytes: int64(f.OutputQueueBytes),
 		CheckReferences:  f.CheckReferences,
 		ReferencesGrace:  f.ReferencesGrace,
-		Tracing: &export.TracingConfig{
+		Tracing: &tracing.Config{
 			Endpoint: f.OTLPEndpoint, Scope: f.TraceScope, Grouping: f.TraceGrouping, Getenv: getenv,
 			MaxSpansPerStream: f.TraceMaxSpansPerStream,
 		},

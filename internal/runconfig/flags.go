@@ -13,6 +13,10 @@ import (
 
 	"github.com/adstap/adstap/capture"
 	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/retained"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/gctune"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/tap"
@@ -133,15 +137,15 @@ func Define(t Table, f *Flags) {
 	t.String(&f.Admin, "admin", DefaultAdmin, "admin HTTP `host:port` serving the live page at /, /healthz, /readyz, /metrics, /debug/streams (and /debug/config, /debug/capture when on); \"off\" disables it")
 	t.String(&f.MetricsListen, "metrics-listen", "", "also serve /metrics, and nothing else, on this `host:port` (e.g. 0.0.0.0:15102), for Prometheus to scrape from outside the pod while --admin, with the pages, captures and configuration, stays on loopback; \"\" serves none")
 	t.Bool(&f.MetricsNodeLabel, "metrics-node-label", false, "add the node id as a label to per-type metrics; for a debugging tap in front of a few proxies, never for a fleet (an unbounded label can take Prometheus down)")
-	f.MetricsMaxNodes = export.DefaultMaxNodes
+	f.MetricsMaxNodes = metrics.DefaultMaxNodes
 	t.Var(Count(&f.MetricsMaxNodes), "metrics-max-nodes", "with --metrics-node-label, at most this many distinct nodes (`count`) get a label of their own; the rest are node=\"other\"")
 	t.Bool(&f.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the admin address (off by default: it exposes the process)")
 
 	t.Group("Tracing (OpenTelemetry; the standard OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER variables apply)")
 	t.String(&f.OTLPEndpoint, "otlp-endpoint", "", "send spans over OTLP to this `URL` (e.g. http://jaeger:4317); without it or OTEL_EXPORTER_OTLP_ENDPOINT, tracing is off")
-	t.String(&f.TraceGrouping, "trace-grouping", export.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
+	t.String(&f.TraceGrouping, "trace-grouping", tracing.GroupByVersion, "`mode`: version puts every push round, across streams and taps, in one trace: a full push by its version, an incremental one by its version, type and content (istiod, whose released versions reuse a full push's version for incremental pushes); stream puts a stream's pushes under its connect span (control planes whose versions repeat, like go-control-plane's \"1\")")
 	t.String(&f.TraceScope, "trace-scope", "", "a `name` (e.g. the mesh id) mixed into version-derived trace ids, so meshes sharing a collector do not share traces")
-	f.TraceMaxSpansPerStream = export.DefaultMaxSpansPerStream
+	f.TraceMaxSpansPerStream = tracing.DefaultMaxSpansPerStream
 	t.Var(Count(&f.TraceMaxSpansPerStream), "trace-max-spans-per-stream", "at most this many push spans (`count`) per stream in one trace; past it the stream's pushes fold into an episode span of a trace of its own (repeats fold anyway: docs/tracing.md), counted in adstap_spans_folded_total")
 
 	t.Group("Capture and retained configuration (secrets are always redacted)")
@@ -154,12 +158,12 @@ func Define(t Table, f *Flags) {
 	f.OutputQueueBytes = export.DefaultOutputQueueBytes
 	t.Var(&f.OutputQueueBytes, "output-queue-bytes", "`bytes` of capture records, of pushes to retain, and of frames whose references are to be checked, that may wait for each of those outputs; past it they are dropped and counted (adstap_output_dropped_total), never waited for")
 	t.Bool(&f.RetainResources, "retain-resources", false, "keep the resources each client accepted, for /debug/config (decoded, secrets redacted); otherwise only hashes are kept")
-	f.RetainMaxBytes = export.DefaultRetainMaxBytes
+	f.RetainMaxBytes = retained.DefaultMaxBytes
 	t.Var(&f.RetainMaxBytes, "retain-max-bytes", "with --retain-resources, keep at most this many `bytes` of resources; past it /debug/config says it is incomplete")
 
 	t.Group("Dangling references (what each proxy accepted that refers to something it does not have)")
 	t.Bool(&f.CheckReferences, "check-references", true, "keep each stream's reference graph (names only) and report, after every ACK, routes and TCP proxies to clusters the proxy does not have, listeners without their route configuration, EDS clusters without (healthy) endpoints, secrets never received (docs/istio.md)")
-	f.ReferencesGrace = export.DefaultReferencesGrace
+	f.ReferencesGrace = references.DefaultGrace
 	t.Var(Duration(&f.ReferencesGrace), "references-grace", "how long a proxy may wait for what it refers to (a listener's route configuration, a cluster's endpoints, a secret) before the wait is reported; Envoy's initial_fetch_timeout by default")
 
 	defineResources(t, f)

@@ -3,7 +3,6 @@ package mesh_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/promtest"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -66,7 +66,7 @@ func TestStatusPrometheusQueriesDoNotGrowWithProxies(t *testing.T) {
 	leakcheck.Check(t)
 	bin := adstapbin.Build(t)
 	var streams fleet
-	m := export.NewMetrics(export.MetricsConfig{NodeLabel: true, MaxNodes: 2000, Version: "test"}, nil)
+	m := metrics.New(metrics.Config{NodeLabel: true, MaxNodes: 2000, Version: "test"}, nil)
 	m.WatchStreams(&streams)
 	target := httptest.NewServer(m.Handler())
 	t.Cleanup(target.Close) // after Prometheus, which scrapes it, stops

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -116,8 +116,8 @@ func startOTLPRig(t *testing.T, ctx context.Context, streams int) *otlpRig {
 	r.proxy = rel.StartFaultProxy(t, j.OTLPGRPC)
 	r.pinger = &pinger{interval: 10 * time.Millisecond, latencies: map[string]*rel.Latencies{}}
 	up := xdstest.StartRawUpstream(t, r.pinger.handle)
-	r.tap = rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + r.proxy.Addr()}})
-	control := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + j.OTLPGRPC}})
+	r.tap = rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &tracing.Config{Endpoint: "http://" + r.proxy.Addr()}})
+	control := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &tracing.Config{Endpoint: "http://" + j.OTLPGRPC}})
 	var err error
 	if r.cc, err = xdstest.Dial(r.tap.Addr); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/adstap/adstap/codec"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -27,7 +28,7 @@ type TapOptions struct {
 	Detect track.Config
 	// Tracing, when set, adds the OpenTelemetry exporter as adstap run does
 	// with --otlp-endpoint. Its Getenv defaults to an empty environment.
-	Tracing *export.TracingConfig
+	Tracing *tracing.Config
 }
 
 // Tap is a tap started as `adstap run` starts it, by pipeline.Start: the
@@ -38,8 +39,8 @@ type Tap struct {
 	Addr    tap.Address
 	Server  *tap.Server
 	Tracker *track.Tracker
-	Metrics *export.Metrics
-	Tracing *export.Tracing // nil without TapOptions.Tracing
+	Metrics *metrics.Metrics
+	Tracing *tracing.Tracing // nil without TapOptions.Tracing
 	Events  *events
 	Log     *logBuffer
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/testutil/jaegertest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -97,7 +97,7 @@ func TestStringsThatAreNotUTF8(t *testing.T) {
 		<-s.Context().Done()
 		return nil
 	})
-	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &export.TracingConfig{Endpoint: "http://" + j.OTLPGRPC}})
+	tp := rel.StartTap(t, rel.TapOptions{Upstream: up.Addr, Tracing: &tracing.Config{Endpoint: "http://" + j.OTLPGRPC}})
 	cc := tp.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,5 +1,5 @@
 // Package inspecttest records real capture files for the tests of adstap
-// inspect: a real tap (tap.New with export.Capture writing through
+// inspect: a real tap (tap.New with recorder.Recorder writing through
 // capture.Writer, as adstap run --capture wires it) in front of a real
 // go-control-plane server, driven by raw SotW clients through a scripted
 // scenario whose every push, ACK and NACK is known.

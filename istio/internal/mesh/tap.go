@@ -17,7 +17,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/adstap/adstap/capture"
-	"github.com/adstap/adstap/export"
+	"github.com/adstap/adstap/export/page"
+	"github.com/adstap/adstap/export/references"
+	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/internal/pipeline"
 	"github.com/adstap/adstap/internal/testutil/promsum"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
@@ -76,14 +78,14 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		Logger:  log,
 		Version: "istio-compat",
 		Detect:  opts.Detect,
-		Tracing: &export.TracingConfig{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
+		Tracing: &tracing.Config{Exporter: tp.Spans, Grouping: opts.TraceGrouping},
 		Sinks:   []track.Sink{tp.events},
 
 		CheckReferences: true,
 		ReferencesGrace: opts.ReferencesGrace,
 	}
 	if opts.OTLPEndpoint != "" {
-		cfg.Tracing = &export.TracingConfig{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
+		cfg.Tracing = &tracing.Config{Endpoint: opts.OTLPEndpoint, Grouping: opts.TraceGrouping}
 	}
 	if opts.RetainResources {
 		cfg.RetainMaxBytes = 64 << 20
@@ -132,17 +134,17 @@ func (tp *Tap) Stop() {
 }
 
 // Streams reads /debug/streams.
-func (tp *Tap) Streams() (export.StreamsPage, error) {
-	var page export.StreamsPage
+func (tp *Tap) Streams() (page.Streams, error) {
+	var streams page.Streams
 	resp, err := http.Get(tp.Admin + "/debug/streams")
 	if err != nil {
-		return page, err
+		return streams, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return page, fmt.Errorf("/debug/streams: %s", resp.Status)
+		return streams, fmt.Errorf("/debug/streams: %s", resp.Status)
 	}
-	return page, json.NewDecoder(resp.Body).Decode(&page)
+	return streams, json.NewDecoder(resp.Body).Decode(&streams)
 }
 
 // Page reads an admin page.
@@ -238,10 +240,10 @@ func (r *SpanRecorder) All() []sdktrace.ReadOnlySpan {
 
 // WaitDangling polls /debug/streams until its dangling references meet cond,
 // and returns them, or fails when ctx ends first.
-func (tp *Tap) WaitDangling(ctx context.Context, cond func([]export.DanglingReference) bool) ([]export.DanglingReference, error) {
+func (tp *Tap) WaitDangling(ctx context.Context, cond func([]references.DanglingReference) bool) ([]references.DanglingReference, error) {
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
-	var last []export.DanglingReference
+	var last []references.DanglingReference
 	for {
 		page, err := tp.Streams()
 		if err == nil {
