@@ -85,10 +85,13 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		meta := track.StreamMeta{ID: id, Method: ads, Protocol: codec.SotW, OpenedAt: t0}
 		ref := track.NewStreamRef(meta)
 		emit(track.StreamOpened{Stream: meta, Ref: ref})
+		// Once a stream, before the frames: the hook counts it, and eight
+		// streams connecting at the same instant would contend on the
+		// upstream's health, a lock said to the hook, not on a frame's path.
+		emit(track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{Upstream: "127.0.0.1:1", Start: t0}})
 		capt.Record(capture.Record{Time: t0, Kind: capture.KindOpen, Stream: id, Method: ads, Protocol: string(codec.SotW)})
 		wg.Go(func() {
 			<-start
-			emit(track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{Upstream: "127.0.0.1:1", Start: t0}})
 			n := track.Node{ID: fmt.Sprint("sidecar~10.0.0.", id)}
 			for i := range pushes {
 				at := t0.Add(time.Duration(i) * time.Millisecond)
