@@ -221,11 +221,13 @@ func (c *sentCollector) sent(at Point, files []fileRead) (*Sent, error) {
 	case len(c.nodes) == 0:
 		return nil, inputErrorf("no push to any node in %s: nothing to replay", fileList(files))
 	case node == "" && len(c.nodes) > 1:
-		return nil, inputErrorf("%s pushed to %d nodes; choose one with --node: %s", fileList(files), len(c.nodes), listSome(c.nodes))
+		// Sorted: the order the captures met the nodes in is the order
+		// their streams happened to push first.
+		return nil, inputErrorf("%s pushed to %d nodes; choose one with --node: %s", fileList(files), len(c.nodes), listSome(slices.Sorted(slices.Values(c.nodes))))
 	case node == "":
 		node = c.nodes[0]
 	case !c.pushed[node]:
-		return nil, inputErrorf("no push to node %q in %s; the nodes pushed to: %s", node, fileList(files), listSome(c.nodes))
+		return nil, inputErrorf("no push to node %q in %s; the nodes pushed to: %s", node, fileList(files), listSome(slices.Sorted(slices.Values(c.nodes))))
 	}
 	var mine []*sentPush
 	for _, p := range c.pushes {
