@@ -2,7 +2,6 @@ package export_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -179,43 +178,6 @@ func story() []track.Event {
 	}
 }
 
-// spanRecorder keeps the spans the tracing sink exports.
-type spanRecorder struct {
-	mu    sync.Mutex
-	spans []sdktrace.ReadOnlySpan
-}
-
-func (r *spanRecorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.spans = append(r.spans, s...)
-	return nil
-}
-
-func (r *spanRecorder) Shutdown(context.Context) error { return nil }
-
-// traceSpans runs events through a Tracing and returns its spans, in the
-// order they ended.
-func traceSpans(t *testing.T, cfg tracing.Config, events []track.Event) []sdktrace.ReadOnlySpan {
-	t.Helper()
-	rec := &spanRecorder{}
-	cfg.Exporter = rec
-	cfg.Getenv = func(string) string { return "" }
-	tr, err := tracing.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events {
-		tr.OnEvent(e)
-	}
-	if err := tr.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return rec.spans
-}
-
 // renderSpans writes spans as text: span and trace ids, random but for
 // version-derived traces, are named by their order of appearance.
 func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySpan) string {
@@ -274,18 +236,18 @@ func renderSpans(scope string, events []track.Event, spans []sdktrace.ReadOnlySp
 
 func TestTracingGolden(t *testing.T) {
 	leakcheck.Check(t)
-	events := tracked(story()...)
+	events := eventtest.Tracked(story()...)
 	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
 			cfg := tracing.Config{Grouping: g, Scope: "mesh-golden"}
-			golden(t, "spans-"+g+".golden", renderSpans(cfg.Scope, events, traceSpans(t, cfg, events)))
+			golden(t, "spans-"+g+".golden", renderSpans(cfg.Scope, events, eventtest.TraceSpans(t, cfg, events)))
 		})
 	}
 }
 
 func TestLiveLogGolden(t *testing.T) {
 	leakcheck.Check(t)
-	events := tracked(story()...)
+	events := eventtest.Tracked(story()...)
 	t.Run("pretty", func(t *testing.T) {
 		golden(t, "livelog-pretty.golden", strings.Join(lines(events...), "\n")+"\n")
 	})
@@ -308,7 +270,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// hand one over.
 		var buf bytes.Buffer
 		l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
-		for _, e := range tracked(story()...) {
+		for _, e := range eventtest.Tracked(story()...) {
 			l.OnEvent(e)
 		}
 		var out []string

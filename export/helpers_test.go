@@ -11,6 +11,7 @@ import (
 
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/track"
 )
 
@@ -23,7 +24,7 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
 	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
-	for _, e := range tracked(events...) {
+	for _, e := range eventtest.Tracked(events...) {
 		l.OnEvent(e)
 	}
 	var out []string

@@ -26,6 +26,7 @@ import (
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
 	"github.com/adstap/adstap/export/upstream"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -55,7 +56,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 		takenMu.Unlock()
 	})()
 
-	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, QueueSize: 1 << 16,
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &eventtest.SpanRecorder{}, QueueSize: 1 << 16,
 		Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

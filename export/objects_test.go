@@ -18,6 +18,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
@@ -102,7 +103,7 @@ func decodedPush(t testing.TB, raw []byte) (*codec.Response, mem.BufferSlice) {
 // whatever the push's outcome, and nothing stays kept once the spans are out.
 func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 	leakcheck.Check(t)
-	rec := &spanRecorder{}
+	rec := &eventtest.SpanRecorder{}
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -123,10 +124,9 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 
 	type got struct{ Result, Paths, Events string }
 	var spans []got
-	rec.mu.Lock()
 	// In the order of the pushes: a span waiting for its objects is
 	// exported after those that need none.
-	ended := pushSpans(rec.spans)
+	ended := pushSpans(rec.Spans())
 	slices.SortFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
 	for _, s := range ended {
 		var g got
@@ -147,7 +147,6 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 		}
 		spans = append(spans, g)
 	}
-	rec.mu.Unlock()
 	const dr = "/apis/networking.istio.io/v1/namespaces/shop/destination-rule/"
 	want := []got{
 		{"ack", "[" + dr + "reviews]", "destination-rule/shop/reviews "},
@@ -170,7 +169,7 @@ func TestPushSpansNameTheObjectsOfWhatThePushChanged(t *testing.T) {
 func TestUnsampledPushSpansLetGoOfWhatTheirPushKept(t *testing.T) {
 	leakcheck.Check(t)
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-	rec := &spanRecorder{}
+	rec := &eventtest.SpanRecorder{}
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -38,7 +39,7 @@ func cdsPush(version string) track.Push {
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
 	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
-	for _, e := range tracked(events...) {
+	for _, e := range eventtest.Tracked(events...) {
 		l.OnEvent(e)
 	}
 	var out []string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/metrics"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -47,7 +48,7 @@ func TestMetricsFollowEvents(t *testing.T) {
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{DNS: time.Millisecond, TCP: time.Millisecond, TLS: 5 * time.Millisecond}},
 		track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{TCP: time.Millisecond, FailedPhase: "tcp", Err: fmt.Errorf("refused")}},
 	}
-	for _, e := range tracked(events...) {
+	for _, e := range eventtest.Tracked(events...) {
 		m.OnEvent(e)
 	}
 	if problems, err := testutil.GatherAndLint(m.Registry()); err != nil || len(problems) > 0 {

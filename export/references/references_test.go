@@ -19,6 +19,7 @@ import (
 	"github.com/adstap/adstap/export/references"
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -273,7 +274,7 @@ func TestReferencesHoldNothingOnceChecked(t *testing.T) {
 	leakcheck.Check(t)
 	r := references.New(references.Config{})
 	store := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 0}, MaxBytes: 1 << 20})
-	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: &eventtest.SpanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}

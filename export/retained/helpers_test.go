@@ -1,12 +1,9 @@
 package retained_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/mem"
 
@@ -21,21 +18,6 @@ const (
 	nodeA = "sidecar~10.0.0.1~reviews-v1-7f9c.default~default.svc.cluster.local"
 	ads   = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 )
-
-// spanRecorder keeps the spans the tracing sink exports.
-type spanRecorder struct {
-	mu    sync.Mutex
-	spans []sdktrace.ReadOnlySpan
-}
-
-func (r *spanRecorder) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.spans = append(r.spans, s...)
-	return nil
-}
-
-func (r *spanRecorder) Shutdown(context.Context) error { return nil }
 
 // cdsAnswer is the ACK (or, with nack, the NACK) of the CDS push of
 // version, whose nonce is "n" and the version.

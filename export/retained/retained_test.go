@@ -17,6 +17,7 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/retained"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
@@ -46,7 +47,7 @@ func TestConfigStoreKeepsWhatTheTrackerHandsOver(t *testing.T) {
 			var tr *tracing.Tracing
 			if traced {
 				var err error
-				if tr, err = tracing.New(context.Background(), tracing.Config{Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }}); err != nil {
+				if tr, err = tracing.New(context.Background(), tracing.Config{Exporter: &eventtest.SpanRecorder{}, Getenv: func(string) string { return "" }}); err != nil {
 					t.Fatal(err)
 				}
 				defer func() {

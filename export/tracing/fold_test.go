@@ -13,6 +13,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/metrics"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -68,7 +69,7 @@ func TestANACKLoopFoldsIntoOneEpisodeSpan(t *testing.T) {
 	leakcheck.Check(t)
 	const n = 1000
 	events, _ := loopEvents(n, time.Millisecond)
-	spans := traceSpans(t, tracing.Config{Scope: "s"}, events)
+	spans := eventtest.TraceSpans(t, tracing.Config{Scope: "s"}, events)
 	pushes, folded := pushSpans(spans), foldedSpans(spans)
 	if len(pushes) != tracing.FoldAfter+1 || len(folded) != 1 {
 		t.Fatalf("%d push spans and %d episode spans, want %d and 1", len(pushes), len(folded), tracing.FoldAfter+1)
@@ -114,7 +115,7 @@ func TestANACKLoopFoldsIntoOneEpisodeSpan(t *testing.T) {
 func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 	leakcheck.Check(t)
 	events, _ := loopEvents(95, time.Second) // 95 s, one NACK a second
-	rec := &spanRecorder{}
+	rec := &eventtest.SpanRecorder{}
 	tr, err := tracing.New(context.Background(), tracing.Config{Scope: "s", Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -131,9 +132,7 @@ func TestALongLoopIsCutIntoEpisodesOfBoundedLength(t *testing.T) {
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	folded := foldedSpans(rec.spans)
-	rec.mu.Unlock()
+	folded := foldedSpans(rec.Spans())
 	if len(folded) < 3 || len(folded) > 5 {
 		t.Fatalf("%d episode spans for 95 s of loop, want one per %s", len(folded), tracing.FoldInterval)
 	}
@@ -177,7 +176,7 @@ func TestSpansPerTracePerStreamAreBounded(t *testing.T) {
 			Nonce: fmt.Sprint(i), Content: uint64(i + 1), SentAt: t0.Add(time.Duration(i) * time.Millisecond)}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: p.SentAt})
 	}
-	spans := traceSpans(t, tracing.Config{Scope: "s", MaxSpansPerStream: limit}, events)
+	spans := eventtest.TraceSpans(t, tracing.Config{Scope: "s", MaxSpansPerStream: limit}, events)
 	inTrace := 0
 	folded := 0
 	for _, s := range spans {
@@ -211,7 +210,7 @@ func TestNoFoldingWithoutRepeats(t *testing.T) {
 			Content: 1, SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 	}
-	spans := traceSpans(t, tracing.Config{}, events)
+	spans := eventtest.TraceSpans(t, tracing.Config{}, events)
 	if got := len(pushSpans(spans)); got != 50 || len(foldedSpans(spans)) != 0 {
 		t.Errorf("%d push spans and %d episodes, want 50 and none", got, len(foldedSpans(spans)))
 	}
@@ -223,7 +222,7 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	leakcheck.Check(t)
 	const n = 50
 	events, _ := loopEvents(n, time.Millisecond)
-	rec := &spanRecorder{}
+	rec := &eventtest.SpanRecorder{}
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: rec, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
@@ -236,9 +235,7 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	folded := foldedSpans(rec.spans)
-	rec.mu.Unlock()
+	folded := foldedSpans(rec.Spans())
 	if len(folded) != 1 {
 		t.Fatalf("%d episode spans, want 1", len(folded))
 	}
@@ -291,7 +288,7 @@ func TestNACKsFoldDuringAStorm(t *testing.T) {
 	}
 	events = append(events, track.DetectorEnded{Detector: track.DetectorNACKStorm, StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, At: t0.Add(21 * time.Second)})
 	nack(21)
-	spans := traceSpans(t, tracing.Config{}, events)
+	spans := eventtest.TraceSpans(t, tracing.Config{}, events)
 	folded := foldedSpans(spans)
 	if len(folded) != 1 || attrOf(folded[0], "xds.folded.reason").AsString() != "nack_storm" {
 		t.Fatalf("%d episode spans (%v), want one of the storm", len(folded), folded)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/export/tracing"
+	"github.com/adstap/adstap/internal/testutil/eventtest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/track"
 )
@@ -91,7 +92,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 		p := track.Push{StreamID: 1, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i), SentAt: t0}
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 	}
-	spans := pushSpans(traceSpans(t, tracing.Config{}, events))
+	spans := pushSpans(eventtest.TraceSpans(t, tracing.Config{}, events))
 	if len(spans) != len(nodes) {
 		t.Fatalf("%d spans, want %d", len(spans), len(nodes))
 	}
@@ -115,7 +116,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 func TestTraceIDForManyVersions(t *testing.T) {
 	leakcheck.Check(t)
 	const scope = "mesh-x"
-	tr, err := tracing.New(context.Background(), tracing.Config{Scope: scope, Exporter: &spanRecorder{}, Getenv: func(string) string { return "" }})
+	tr, err := tracing.New(context.Background(), tracing.Config{Scope: scope, Exporter: &eventtest.SpanRecorder{}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
 		versions = append(versions, v)
 	}
-	spans := pushSpans(traceSpans(t, tracing.Config{Scope: scope}, events))
+	spans := pushSpans(eventtest.TraceSpans(t, tracing.Config{Scope: scope}, events))
 	if len(spans) != len(versions) {
 		t.Fatalf("%d spans, want %d", len(spans), len(versions))
 	}
@@ -167,7 +168,7 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 	leakcheck.Check(t)
 	for _, g := range []string{tracing.GroupByVersion, tracing.GroupByStream} {
 		t.Run(g, func(t *testing.T) {
-			rec := &spanRecorder{}
+			rec := &eventtest.SpanRecorder{}
 			tr, err := tracing.New(context.Background(), tracing.Config{Grouping: g, Exporter: rec, Getenv: func(string) string { return "" }})
 			if err != nil {
 				t.Fatal(err)
@@ -196,10 +197,8 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 			if err := tr.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
 			var pushSpans int
-			for _, s := range rec.spans {
+			for _, s := range rec.Spans() {
 				if s.Name() != "CDS push" {
 					continue
 				}
