@@ -77,7 +77,7 @@ func newMeshConfig(b *testing.B, clustersN, routesN int) meshConfig {
 // sync applies the configuration's pushes to g, each accepted.
 func (m meshConfig) sync(g *refgraph.Graph) {
 	for _, p := range m.pushes {
-		g.Accepted(p.TypeURL, resourcesOf(p), nil, replaces(false, p.TypeURL), start, 1)
+		g.Accepted(push(p.TypeURL, resourcesOf(p), nil, replaces(false, p.TypeURL)), start, 1)
 	}
 }
 
@@ -122,7 +122,7 @@ func BenchmarkGraphEDSPush(b *testing.B) {
 	m.sync(g)
 	one := resourcesOf(m.pushes[1])[:1]
 	for b.Loop() {
-		if c := g.Accepted(m.pushes[1].TypeURL, one, nil, false, start, 2); len(c) != 0 {
+		if c := g.Accepted(push(m.pushes[1].TypeURL, one, nil, false), start, 2); len(c) != 0 {
 			b.Fatalf("an unchanged assignment changed %v", c)
 		}
 	}
@@ -150,11 +150,11 @@ func BenchmarkGraphCDSChange(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			g := refgraph.New(false, time.Hour)
 			for _, p := range bc.pushes {
-				g.Accepted(p.TypeURL, resourcesOf(p), nil, replaces(false, p.TypeURL), start, 1)
+				g.Accepted(push(p.TypeURL, resourcesOf(p), nil, replaces(false, p.TypeURL)), start, 1)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if c := g.Accepted(codec.TypeCluster, changed, nil, false, start, 2); len(c) != 0 {
+				if c := g.Accepted(push(codec.TypeCluster, changed, nil, false), start, 2); len(c) != 0 {
 					b.Fatalf("unchanged clusters changed %v", c)
 				}
 			}
@@ -173,6 +173,6 @@ func BenchmarkGraphFirstCDS(b *testing.B) {
 	}
 	for b.Loop() {
 		g := refgraph.New(false, time.Second)
-		g.Accepted(codec.TypeCluster, all, nil, false, start, 1)
+		g.Accepted(push(codec.TypeCluster, all, nil, false), start, 1)
 	}
 }

@@ -33,7 +33,7 @@ func FuzzAccepted(f *testing.F) {
 		for _, delta := range []bool{false, true} {
 			g := refgraph.New(delta, time.Second)
 			own := bytes.Clone(body)
-			g.Accepted(typeURL, []refgraph.Resource{{Name: "r", Body: own}}, nil, false, at, 1)
+			g.Accepted(push(typeURL, []refgraph.Resource{{Name: "r", Body: own}}, nil, false), at, 1)
 			if !g.Holds(typeURL, "r") {
 				t.Fatalf("%s (delta %v): the graph does not hold the resource it accepted", typeURL, delta)
 			}
@@ -44,7 +44,7 @@ func FuzzAccepted(f *testing.F) {
 			if after := g.Findings(); !slices.EqualFunc(before, after, sameFinding) {
 				t.Fatalf("%s (delta %v): the findings changed with the bytes of a push let go of:\nbefore %v\nafter  %v", typeURL, delta, before, after)
 			}
-			if again := g.Accepted(typeURL, []refgraph.Resource{{Name: "r", Body: bytes.Clone(body)}}, nil, false, at, 2); len(again) != 0 {
+			if again := g.Accepted(push(typeURL, []refgraph.Resource{{Name: "r", Body: bytes.Clone(body)}}, nil, false), at, 2); len(again) != 0 {
 				t.Fatalf("%s (delta %v): accepting the same push again changed %v", typeURL, delta, again)
 			}
 		}

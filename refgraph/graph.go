@@ -1,6 +1,7 @@
 package refgraph
 
 import (
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -154,14 +155,6 @@ func New(delta bool, grace time.Duration) *Graph {
 	}
 }
 
-// acceptedPush is an accepted push's resources, scanned, as apply reads
-// them.
-type acceptedPush struct {
-	replace   bool
-	removed   []name
-	resources []scanned
-}
-
 type scanned struct {
 	name name
 	// kept: the client keeps what it had under the name (the push carried
@@ -203,36 +196,73 @@ type Resource struct {
 	Hash uint64
 }
 
-// Accepted applies a push of a type that the client accepted (an ACK, or a
-// newer push superseding it, which the tracker assumes applied), and
-// returns what the change started and resolved. removed are the names it
-// dropped: a Delta push's removals, or what a SotW push that replaces its
-// type no longer carried when only what it changed is given. replace is
-// set when the push is the whole of its type (codec.Replaces), so that
-// what it lacks is gone; otherwise everything else the graph holds of the
-// type stays as it is, unchecked again, and the call costs what the push
-// changed.
-func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string, replace bool, at time.Time, round uint64) []Change {
-	if !Reads(typeURL) {
+// Push is a push the client accepted (an ACK, or a newer push superseding
+// it, which the tracker assumes applied), as the graph reads it.
+type Push struct {
+	TypeURL string
+	// Resources yields the push's resources, ranged over once, during
+	// Accepted; Len is how many it yields. They are read one at a time,
+	// never gathered: a sidecar's first push of 40,000 clusters gathered in
+	// a list of its own, and again scanned, was 6 MB more at the peak of
+	// the push, besides the list the tracker hands over.
+	Resources iter.Seq[Resource]
+	Len       int
+	// Removed are the names the push dropped: a Delta push's removals, or
+	// what a SotW push that replaces its type no longer carried when only
+	// what it changed is given.
+	Removed []string
+	// Replace is set when the push is the whole of its type
+	// (codec.Replaces), so that what it lacks is gone; otherwise everything
+	// else the graph holds of the type stays as it is, unchecked again, and
+	// the call costs what the push changed.
+	Replace bool
+}
+
+// Accepted applies a push of a type that the client accepted, and returns
+// what the change started and resolved.
+func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
+	if !Reads(p.TypeURL) {
 		return nil
 	}
-	p := &acceptedPush{replace: replace}
-	for _, n := range removed {
-		p.removed = append(p.removed, unique1(n))
+	typeURL := p.TypeURL
+	first := !g.accepted[typeURL]
+	var ch changeSet
+	if first {
+		g.accepted[typeURL] = true
+		// A type now checked for the first time: every reference to it.
+		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
 	}
-	scratch := scannedPool.Get().(*[]scanned)
-	p.resources = slices.Grow((*scratch)[:0], len(resources))
-	defer func() {
-		clear(p.resources)
-		if cap(p.resources) > keptScanned {
-			// One sidecar's push of 40,000 clusters: not kept for good.
-			return
+	if p.Len > smallPush {
+		// Grown once rather than by doubling at the push's peak. A first
+		// push checks every cluster anyway (allClusters), without a mark
+		// for each.
+		if !first {
+			ch.owners = make(map[owner]bool, p.Len)
 		}
-		*scratch = p.resources[:0]
-		scannedPool.Put(scratch)
-	}()
-	for i := range resources {
-		r := &resources[i]
+		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
+			g.nodes = make(map[name]node, p.Len)
+		}
+		if g.waits == nil && typeURL == codec.TypeCluster {
+			// An initial sync's clusters all wait for their assignments;
+			// let go of at the end of the check if none does.
+			g.waits = make(map[name]clusterWait, p.Len)
+		}
+	}
+	if len(p.Removed) > 0 {
+		gone := make(map[name]bool, len(p.Removed))
+		for _, n := range p.Removed {
+			gone[unique1(n)] = true
+		}
+		g.remove(typeURL, func(n name) bool { return gone[n] }, &ch)
+	}
+	// What a push that replaces its type carries, to remove the rest once
+	// it is applied; the graph holds none of a type it is handed for the
+	// first time.
+	var keep map[name]bool
+	if p.Replace && !first {
+		keep = make(map[name]bool, p.Len)
+	}
+	for r := range p.Resources {
 		if r.Name == "" {
 			continue
 		}
@@ -246,22 +276,14 @@ func (g *Graph) Accepted(typeURL string, resources []Resource, removed []string,
 			s.name = unique1(r.Name)
 			s.scan(typeURL, r.Body)
 		}
-		p.resources = append(p.resources, s)
-	}
-	var ch changeSet
-	if len(p.resources) > smallPush {
-		// Grown once rather than by doubling at the push's peak.
-		ch.owners = make(map[owner]bool, len(p.resources))
-		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
-			g.nodes = make(map[name]node, len(p.resources))
+		if keep != nil {
+			keep[s.name] = true
 		}
-		if g.waits == nil && typeURL == codec.TypeCluster {
-			// An initial sync's clusters all wait for their assignments;
-			// let go of at the end of the check if none does.
-			g.waits = make(map[name]clusterWait, len(p.resources))
-		}
+		g.apply(typeURL, &s, &ch)
 	}
-	g.apply(typeURL, p, &ch)
+	if keep != nil {
+		g.remove(typeURL, func(n name) bool { return !keep[n] }, &ch)
+	}
 	g.recheck(&ch, at, round)
 	return ch.out
 }
@@ -371,87 +393,65 @@ func (c *changeSet) touch(o owner) {
 	c.owners[o] = true
 }
 
-// apply makes an accepted push part of the client's state.
-func (g *Graph) apply(typeURL string, p *acceptedPush, ch *changeSet) {
-	first := !g.accepted[typeURL]
-	if first {
-		g.accepted[typeURL] = true
-		// A type now checked for the first time: every reference to it.
-		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
+// apply makes one resource of an accepted push part of the client's state.
+func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
+	if r.kept && g.has(typeURL, r.name) {
+		// As it was: what it refers to is checked when that changes.
+		return
 	}
-	if p.replace && !first {
-		// The graph holds none of a type it is handed for the first time:
-		// nothing to remove, and no map of a first push's names to make.
-		keep := make(map[name]bool, len(p.resources))
-		for _, r := range p.resources {
-			keep[r.name] = true
+	// A resource kept that the graph lacks is kept by its name alone.
+	switch typeURL {
+	case codec.TypeCluster:
+		n := g.nodes[r.name]
+		if n.flags&isCluster == 0 {
+			ch.clustersChanged = true
 		}
-		g.remove(typeURL, func(n name) bool { return !keep[n] }, ch)
-	}
-	if len(p.removed) > 0 {
-		gone := make(map[name]bool, len(p.removed))
-		for _, n := range p.removed {
-			gone[n] = true
+		g.unindex(r.name, &n)
+		n.flags &^= needsEndpoints
+		n.flags |= isCluster
+		n.config, n.extra = r.cluster.config, nil
+		if r.cluster.endpoints != noName {
+			n.flags |= needsEndpoints
 		}
-		g.remove(typeURL, func(n name) bool { return gone[n] }, ch)
-	}
-	for _, r := range p.resources {
-		if r.kept && g.has(typeURL, r.name) {
-			// As it was: what it refers to is checked when that changes.
-			continue
+		if (r.cluster.endpoints != noName && r.cluster.endpoints != r.name) || len(r.cluster.secrets) > 0 {
+			n.extra = &clusterExtra{secrets: r.cluster.secrets}
+			if r.cluster.endpoints != r.name {
+				n.extra.service = r.cluster.endpoints
+				g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
+			}
 		}
-		// A resource kept that the graph lacks is kept by its name alone.
-		switch typeURL {
-		case codec.TypeCluster:
-			n := g.nodes[r.name]
-			if n.flags&isCluster == 0 {
-				ch.clustersChanged = true
-			}
-			g.unindex(r.name, &n)
-			n.flags &^= needsEndpoints
-			n.flags |= isCluster
-			n.config, n.extra = r.cluster.config, nil
-			if r.cluster.endpoints != noName {
-				n.flags |= needsEndpoints
-			}
-			if (r.cluster.endpoints != noName && r.cluster.endpoints != r.name) || len(r.cluster.secrets) > 0 {
-				n.extra = &clusterExtra{secrets: r.cluster.secrets}
-				if r.cluster.endpoints != r.name {
-					n.extra.service = r.cluster.endpoints
-					g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
-				}
-			}
-			g.nodes[r.name] = n
+		g.nodes[r.name] = n
+		if !ch.allClusters {
 			ch.touch(owner{'c', r.name})
-		case codec.TypeListener:
-			var refs listenerRefs
-			if r.listener != nil {
-				refs = *r.listener
-			}
-			g.listeners[r.name] = refs
-			ch.touch(owner{'l', r.name})
-		case codec.TypeRoute:
-			if _, ok := g.routes[r.name]; !ok {
-				ch.routeConfigsChanged = true
-			}
-			g.routes[r.name] = r.routes
-			ch.touch(owner{'r', r.name})
-		case codec.TypeEndpoint:
-			n := g.nodes[r.name]
-			n.flags |= hasAssignment
-			n.flags &^= endpointsElsewhere
-			if r.assignment.elsewhere {
-				n.flags |= endpointsElsewhere
-			}
-			n.endpoints, n.healthy = r.assignment.endpoints, r.assignment.healthy
-			g.nodes[r.name] = n
-			g.touchUsers(r.name, ch)
-		case codec.TypeSecret:
-			if _, ok := g.secrets[r.name]; !ok {
-				ch.allClusters, ch.allListeners = true, true
-			}
-			g.secrets[r.name] = struct{}{}
 		}
+	case codec.TypeListener:
+		var refs listenerRefs
+		if r.listener != nil {
+			refs = *r.listener
+		}
+		g.listeners[r.name] = refs
+		ch.touch(owner{'l', r.name})
+	case codec.TypeRoute:
+		if _, ok := g.routes[r.name]; !ok {
+			ch.routeConfigsChanged = true
+		}
+		g.routes[r.name] = r.routes
+		ch.touch(owner{'r', r.name})
+	case codec.TypeEndpoint:
+		n := g.nodes[r.name]
+		n.flags |= hasAssignment
+		n.flags &^= endpointsElsewhere
+		if r.assignment.elsewhere {
+			n.flags |= endpointsElsewhere
+		}
+		n.endpoints, n.healthy = r.assignment.endpoints, r.assignment.healthy
+		g.nodes[r.name] = n
+		g.touchUsers(r.name, ch)
+	case codec.TypeSecret:
+		if _, ok := g.secrets[r.name]; !ok {
+			ch.allClusters, ch.allListeners = true, true
+		}
+		g.secrets[r.name] = struct{}{}
 	}
 }
 
@@ -549,13 +549,6 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 	if ch.routeConfigsChanged {
 		ch.allListeners = true
 	}
-	if ch.allClusters {
-		for n, x := range g.nodes {
-			if x.flags&isCluster != 0 {
-				ch.touch(owner{'c', n})
-			}
-		}
-	}
 	if ch.allListeners {
 		for n := range g.listeners {
 			ch.touch(owner{'l', n})
@@ -567,7 +560,22 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 		}
 	}
 	found := foundPool.Get().(*[]openFinding)
+	if ch.allClusters {
+		// Every cluster, read from the graph rather than marked one by one
+		// first: an initial sync's 40,000 clusters were a map of their own
+		// at the push's peak.
+		for n, x := range g.nodes {
+			if x.flags&isCluster != 0 {
+				o := owner{'c', n}
+				*found = g.check(o, (*found)[:0])
+				g.settle(o, *found, at, round, ch)
+			}
+		}
+	}
 	for o := range ch.owners {
+		if ch.allClusters && o.typ == 'c' && g.nodes[o.n].flags&isCluster != 0 {
+			continue // checked above
+		}
 		*found = g.check(o, (*found)[:0])
 		g.settle(o, *found, at, round, ch)
 	}
@@ -858,15 +866,6 @@ func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Ti
 	}
 	return found
 }
-
-// scannedPool holds the scratch space a push's resources are scanned into
-// before the graph takes what it keeps of them, shared by every stream's
-// graph: a fresh slice for every push was one more large allocation per
-// push.
-var scannedPool = sync.Pool{New: func() any { return new([]scanned) }}
-
-// keptScanned is the most resources whose scratch space scannedPool keeps.
-const keptScanned = 8192
 
 // smallPush is the most resources of a push whose maps grow as it is
 // applied; a larger one sizes them once: grown from empty, a map of 200

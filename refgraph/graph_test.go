@@ -186,7 +186,7 @@ func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, al
 			last = nil // nothing accepted
 		default:
 			resp := response(t, delta, s.typeURL, "n", s.removed, s.res)
-			last = g.Accepted(s.typeURL, resourcesOf(resp), s.removed, replaces(delta, s.typeURL), at, s.round)
+			last = g.Accepted(push(s.typeURL, resourcesOf(resp), s.removed, replaces(delta, s.typeURL)), at, s.round)
 		}
 		all = append(all, last...)
 	}
@@ -439,9 +439,9 @@ func runAccepted(t *testing.T, delta bool, steps []step, partial bool, scans *re
 			}
 			maps.Copy(bodies, next)
 			if partial {
-				all = append(all, g.Accepted(s.typeURL, res, removed, false, at, s.round)...)
+				all = append(all, g.Accepted(push(s.typeURL, res, removed, false), at, s.round)...)
 			} else {
-				all = append(all, g.Accepted(s.typeURL, res, s.removed, replace, at, s.round)...)
+				all = append(all, g.Accepted(push(s.typeURL, res, s.removed, replace), at, s.round)...)
 			}
 		}
 	}
@@ -701,7 +701,7 @@ func TestAWaitKeepsItsStart(t *testing.T) {
 	leakcheck.Check(t)
 	accept := func(g *refgraph.Graph, typeURL string, at time.Duration, res ...proto.Message) []refgraph.Change {
 		t.Helper()
-		return g.Accepted(typeURL, resourcesOf(response(t, false, typeURL, "n", nil, res)), nil, replaces(false, typeURL), start.Add(at), 1)
+		return g.Accepted(push(typeURL, resourcesOf(response(t, false, typeURL, "n", nil, res)), nil, replaces(false, typeURL)), start.Add(at), 1)
 	}
 	only := func(what string, got []refgraph.Change, kind refgraph.Kind, resolved bool) refgraph.Change {
 		t.Helper()
@@ -773,19 +773,24 @@ func TestSharedScansKeepEachName(t *testing.T) {
 		g.ShareScans(scans)
 		return g
 	}
-	graph().Accepted(codec.TypeCluster, res, nil, true, start, 1)
-	graph().Accepted(codec.TypeCluster, res, nil, true, start, 1)
+	graph().Accepted(push(codec.TypeCluster, res, nil, true), start, 1)
+	graph().Accepted(push(codec.TypeCluster, res, nil, true), start, 1)
 	if hits, misses := scans.Stats(); hits != 1 || misses != 1 {
 		t.Errorf("scans of the same bytes under the same name: %d hits, %d misses; want 1 and 1", hits, misses)
 	}
 	renamed := slices.Clone(res)
 	renamed[0].Name = "renamed"
 	g := graph()
-	g.Accepted(codec.TypeCluster, renamed, nil, true, start, 1)
+	g.Accepted(push(codec.TypeCluster, renamed, nil, true), start, 1)
 	if !g.Holds(codec.TypeCluster, "renamed") || g.Holds(codec.TypeCluster, v1) {
 		t.Errorf("the graph holds renamed %v and %s %v; want only renamed", g.Holds(codec.TypeCluster, "renamed"), v1, g.Holds(codec.TypeCluster, v1))
 	}
 	if hits, misses := scans.Stats(); hits != 1 || misses != 2 {
 		t.Errorf("scans: %d hits, %d misses; want the renamed one a miss: 1 and 2", hits, misses)
 	}
+}
+
+// push is a Push of a list of resources.
+func push(typeURL string, res []refgraph.Resource, removed []string, replace bool) refgraph.Push {
+	return refgraph.Push{TypeURL: typeURL, Resources: slices.Values(res), Len: len(res), Removed: removed, Replace: replace}
 }

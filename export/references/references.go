@@ -4,6 +4,7 @@ package references
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -56,8 +57,6 @@ type References struct {
 	// large is set while the hand-over held beyond the queue's bound waits.
 	large atomic.Bool
 
-	// res is the queue goroutine's scratch space for a push's resources.
-	res []refgraph.Resource
 	// scans are shared by the streams' graphs while there are several: a
 	// push sent to a thousand streams is scanned once (nil with one
 	// stream, a sidecar's, which would only hold its scans twice).
@@ -337,10 +336,9 @@ func (r *References) do(op refOp) {
 			return
 		case op.accepted != nil:
 			a := op.accepted.Accepted()
-			res := r.resources(a)
 			st.graph.ShareScans(r.sharedScans())
-			changes := st.graph.Accepted(op.push.TypeURL, res, a.Removed, a.Replace, op.at, op.push.Round)
-			clear(res) // the bodies are not to be read once the push is let go of
+			changes := st.graph.Accepted(refgraph.Push{TypeURL: op.push.TypeURL, Resources: resources(a), Len: len(a.Resources),
+				Removed: a.Removed, Replace: a.Replace}, op.at, op.push.Round)
 			r.report(op.stream, st, &op.push, changes)
 		}
 		if req := st.answering; req != nil {
@@ -352,26 +350,18 @@ func (r *References) do(op refOp) {
 	}
 }
 
-// keptScratch is the most resources whose scratch space the check keeps
-// from one push for the next: a sidecar's one push of 40,000 clusters would
-// otherwise hold 2.5 MB of it for good.
-const keptScratch = 4096
-
-// resources are an accepted push's resources as the graph reads them, in
-// scratch space reused from push to push, grown once to the push's size:
-// grown by append, a push of 40,000 resources allocated five times what it
-// needs (slices grow by a quarter at that size), all at the push's peak.
-func (r *References) resources(a *track.Accepted) []refgraph.Resource {
-	res := slices.Grow(r.res[:0], len(a.Resources))
-	for i := range a.Resources {
-		v := &a.Resources[i]
-		res = append(res, refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged, Hash: v.Hash})
+// resources yields an accepted push's resources as the graph reads them,
+// one at a time: gathered in a list of the graph's own, a push of 40,000
+// resources was 2 MB more at its peak.
+func resources(a *track.Accepted) iter.Seq[refgraph.Resource] {
+	return func(yield func(refgraph.Resource) bool) {
+		for i := range a.Resources {
+			v := &a.Resources[i]
+			if !yield(refgraph.Resource{Name: v.Name, Body: v.Body, Unchanged: v.Unchanged, Hash: v.Hash}) {
+				return
+			}
+		}
 	}
-	r.res = nil
-	if cap(res) <= keptScratch {
-		r.res = res[:0]
-	}
-	return res
 }
 
 // sharedScans are the scans the streams' graphs share, made when a second
