@@ -1,7 +1,6 @@
 package refgraph
 
 import (
-	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -41,14 +40,19 @@ type Graph struct {
 	requested        map[string]bool
 
 	open map[owner][]*openFinding
-	// waits are the EDS clusters waiting for their assignments, until a
-	// wait has lasted the grace (Tick) or the assignment comes empty
-	// (settle): then it becomes an open finding, keeping its start. A
-	// stream's initial sync starts a wait for every cluster, and most end
-	// within moments, when the assignments come; as open findings they
-	// were 240 bytes and a map entry each, made and thrown away for every
-	// cluster of every proxy. nil when none waits.
-	waits map[name]clusterWait
+	// waits are the starts of the EDS clusters' waits for their
+	// assignments, one for every check that started some, which the
+	// waiting clusters' nodes index (node.wait). A wait lasts until it has
+	// lasted the grace (Tick) or the assignment comes empty (settle): then
+	// it becomes an open finding, keeping its start. A stream's initial
+	// sync starts a wait for every cluster, and most end within moments,
+	// when the assignments come; as open findings they were 240 bytes and a
+	// map entry each, and as a map of their own 1.5 MB at the peak of a
+	// sidecar's first push of 40,000 clusters, where in the node they take
+	// bytes its alignment left unused. waiting counts the nodes waiting;
+	// waits is let go of when none does.
+	waits   []clusterWait
+	waiting int
 	// openPeak is the most owners open has held since it was made: a Go
 	// map never shrinks, and a stream whose assignments never came holds a
 	// finding for every cluster once the waits have lasted the grace.
@@ -69,14 +73,23 @@ type node struct {
 	extra              *clusterExtra // nil for most clusters
 	endpoints, healthy int32         // the assignment's
 	flags              uint8
+	// wait is, for an EDS cluster waiting for its assignment, its wait's
+	// position in Graph.waits, plus one; 0 for none.
+	wait uint16
 }
 
-// clusterWait is an EDS cluster's wait for an assignment not sent yet:
-// since when, and the round of the push that started it.
+// clusterWait is when EDS clusters' waits for assignments not sent yet
+// started, and the round of the push that started them; n counts the
+// clusters still waiting since then.
 type clusterWait struct {
 	since int64 // Unix nanoseconds
 	round uint64
+	n     int
 }
+
+// maxWaits is the most starts Graph.waits holds, as many as node.wait
+// tells apart.
+const maxWaits = 1<<16 - 1
 
 const (
 	isCluster uint8 = 1 << iota
@@ -200,13 +213,11 @@ type Resource struct {
 // it, which the tracker assumes applied), as the graph reads it.
 type Push struct {
 	TypeURL string
-	// Resources yields the push's resources, ranged over once, during
-	// Accepted; Len is how many it yields. They are read one at a time,
+	// Resources are the push's resources, read in place one at a time,
 	// never gathered: a sidecar's first push of 40,000 clusters gathered in
-	// a list of its own, and again scanned, was 6 MB more at the peak of
-	// the push, besides the list the tracker hands over.
-	Resources iter.Seq[Resource]
-	Len       int
+	// a list of the graph's own, and again scanned, was 6 MB more at the
+	// peak of the push, besides the list the tracker hands over.
+	Resources Resources
 	// Removed are the names the push dropped: a Delta push's removals, or
 	// what a SotW push that replaces its type no longer carried when only
 	// what it changed is given.
@@ -218,13 +229,29 @@ type Push struct {
 	Replace bool
 }
 
+// Resources are a push's resources, as the graph reads them during
+// Accepted.
+type Resources interface {
+	Len() int
+	Resource(i int) Resource
+}
+
+// List is Resources in a list.
+type List []Resource
+
+func (l List) Len() int                { return len(l) }
+func (l List) Resource(i int) Resource { return l[i] }
+
 // Accepted applies a push of a type that the client accepted, and returns
 // what the change started and resolved.
 func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	if !Reads(p.TypeURL) {
 		return nil
 	}
-	typeURL := p.TypeURL
+	typeURL, n := p.TypeURL, 0
+	if p.Resources != nil {
+		n = p.Resources.Len()
+	}
 	first := !g.accepted[typeURL]
 	var ch changeSet
 	if first {
@@ -232,20 +259,15 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		// A type now checked for the first time: every reference to it.
 		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
 	}
-	if p.Len > smallPush {
+	if n > smallPush {
 		// Grown once rather than by doubling at the push's peak. A first
 		// push checks every cluster anyway (allClusters), without a mark
 		// for each.
 		if !first {
-			ch.owners = make(map[owner]bool, p.Len)
+			ch.owners = make(map[owner]bool, n)
 		}
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
-			g.nodes = make(map[name]node, p.Len)
-		}
-		if g.waits == nil && typeURL == codec.TypeCluster {
-			// An initial sync's clusters all wait for their assignments;
-			// let go of at the end of the check if none does.
-			g.waits = make(map[name]clusterWait, p.Len)
+			g.nodes = make(map[name]node, n)
 		}
 	}
 	if len(p.Removed) > 0 {
@@ -260,9 +282,10 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	// first time.
 	var keep map[name]bool
 	if p.Replace && !first {
-		keep = make(map[name]bool, p.Len)
+		keep = make(map[name]bool, n)
 	}
-	for r := range p.Resources {
+	for i := range n {
+		r := p.Resources.Resource(i)
 		if r.Name == "" {
 			continue
 		}
@@ -507,6 +530,7 @@ func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
 // assignment.
 func (g *Graph) store(n name, x node) {
 	if x.flags&(isCluster|hasAssignment) == 0 {
+		g.endWait(&x)
 		delete(g.nodes, n)
 		return
 	}
@@ -581,11 +605,7 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 	}
 	clear(*found)
 	foundPool.Put(found)
-	if len(g.waits) == 0 {
-		// Made afresh when a wait starts: a map never shrinks, and an
-		// initial sync's waits are every cluster's.
-		g.waits = nil
-	}
+	g.compactWaits()
 	g.openPeak = max(g.openPeak, len(g.open))
 	if len(g.open) == 0 && g.openPeak > 64 {
 		g.open, g.openPeak = map[owner][]*openFinding{}, 0
@@ -843,28 +863,86 @@ func keyName(s string) name {
 func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Time, round uint64) []openFinding {
 	w := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
 	if w >= 0 && !slices.ContainsFunc(old, func(p *openFinding) bool { return p.key == found[w].key }) {
-		if _, ok := g.waits[n]; !ok {
-			if g.waits == nil {
-				g.waits = map[name]clusterWait{}
-			}
-			g.waits[n] = clusterWait{since: at.UnixNano(), round: round}
+		if x, ok := g.nodes[n]; ok && x.wait == 0 {
+			g.startWait(&x, at.UnixNano(), round)
+			g.nodes[n] = x
 			if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
 				g.due = d
 			}
 		}
 		return slices.Delete(found, w, w+1)
 	}
-	x, ok := g.waits[n]
-	if !ok {
+	x, ok := g.nodes[n]
+	if !ok || x.wait == 0 {
 		return found
 	}
-	delete(g.waits, n)
+	start := g.waits[x.wait-1]
+	g.endWait(&x)
+	g.nodes[n] = x
 	for i := range found {
 		if f := &found[i]; f.Kind == ClusterUnhealthy {
-			f.Since, f.Round = time.Unix(0, x.since), x.round
+			f.Since, f.Round = time.Unix(0, start.since), start.round
 		}
 	}
 	return found
+}
+
+// startWait starts x's wait, since (Unix nanoseconds) in round: the
+// latest start when it is the same, as for every cluster of one check.
+func (g *Graph) startWait(x *node, since int64, round uint64) {
+	k := len(g.waits) - 1
+	if k < 0 || g.waits[k].since != since || g.waits[k].round != round {
+		if len(g.waits) == maxWaits {
+			g.compactWaits()
+		}
+		if len(g.waits) < maxWaits {
+			g.waits = append(g.waits, clusterWait{since: since, round: round})
+		}
+		// Else 65,535 starts wait at once: the wait joins the latest,
+		// and is reported no earlier than its due.
+		k = len(g.waits) - 1
+	}
+	g.waits[k].n++
+	g.waiting++
+	x.wait = uint16(k + 1)
+}
+
+// endWait ends x's wait, if it waits.
+func (g *Graph) endWait(x *node) {
+	if x.wait == 0 {
+		return
+	}
+	g.waits[x.wait-1].n--
+	g.waiting--
+	x.wait = 0
+}
+
+// compactWaits lets go of the starts no cluster waits since any more: all
+// of them once none waits, else, when the list is full, those ended, the
+// waiting nodes renumbered.
+func (g *Graph) compactWaits() {
+	if g.waiting == 0 {
+		g.waits = nil
+		return
+	}
+	if len(g.waits) < maxWaits {
+		return
+	}
+	renumber := make([]uint16, len(g.waits))
+	kept := g.waits[:0]
+	for i, w := range g.waits {
+		if w.n > 0 {
+			kept = append(kept, w)
+			renumber[i] = uint16(len(kept))
+		}
+	}
+	g.waits = kept
+	for n, x := range g.nodes {
+		if x.wait != 0 {
+			x.wait = renumber[x.wait-1]
+			g.nodes[n] = x
+		}
+	}
 }
 
 // smallPush is the most resources of a push whose maps grow as it is
@@ -908,9 +986,16 @@ func (g *Graph) Tick(now time.Time) []Change {
 // findings, reported, and returns them added to out, with due the earliest
 // of due and the remaining waits' ends.
 func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, time.Time) {
+	if g.waiting == 0 {
+		return out, due
+	}
 	var found []openFinding
-	for n, x := range g.waits {
-		since := time.Unix(0, x.since)
+	for n, x := range g.nodes {
+		if x.wait == 0 {
+			continue
+		}
+		start := g.waits[x.wait-1]
+		since := time.Unix(0, start.since)
 		if now.Sub(since) < g.grace {
 			if d := since.Add(g.grace); due.IsZero() || d.Before(due) {
 				due = d
@@ -920,7 +1005,8 @@ func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, 
 		o := owner{'c', n}
 		found = g.check(o, found[:0])
 		i := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
-		delete(g.waits, n)
+		g.endWait(&x)
+		g.nodes[n] = x
 		if i < 0 {
 			// Not waiting any more: a check ends a wait that ends.
 			continue
@@ -928,14 +1014,12 @@ func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, 
 		nf := new(openFinding)
 		*nf = found[i]
 		nf.setKey()
-		nf.Since, nf.Round, nf.reported = since, x.round, true
+		nf.Since, nf.Round, nf.reported = since, start.round, true
 		g.open[o] = append(g.open[o], nf)
 		g.reported++
 		out = append(out, Change{Finding: nf.Finding, At: now})
 	}
-	if len(g.waits) == 0 {
-		g.waits = nil
-	}
+	g.compactWaits()
 	return out, due
 }
 

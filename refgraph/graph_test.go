@@ -792,5 +792,5 @@ func TestSharedScansKeepEachName(t *testing.T) {
 
 // push is a Push of a list of resources.
 func push(typeURL string, res []refgraph.Resource, removed []string, replace bool) refgraph.Push {
-	return refgraph.Push{TypeURL: typeURL, Resources: slices.Values(res), Len: len(res), Removed: removed, Replace: replace}
+	return refgraph.Push{TypeURL: typeURL, Resources: refgraph.List(res), Removed: removed, Replace: replace}
 }
