@@ -37,9 +37,11 @@ import (
 )
 
 // No lock that every stream takes is on a frame's or a push's way through
-// any output — the live log (a real handler on a real LogWriter), the
-// metrics, the spans, the capture, the retained configuration, the
-// reference check, the upstream's health: streams handled at once, each on
+// any output — every one export/output.go names, each made by its New as
+// the pipeline makes it: the live log (a real handler on a real
+// LogWriter, its Writer), the metrics, the upstream's health, the spans,
+// the capture, the retained configuration, the reference check: streams
+// handled at once, each on
 // a goroutine of its own as the relays and the observation workers handle
 // them, never wait for one another there. What each output keeps of a
 // stream is on the stream (track.OutputState), whose locks no other stream
