@@ -148,10 +148,10 @@ func BenchmarkTracingPush(b *testing.B) {
 // line, in each --log-format.
 func BenchmarkLiveLogPush(b *testing.B) {
 	b.Run("pretty", func(b *testing.B) {
-		runPushes(b, livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))))
+		runPushes(b, livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(io.Discard, slog.LevelInfo))}}))
 	})
 	b.Run("json", func(b *testing.B) {
-		runPushes(b, livelog.New(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+		runPushes(b, livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}}))
 	})
 }
 
@@ -160,10 +160,10 @@ func BenchmarkLiveLogPush(b *testing.B) {
 func BenchmarkMetricsPush(b *testing.B) {
 	b.Run("exemplar-trace-id", func(b *testing.B) {
 		tr := newBenchTracing(b, tracing.GroupByVersion)
-		runPushes(b, metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil))
+		runPushes(b, metrics.New(metrics.Config{TraceID: tr.TraceIDFor}))
 	})
 	b.Run("node-label", func(b *testing.B) {
-		runPushes(b, metrics.New(metrics.Config{NodeLabel: true}, nil))
+		runPushes(b, metrics.New(metrics.Config{NodeLabel: true}))
 	})
 }
 
@@ -179,8 +179,8 @@ func BenchmarkAllSinksPush(b *testing.B) {
 func allSinks(b *testing.B) track.Sink {
 	tr := newBenchTracing(b, tracing.GroupByVersion)
 	sinks := []track.Sink{
-		livelog.New(slog.New(export.NewPretty(io.Discard, slog.LevelInfo))),
-		metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil),
+		livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(io.Discard, slog.LevelInfo))}}),
+		metrics.New(metrics.Config{TraceID: tr.TraceIDFor}),
 		tr,
 	}
 	return track.SinkFunc(func(e track.Event) {

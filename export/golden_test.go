@@ -259,7 +259,7 @@ func TestLiveLogGolden(t *testing.T) {
 			}
 			return a
 		}
-		l := livelog.New(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime})))
+		l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: noTime}))}})
 		for _, e := range events {
 			l.OnEvent(e)
 		}
@@ -269,7 +269,7 @@ func TestLiveLogGolden(t *testing.T) {
 		// A logger carrying its own attributes and group, as a caller may
 		// hand one over.
 		var buf bytes.Buffer
-		l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g"))
+		l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelInfo)).With("tap", "t1").WithGroup("g")}})
 		for _, e := range eventtest.Tracked(story()...) {
 			l.OnEvent(e)
 		}

@@ -23,7 +23,7 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 // lines without their timestamps.
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
-	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelInfo))}})
 	for _, e := range eventtest.Tracked(events...) {
 		l.OnEvent(e)
 	}

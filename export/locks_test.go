@@ -3,11 +3,16 @@ package export_test
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,9 +37,11 @@ import (
 )
 
 // No lock that every stream takes is on a frame's or a push's way through
-// any output — the live log (a real handler on a real LogWriter), the
-// metrics, the spans, the capture, the retained configuration, the
-// reference check, the upstream's health: streams handled at once, each on
+// any output — every one export/output.go names, each made by its New as
+// the pipeline makes it: the live log (a real handler on a real
+// LogWriter, its Writer), the metrics, the upstream's health, the spans,
+// the capture, the retained configuration, the reference check: streams
+// handled at once, each on
 // a goroutine of its own as the relays and the observation workers handle
 // them, never wait for one another there. What each output keeps of a
 // stream is on the stream (track.OutputState), whose locks no other stream
@@ -61,17 +68,33 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(metrics.Config{TraceID: tr.TraceIDFor}, nil)
+	// The log's real way out, and a real handler on it: the live log's
+	// lines, and the NACKs' written later on the writer's goroutine.
 	logOut := export.NewLogWriter(export.LogWriterConfig{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Writer: io.Discard})
-	retained := retained.New(retained.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, MaxBytes: 1 << 30})
-	refs := references.New(references.Config{OutputConfig: export.OutputConfig{QueueBytes: 1 << 30}, Spans: tr})
-	upstream := upstream.NewHealth()
+	out := export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}
 	w, err := capture.NewWriter(filepath.Join(t.TempDir(), "xds.capture"), 1<<30, 2, "test", "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	capt := recorder.New(recorder.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.DiscardHandler), QueueBytes: 1 << 30}, Writer: w})
-	sinks := []track.Sink{livelog.New(slog.New(export.NewPretty(logOut, slog.LevelDebug))), m, tr, retained, refs, upstream}
+	capt := recorder.New(recorder.Config{OutputConfig: out, Writer: w})
+	// Every output, as the pipeline builds them, told the events in this
+	// order and closed in the reverse.
+	outputs := []export.Output{
+		livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(logOut, slog.LevelDebug))}, Writer: logOut}),
+		metrics.New(metrics.Config{OutputConfig: out, TraceID: tr.TraceIDFor}),
+		upstream.New(upstream.Config{OutputConfig: out}),
+		tr,
+		capt,
+		retained.New(retained.Config{OutputConfig: out, MaxBytes: 1 << 30}),
+		references.New(references.Config{OutputConfig: out, Spans: tr}),
+	}
+	checkEveryOutput(t, outputs)
+	var sinks []track.Sink
+	for _, o := range outputs {
+		if s, ok := o.(track.Sink); ok {
+			sinks = append(sinks, s)
+		}
+	}
 	emit := func(e track.Event) {
 		for _, s := range sinks {
 			s.OnEvent(e)
@@ -118,10 +141,13 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	close(start)
 	wg.Wait()
 	ctx := context.Background()
-	for _, err := range []error{tr.Shutdown(ctx), retained.Close(ctx), refs.Close(ctx), capt.Close(ctx), logOut.Close(ctx)} {
-		if err != nil {
+	for _, o := range slices.Backward(outputs) {
+		if err := o.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := logOut.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	after := contendedIn("github.com/adstap/adstap/export")
 	var shared []string
@@ -140,6 +166,44 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 	sort.Strings(shared)
 	if len(shared) > 0 {
 		t.Errorf("streams took locks they share, once a frame or more:\n%s", strings.Join(shared, "\n"))
+	}
+}
+
+// checkEveryOutput fails unless outs hold an output of every name
+// export/output.go defines, once each: an output added there is an output
+// this test runs.
+func checkEveryOutput(t *testing.T, outs []export.Output) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "output.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, o := range outs {
+		names[o.Name()]++
+	}
+	defined := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			for i, id := range spec.(*ast.ValueSpec).Names {
+				if !strings.HasSuffix(id.Name, "Output") {
+					continue
+				}
+				lit := spec.(*ast.ValueSpec).Values[i].(*ast.BasicLit)
+				name, _ := strconv.Unquote(lit.Value)
+				defined++
+				if names[name] != 1 {
+					t.Errorf("export.%s (%q): %d outputs of that name in the test, want 1", id.Name, name, names[name])
+				}
+			}
+		}
+	}
+	if defined != len(outs) {
+		t.Errorf("export/output.go names %d outputs; the test runs %d", defined, len(outs))
 	}
 }
 

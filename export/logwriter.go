@@ -17,11 +17,15 @@ const DefaultOutputQueueBytes = outq.DefaultBytes
 // blocks — a terminal paused, a pipe nobody reads — costs log lines, counted
 // and said once stderr takes lines again, never a wait on the relay or the
 // tracker.
+//
+// It is the way out of the log output (livelog.Log, named LogOutput), not
+// an Output of its own: the live log reports its dropped lines. It carries
+// every logger of the process, not only the live log's lines, so its owner
+// closes it after the last of them (adstap run's "stopped"), after the
+// pipeline's outputs.
 type LogWriter struct {
 	q *outq.Queue[logItem]
 }
-
-var _ Output = (*LogWriter)(nil)
 
 // logItem is a line to write, or work that logs lines (Later).
 type logItem struct {
@@ -74,16 +78,13 @@ func (l *LogWriter) Write(p []byte) (int, error) {
 // or drops it (counted as a line) when too much waits already; it reports
 // whether f was queued. The lines f logs through this writer come after
 // those queued before f ran: work whose lines need something slow (the
-// Istio objects a NACK rejected, livelog.Log.DecodeLater) runs here rather
+// Istio objects a NACK rejected, livelog.Config.Writer) runs here rather
 // than on the tracker's goroutine.
 func (l *LogWriter) Later(f func()) bool {
 	return l.q.Put(logItem{later: f}, laterSize, false)
 }
 
-// Name is the output's name, its queue's.
-func (l *LogWriter) Name() string { return LogOutput }
-
-// Dropped counts the lines dropped.
+// Dropped counts the lines dropped, of every logger that writes here.
 func (l *LogWriter) Dropped() uint64 { return l.q.Dropped() }
 
 // Close writes out what waits, until ctx is done; later lines are dropped.

@@ -243,7 +243,7 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 	}
 }
 
-// TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine: with DecodeLater, as
+// TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine: with a Writer, as
 // the pipeline wires the log writer, a NACK's line waits for the writer's
 // goroutine, which reads the objects it rejected there, and the stream's
 // next lines wait behind it, in order; the tracker letting go of the
@@ -251,12 +251,8 @@ func BenchmarkPushSpanObjects(b *testing.B) {
 func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 	leakcheck.Check(t)
 	var buf strings.Builder
-	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
-	var waiting []func()
-	l.DecodeLater(func(f func()) bool {
-		waiting = append(waiting, f)
-		return true
-	})
+	var waiting laterWriter
+	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelInfo))}, Writer: &waiting})
 	s := openStamped(t, track.New(track.Config{}), l)
 	s.push("1", map[string]string{"reviews": "reviews"})
 	s.answer("1", "")
@@ -284,6 +280,17 @@ func TestLiveLogReadsANACKsObjectsOnItsWritersGoroutine(t *testing.T) {
 		t.Errorf("the NACK's line does not name the DestinationRule it rejected: %s", line)
 	}
 }
+
+// laterWriter is a livelog.Writer whose goroutine is the test's: what
+// waits for it runs when the test says.
+type laterWriter []func()
+
+func (w *laterWriter) Later(f func()) bool {
+	*w = append(*w, f)
+	return true
+}
+
+func (w *laterWriter) Dropped() uint64 { return 0 }
 
 // pushSpans keeps the push spans of spans.
 func pushSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {

@@ -55,19 +55,28 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 
 // StreamClientStatus answers each request of the stream in turn.
 func (c *CSDS) StreamClientStatus(stream statusv3.ClientStatusDiscoveryService_StreamClientStatusServer) error {
+	return eachRequest(stream.Recv, func(req *statusv3.ClientStatusRequest) error {
+		resp, err := c.ClientStatus(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		return stream.Send(resp)
+	})
+}
+
+// eachRequest hands each request recv returns to handle, in turn, until
+// the client ends the stream (nil), recv fails or handle does (their
+// error): the loop of every stream this package serves, CSDS's and syncz's.
+func eachRequest[Req any](recv func() (Req, error), handle func(Req) error) error {
 	for {
-		req, err := stream.Recv()
+		req, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		resp, err := c.ClientStatus(stream.Context(), req)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := handle(req); err != nil {
 			return err
 		}
 	}

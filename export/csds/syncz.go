@@ -2,8 +2,6 @@ package csds
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,26 +48,20 @@ func (z *Syncz) Register(s *grpc.Server) { discoveryv3.RegisterAggregatedDiscove
 // one up for every request it sends), and refuses any other type.
 func (z *Syncz) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	sent := ""
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return eachRequest(stream.Recv, func(req *discoveryv3.DiscoveryRequest) error {
 		if req.GetTypeUrl() != codec.TypeSyncz {
 			return status.Errorf(codes.InvalidArgument, "this listener answers only %s (istioctl proxy-status), not %q", codec.TypeSyncz, codec.Text([]byte(req.GetTypeUrl())))
 		}
 		if sent != "" && req.GetResponseNonce() == sent {
-			continue // the ACK or NACK of the latest answer
+			return nil // the ACK or NACK of the latest answer
 		}
 		resp := z.Response()
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
 		sent = resp.Nonce
-	}
+		return nil
+	})
 }
 
 // Response is the syncz answer for every proxy now.

@@ -32,6 +32,9 @@ import (
 // snapshot cache does it thousands of times a second) would bury everything
 // else: a NACK identical to the previous one of its stream and type is
 // written at most once per repeatEvery, with the count of those left out.
+//
+// It is the log output (export.LogOutput): what it loses is what its
+// Writer dropped.
 type Log struct {
 	log *slog.Logger
 	// detail says whether the handler writes the facts
@@ -40,9 +43,9 @@ type Log struct {
 	// live log's garbage.
 	detail      bool
 	repeatEvery time.Duration
-	// later, when set, runs the lines that read a NACK's Istio objects on
-	// the log's own goroutine (DecodeLater).
-	later func(func()) bool
+	// out, when set, runs the lines that read a NACK's Istio objects on
+	// the log's own goroutine (Config.Writer), and counts what it dropped.
+	out Writer
 }
 
 // logStream is what the live log keeps of a stream, on the stream itself
@@ -51,7 +54,7 @@ type logStream struct {
 	mu      sync.Mutex
 	repeats map[string]*repeat // by type URL
 	// deferred counts the stream's lines waiting on the log's goroutine
-	// (DecodeLater); while there are any, its next lines wait there too, so
+	// (Config.Writer); while there are any, its next lines wait there too, so
 	// that they keep their order.
 	deferred atomic.Int32
 }
@@ -66,21 +69,68 @@ type repeat struct {
 // defaultRepeatEvery is how often an identical NACK is written again.
 const defaultRepeatEvery = 5 * time.Second
 
-var _ track.Sink = (*Log)(nil)
+var (
+	_ track.Sink    = (*Log)(nil)
+	_ export.Output = (*Log)(nil)
+	_ Writer        = (*export.LogWriter)(nil)
+)
 
-// New logs to l.
-func New(l *slog.Logger) *Log {
-	_, human := l.Handler().(*export.Pretty)
-	return &Log{log: l, detail: !human, repeatEvery: defaultRepeatEvery}
+// Config shapes the live log.
+type Config struct {
+	// OutputConfig.Logger is where the lines go, the tap's log (nil
+	// discards them); its QueueBytes is unused: the lines wait in Writer's
+	// queue, whose bound its owner set.
+	export.OutputConfig
+	// Writer, when set, is the way out that Logger writes through
+	// (export.LogWriter). The lines it dropped are the live log's
+	// (Dropped), and the lines that name the Istio objects a NACK rejected
+	// are written on its goroutine (Writer.Later), which reads the objects
+	// (origin.Of) there rather than on the observation worker that hands
+	// the live log its events; the lines of the stream that follow wait
+	// there too, so the stream's lines keep their order. Without it
+	// (inspect, tests) every line is written where its event is handled, and
+	// none is dropped.
+	Writer Writer
 }
 
-// DecodeLater makes the lines that name the Istio objects a NACK rejected
-// run on an output's own goroutine (run: export.LogWriter.Later), which
-// reads the objects (origin.Of) there rather than on the observation
-// worker that hands the live log its events; the lines of the stream that
-// follow wait there too, so the stream's lines keep their order. Without it, they are read
-// where the event is handled (inspect, tests).
-func (l *Log) DecodeLater(run func(func()) bool) { l.later = run }
+// Writer is what the live log needs of its way out; export.LogWriter is
+// it.
+type Writer interface {
+	// Later runs f on the writer's goroutine after the lines queued
+	// before it, or drops it, counted as a line, and says false.
+	Later(f func()) bool
+	// Dropped counts the lines dropped.
+	Dropped() uint64
+}
+
+// New logs to cfg.Logger.
+func New(cfg Config) *Log {
+	l := cfg.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	_, human := l.Handler().(*export.Pretty)
+	return &Log{log: l, detail: !human, repeatEvery: defaultRepeatEvery, out: cfg.Writer}
+}
+
+// Name is export.LogOutput.
+func (l *Log) Name() string { return export.LogOutput }
+
+// Dropped counts the lines its Writer dropped, since the writer was made:
+// the live log's and those of every other logger that writes through it
+// (the pipeline's, the tap's), which it cannot tell apart. 0 without a
+// Writer: a line written in place is never dropped.
+func (l *Log) Dropped() uint64 {
+	if l.out == nil {
+		return 0
+	}
+	return l.out.Dropped()
+}
+
+// Close has nothing to write out: the live log keeps no line of its own.
+// Its lines wait in its Writer, which carries the other loggers' lines too
+// and is closed by its owner after the last of them; Close leaves it open.
+func (l *Log) Close(context.Context) error { return nil }
 
 // OnEvent logs e if it is worth a line.
 func (l *Log) OnEvent(e track.Event) {
@@ -98,7 +148,7 @@ func (l *Log) OnEvent(e track.Event) {
 			return
 		}
 	}
-	if l.later == nil || (rejected == nil && (st == nil || st.deferred.Load() == 0)) {
+	if l.out == nil || (rejected == nil && (st == nil || st.deferred.Load() == 0)) {
 		if isPush {
 			l.pushEnded(pe, suppressed)
 		} else {
@@ -109,7 +159,7 @@ func (l *Log) OnEvent(e track.Event) {
 	l.writeLater(st, rejected, e, suppressed)
 }
 
-// writeLater writes e's line on the log's goroutine (DecodeLater), after
+// writeLater writes e's line on the log's goroutine (Config.Writer), after
 // claiming what its NACK rejected, so that the objects are read there. Apart
 // from OnEvent, so that only a line that waits costs its closure.
 func (l *Log) writeLater(st *logStream, rejected *track.Rejected, e track.Event, suppressed int) {
@@ -122,11 +172,11 @@ func (l *Log) writeLater(st *logStream, rejected *track.Rejected, e track.Event,
 	}
 	origin.Claim(rejected)
 	if st == nil {
-		l.later(line)
+		l.out.Later(line)
 		return
 	}
 	st.deferred.Add(1)
-	if !l.later(func() {
+	if !l.out.Later(func() {
 		line()
 		st.deferred.Add(-1)
 	}) {

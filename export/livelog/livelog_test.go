@@ -38,7 +38,7 @@ func cdsPush(version string) track.Push {
 // lines without their timestamps.
 func lines(events ...track.Event) []string {
 	var buf bytes.Buffer
-	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelInfo)))
+	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelInfo))}})
 	for _, e := range eventtest.Tracked(events...) {
 		l.OnEvent(e)
 	}
@@ -107,7 +107,7 @@ func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
 func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 	leakcheck.Check(t)
 	var buf bytes.Buffer
-	l := livelog.New(slog.New(slog.NewJSONHandler(&buf, nil)))
+	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}})
 	l.OnEvent(track.PushEnded{Push: cdsPush("v1"), Result: track.ResultNACK, At: t0, Latency: 2 * time.Millisecond, ErrorCode: 3, Error: "bad", ErrorNames: []string{"ratings"}})
 	var rec struct {
 		Level string
@@ -133,7 +133,7 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 func TestLiveLogBelowItsLevel(t *testing.T) {
 	leakcheck.Check(t)
 	var buf bytes.Buffer
-	l := livelog.New(slog.New(export.NewPretty(&buf, slog.LevelWarn)))
+	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelWarn))}})
 	nack := func(at time.Duration) track.PushEnded {
 		return track.PushEnded{Push: cdsPush("v7"), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
 	}

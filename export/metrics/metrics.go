@@ -2,6 +2,7 @@
 package metrics
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -22,6 +23,12 @@ import (
 
 // Config shapes the Prometheus metrics.
 type Config struct {
+	// OutputConfig.Logger is told when nodes pass MaxNodes; QueueBytes is
+	// unused: the metrics have no queue.
+	export.OutputConfig
+	// Relay is what the relay counts itself (tap.Server.Stats), read at
+	// scrape time; nil leaves its metrics out.
+	Relay RelayStats
 	// NodeLabel adds a node label (the node id) to the per-type metrics. Off
 	// by default: an unbounded label once took a Prometheus down (istio#14642).
 	// It is for a debugging tap in front of a handful of proxies.
@@ -40,7 +47,6 @@ type Config struct {
 	// "max_streams_per_connection", "max_pending_connections"), what it
 	// turned away.
 	Refused map[string]func() uint64
-	Logger  *slog.Logger
 }
 
 const outputDroppedHelp = "Records an output dropped because it fell behind (a blocked stderr, a slow capture file): log lines, capture records, retained pushes. The relay and the tracker never wait for an output."
@@ -78,6 +84,10 @@ var (
 
 // Metrics turns tracker events and relay counters into Prometheus metrics.
 // Metric names are a public interface: see docs/metrics.md.
+//
+// It is an output (export.MetricsOutput) with no queue: each event is
+// counted on the goroutine that tells it, so nothing waits and nothing is
+// dropped.
 type Metrics struct {
 	cfg Config
 	reg *prometheus.Registry
@@ -110,10 +120,14 @@ type Metrics struct {
 	warned    atomic.Bool
 }
 
-var _ track.Sink = (*Metrics)(nil)
+var (
+	_ track.Sink    = (*Metrics)(nil)
+	_ export.Output = (*Metrics)(nil)
+)
 
-// New registers adstap's metrics, reading relay counters from relay.
-func New(cfg Config, relay RelayStats) *Metrics {
+// New registers adstap's metrics, reading the relay's counters from
+// cfg.Relay.
+func New(cfg Config) *Metrics {
 	if cfg.MaxNodes <= 0 {
 		cfg.MaxNodes = DefaultMaxNodes
 	}
@@ -191,7 +205,7 @@ func New(cfg Config, relay RelayStats) *Metrics {
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adstap_build_info", Help: "adstap's version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(cfg.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(build, relayCollector{relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(build, relayCollector{cfg.Relay}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -231,6 +245,18 @@ func (m *Metrics) WatchConnectReports(dropped func() uint64) {
 		Help: "Reports of upstream connection attempts dropped because the observer had fallen behind: phases and failures the upstream connect metrics do not count."},
 		func() float64 { return float64(dropped()) }))
 }
+
+// Name is export.MetricsOutput.
+func (m *Metrics) Name() string { return export.MetricsOutput }
+
+// Dropped is 0: the metrics have no queue to fall behind on. An event of a
+// node past MaxNodes is counted too, as node="other"
+// (adstap_metrics_node_overflow_total), not dropped.
+func (m *Metrics) Dropped() uint64 { return 0 }
+
+// Close has nothing to write out: every event was counted when told. The
+// registry stays readable, for a scrape during the shutdown.
+func (m *Metrics) Close(context.Context) error { return nil }
 
 // Registry is where the metrics live, for other exporters to add theirs.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
@@ -538,10 +564,16 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 
 // WatchOutputs counts, per output, the work its queue dropped because the
 // output fell behind (adstap_output_dropped_total{output=Name()}). Tracing
-// is left out: its spans' losses have a metric of their own, by reason.
+// is left out: its spans' losses have a metric of their own, by reason. So
+// are the metrics and the upstream's health, which have no queue and drop
+// nothing: a series that can never rise would say they might.
 func (m *Metrics) WatchOutputs(outs ...export.Output) {
 	for _, o := range outs {
-		if o == nil || o.Name() == export.TracingOutput {
+		if o == nil {
+			continue
+		}
+		switch o.Name() {
+		case export.TracingOutput, export.MetricsOutput, export.UpstreamOutput:
 			continue
 		}
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "adstap_output_dropped_total", Help: outputDroppedHelp,

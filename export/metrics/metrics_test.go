@@ -20,10 +20,10 @@ func noRelay() map[codec.Protocol]codec.ProtocolStats { return nil }
 
 func TestMetricsFollowEvents(t *testing.T) {
 	leakcheck.Check(t)
-	m := metrics.New(metrics.Config{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }},
-		metrics.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
+	m := metrics.New(metrics.Config{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" },
+		Relay: metrics.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
 			return map[codec.Protocol]codec.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
-		}))
+		})})
 	push := cdsPush("v1")
 	push.FullSync, push.Initial = true, true
 	redundant := cdsPush("v2")
@@ -202,9 +202,11 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 		{"node label capped", metrics.Config{NodeLabel: true, MaxNodes: 20}, 250},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			small := metrics.New(tc.cfg, metrics.RelayStatsFunc(noRelay))
+			cfg := tc.cfg
+			cfg.Relay = metrics.RelayStatsFunc(noRelay)
+			small := metrics.New(cfg)
 			feed(small, 10, 2)
-			big := metrics.New(tc.cfg, metrics.RelayStatsFunc(noRelay))
+			big := metrics.New(cfg)
 			feed(big, 3000, 50) // 3,000 nodes, 50 unknown type URLs
 			t.Logf("series: small %d, big %d", series(small), series(big))
 			if got := series(big); got > tc.maxSeries {
@@ -221,7 +223,7 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 // says it dropped at the moment of the scrape.
 func TestConnectReportsDroppedIsReadAtScrape(t *testing.T) {
 	leakcheck.Check(t)
-	m := metrics.New(metrics.Config{Version: "v-test"}, metrics.RelayStatsFunc(noRelay))
+	m := metrics.New(metrics.Config{Version: "v-test", Relay: metrics.RelayStatsFunc(noRelay)})
 	var dropped uint64
 	m.WatchConnectReports(func() uint64 { return dropped })
 	for _, n := range []uint64{0, 7} {

@@ -64,7 +64,7 @@ func TestStreamStateMetrics(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := metrics.New(metrics.Config{NodeLabel: tc.nodeLabel, MaxNodes: 2}, nil)
+			m := metrics.New(metrics.Config{NodeLabel: tc.nodeLabel, MaxNodes: 2})
 			m.WatchStreams(streams)
 			for range 2 { // a second scrape says the same
 				for _, w := range tc.want {

@@ -227,7 +227,7 @@ func TestFoldedPushesAreCountedWithTheEpisodeAsExemplar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(metrics.Config{SpansDropped: tr.Drops}, nil)
+	m := metrics.New(metrics.Config{SpansDropped: tr.Drops})
 	tr.CountFolds(m.SpansFolded)
 	for _, e := range events {
 		tr.OnEvent(e)

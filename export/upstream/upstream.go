@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/internal/shared"
 	"github.com/adstap/adstap/track"
 )
@@ -117,17 +118,42 @@ const (
 // (track.UpstreamConnected), for the status, the page and the metrics. A
 // client that cannot get its configuration because the control plane's
 // certificate expired has no stream to show: this is where it shows.
+//
+// It is an output (export.UpstreamOutput) with no queue: each attempt is
+// recorded on the goroutine that tells it, so nothing waits and nothing is
+// dropped.
 type Health struct {
 	mu sync.Mutex
 	st State
 }
 
-var _ track.Sink = (*Health)(nil)
+var (
+	_ track.Sink    = (*Health)(nil)
+	_ export.Output = (*Health)(nil)
+)
 
-// NewHealth returns a health record with no attempt yet.
-func NewHealth() *Health {
+// Config shapes the upstream's health. Its OutputConfig is unused: the
+// health has no queue and nothing to say in the log, whose lines about
+// each attempt are the live log's.
+type Config struct {
+	export.OutputConfig
+}
+
+// New returns a health record with no attempt yet.
+func New(Config) *Health {
 	return &Health{st: State{State: Unknown}}
 }
+
+// Name is export.UpstreamOutput.
+func (u *Health) Name() string { return export.UpstreamOutput }
+
+// Dropped is 0: every attempt it is told of is recorded. The reports the
+// relay dropped before they reached it are the relay's
+// (adstap_upstream_connect_reports_dropped_total).
+func (u *Health) Dropped() uint64 { return 0 }
+
+// Close has nothing to write out; the state stays readable.
+func (u *Health) Close(context.Context) error { return nil }
 
 // OnEvent records the outcome of an upstream connection.
 func (u *Health) OnEvent(e track.Event) {

@@ -51,7 +51,7 @@ func TestUpstreamReason(t *testing.T) {
 
 func TestUpstreamHealthCountsFailuresUntilASuccess(t *testing.T) {
 	leakcheck.Check(t)
-	u := upstream.NewHealth()
+	u := upstream.New(upstream.Config{})
 	if got := u.State(); got.State != upstream.Unknown {
 		t.Errorf("before any attempt: %+v", got)
 	}

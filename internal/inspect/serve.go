@@ -274,7 +274,7 @@ func newSession(r *replayServer, stream grpc.ServerStream, id uint64, delta bool
 		cfg: r.cfg, sent: r.cfg.Sent, log: r.log, stream: stream, id: id, delta: delta,
 		tr: track.New(track.Config{}), types: map[string]*typeServe{}, quiet: map[string]bool{}, unanswered: map[string]bool{},
 	}
-	s.live = livelog.New(r.log)
+	s.live = livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: r.log}})
 	for _, t := range s.sent.Types {
 		s.types[t.TypeURL] = &typeServe{st: t, missing: map[string]bool{}}
 	}

@@ -34,7 +34,7 @@ type timeline struct {
 func newTimeline(w io.Writer) *timeline {
 	clock := &replayClock{w: w}
 	log := slog.New(&clockHandler{next: export.NewPretty(w, slog.LevelInfo), clock: clock})
-	return &timeline{live: livelog.New(log), log: log, clock: clock}
+	return &timeline{live: livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: log}}), log: log, clock: clock}
 }
 
 func (t *timeline) events(st *step, evs []track.Event) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -57,14 +58,12 @@ type Config struct {
 	// the retained configuration), the bytes waiting for it; past it the
 	// output drops work and counts it. 0 means DefaultOutputQueueBytes.
 	OutputQueueBytes int64
-	// LogOutput, when set, is the logger's writer (export.LogWriter), whose
-	// dropped lines the metrics count; its owner closes it, after the
-	// pipeline.
-	LogOutput export.Output
-	// LogLater, when set, runs work on the log writer's goroutine, in order
-	// with its lines (export.LogWriter.Later): the live log reads the Istio
-	// objects a NACK rejected there, not on an observation worker.
-	LogLater func(func()) bool
+	// LogWriter, when set, is the writer Logger writes through: the log
+	// output (livelog.Log) reports its dropped lines, and the live log
+	// reads the Istio objects a NACK rejected on its goroutine, in order
+	// with its lines, not on an observation worker (livelog.Config.Writer).
+	// Its owner closes it, after the pipeline.
+	LogWriter *export.LogWriter
 	// Sinks are told every tracker event after the pipeline's own sinks.
 	Sinks []track.Sink
 	// Resources follows every resource of every stream one by one
@@ -84,9 +83,13 @@ type Pipeline struct {
 	Upstream *upstream.Health
 	// References is nil without Config.CheckReferences.
 	References *references.References
-	// outputs are the pipeline's own outputs, in the order they close:
-	// those fed accepted pushes first, tracing, which the others' spans
-	// reach, last.
+	// outputs are every output of the pipeline, in the order they are
+	// told the tracker's events; they close in the reverse order, each
+	// after those that reach it: the reference check and the retained
+	// configuration, fed accepted pushes, first, then the capture, then
+	// tracing, which the reference check's spans reach, then the metrics,
+	// which count the others' losses, and the live log, whose writer
+	// carries the others' messages, last.
 	outputs []export.Output
 	// captureFile is Config.Capture, whose files /debug/capture lists.
 	captureFile *capture.Writer
@@ -128,15 +131,18 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		}
 	}
 	out := export.OutputConfig{Logger: log, QueueBytes: cfg.OutputQueueBytes}
-	if cfg.RetainMaxBytes > 0 {
-		p.Retained = retained.New(retained.Config{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
-		p.outputs = append(p.outputs, p.Retained)
+	lcfg := livelog.Config{OutputConfig: out}
+	var later func(func()) bool
+	if cfg.LogWriter != nil { // a nil *LogWriter would be a Writer that is not nil
+		lcfg.Writer, later = cfg.LogWriter, cfg.LogWriter.Later
 	}
+	live := livelog.New(lcfg)
 	p.Metrics = metrics.New(metrics.Config{
+		OutputConfig: out,
+		Relay:        metrics.RelayStatsFunc(p.relayStats),
 		NodeLabel:    cfg.MetricsNodeLabel,
 		MaxNodes:     cfg.MetricsMaxNodes,
 		Version:      cfg.Version,
-		Logger:       log,
 		TraceID:      p.Tracing.TraceIDFor,
 		SpansDropped: p.Tracing.Drops,
 		Refused: map[string]func() uint64{
@@ -144,10 +150,23 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 			"max_streams_per_connection": func() uint64 { return p.refused().StreamsOnConnection },
 			"max_pending_connections":    func() uint64 { return p.refused().Connections },
 		},
-	}, metrics.RelayStatsFunc(p.relayStats))
+	})
 	p.Tracing.CountFolds(p.Metrics.SpansFolded)
-	p.Upstream = upstream.NewHealth()
+	p.Upstream = upstream.New(upstream.Config{OutputConfig: out})
 	p.Metrics.WatchUpstream(p.Upstream)
+	p.outputs = append(p.outputs, live, p.Metrics, p.Upstream)
+	if p.Tracing != nil {
+		p.outputs = append(p.outputs, p.Tracing)
+	}
+	if cfg.Capture != nil {
+		p.Capture = recorder.New(recorder.Config{OutputConfig: out, Writer: cfg.Capture})
+		p.captureFile = cfg.Capture
+		p.outputs = append(p.outputs, p.Capture)
+	}
+	if cfg.RetainMaxBytes > 0 {
+		p.Retained = retained.New(retained.Config{OutputConfig: out, MaxBytes: cfg.RetainMaxBytes})
+		p.outputs = append(p.outputs, p.Retained)
+	}
 	if cfg.CheckReferences {
 		rc := references.Config{OutputConfig: out, Grace: cfg.ReferencesGrace, Registry: p.Metrics.Registry()}
 		if p.Tracing != nil { // a nil *Tracing would be a Spans that is not nil
@@ -156,34 +175,15 @@ func newPipeline(ctx context.Context, cfg Config) (*Pipeline, error) {
 		p.References = references.New(rc)
 		p.outputs = append(p.outputs, p.References)
 	}
-	if cfg.Capture != nil {
-		p.Capture = recorder.New(recorder.Config{OutputConfig: out, Writer: cfg.Capture})
-		p.captureFile = cfg.Capture
-		p.outputs = append(p.outputs, p.Capture)
-	}
-	if p.Tracing != nil {
-		p.outputs = append(p.outputs, p.Tracing)
-	}
-	if cfg.LogOutput != nil {
-		p.Metrics.WatchOutputs(cfg.LogOutput)
-	}
 	p.Metrics.WatchOutputs(p.outputs...)
-	live := livelog.New(log)
-	if cfg.LogLater != nil {
-		live.DecodeLater(cfg.LogLater)
-	}
-	sinks := []track.Sink{live, p.Metrics, p.Upstream}
-	if p.Tracing != nil {
-		sinks = append(sinks, p.Tracing)
-	}
-	if p.Retained != nil {
-		sinks = append(sinks, p.Retained)
-	}
-	if p.References != nil {
-		sinks = append(sinks, p.References)
+	var sinks []track.Sink
+	for _, o := range p.outputs {
+		if s, ok := o.(track.Sink); ok {
+			sinks = append(sinks, s)
+		}
 	}
 	if cfg.Resources {
-		sinks = append(sinks, references.NewNotSentLog(log, p.References, cfg.LogLater))
+		sinks = append(sinks, references.NewNotSentLog(log, p.References, later))
 	}
 	sinks = append(sinks, cfg.Sinks...)
 	detect := cfg.Detect
@@ -280,7 +280,7 @@ func (p *Pipeline) Pages() map[string]http.Handler {
 func (p *Pipeline) close(ctx context.Context) error {
 	p.stop()
 	var errs []error
-	for _, o := range p.outputs {
+	for _, o := range slices.Backward(p.outputs) {
 		if err := o.Close(ctx); err != nil {
 			errs = append(errs, err) // it names its output
 		}

@@ -130,7 +130,7 @@ func startStalledOutputs(t *testing.T) *stalledOutputs {
 	if s.p, err = pipeline.Start(context.Background(), pipeline.RunConfig{
 		Tap: tap.Config{Upstream: up.Addr},
 		Observe: pipeline.Config{Logger: log, Capture: w, OutputQueueBytes: 256 << 10, RetainMaxBytes: 64 << 20,
-			LogOutput: s.logOut, Sinks: []track.Sink{s.seen}},
+			LogWriter: s.logOut, Sinks: []track.Sink{s.seen}},
 		Listen: tap.Address{Network: "tcp", Addr: "127.0.0.1:0"},
 	}); err != nil {
 		t.Fatal(err)

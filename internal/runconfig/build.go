@@ -120,10 +120,7 @@ func Build(f Flags, env Env) (pipeline.RunConfig, error) {
 			MaxSpansPerStream: f.TraceMaxSpansPerStream,
 		},
 	}
-	if env.LogOut != nil {
-		pcfg.LogOutput = env.LogOut
-		pcfg.LogLater = env.LogOut.Later
-	}
+	pcfg.LogWriter = env.LogOut
 	if f.RetainResources {
 		pcfg.RetainMaxBytes = int64(f.RetainMaxBytes)
 	}

@@ -46,7 +46,7 @@ var mayImport = map[string][]string{
 	"export/internal/outq":   {},
 	"export/internal/shared": {"codec", "origin", "refgraph"},
 	"export":                 {"track", "export/internal/outq", "export/internal/shared"},
-	"export/upstream":        {"codec", "track", "export/internal/shared"},
+	"export/upstream":        {"codec", "track", "export", "export/internal/shared"},
 	"export/livelog":         {"codec", "origin", "track", "export", "export/internal/shared"},
 	"export/recorder":        {"codec", "capture", "redact", "export", "export/internal/outq", "export/internal/shared"},
 	"export/tracing":         {"codec", "origin", "refgraph", "track", "export", "export/internal/shared"},

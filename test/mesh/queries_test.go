@@ -66,7 +66,7 @@ func TestStatusPrometheusQueriesDoNotGrowWithProxies(t *testing.T) {
 	leakcheck.Check(t)
 	bin := adstapbin.Build(t)
 	var streams fleet
-	m := metrics.New(metrics.Config{NodeLabel: true, MaxNodes: 2000, Version: "test"}, nil)
+	m := metrics.New(metrics.Config{NodeLabel: true, MaxNodes: 2000, Version: "test"})
 	m.WatchStreams(&streams)
 	target := httptest.NewServer(m.Handler())
 	t.Cleanup(target.Close) // after Prometheus, which scrapes it, stops
