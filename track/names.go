@@ -347,9 +347,11 @@ func (sc *scratch) marksFor(n int) []int32 {
 
 // placedNames indexes the names a pass adds to a set that did not hold
 // them, to find the rare one a push lists twice. It is an open-addressing
-// table with linear probing, at most half full, keyed by the names'
-// handles: a stream's first push adds every name, and a map made for it
-// was most of the garbage of a stream's sync.
+// table with linear probing, at most three quarters full, keyed by the
+// names' handles: a stream's first push adds every name, and a map made for
+// it was most of the garbage of a stream's sync; at most half full, the
+// table of a sidecar's first push of 40,000 clusters was 2 MB at the push's
+// peak rather than 1.
 type placedNames struct {
 	slots []placedSlot // all free between passes
 }
@@ -366,7 +368,7 @@ var placedSeed = maphash.MakeSeed()
 func (sc *scratch) added(n int) *placedNames {
 	t := &sc.placed
 	size := 16
-	for size < 2*n {
+	for size < n+n/3 {
 		size *= 2
 	}
 	if cap(t.slots) < size {
