@@ -104,16 +104,15 @@ type Resource struct {
 	// resource came wrapped in a Resource.
 	Version []byte
 	// TypeURL and Body are the resource's Any: its type and serialized
-	// message, views like Name.
+	// message, views like Name. The resource's size is len(Body): a field
+	// of its own was 8 bytes more for every resource of every push decoded.
 	TypeURL, Body []byte
-	// Size is the length of the serialized resource (Any.value).
-	Size int
 	// Hash is the xxhash64 of the serialized resource: equal hashes mean the
 	// control plane sent the same bytes again, whatever the version says.
 	Hash uint64
 	// Heartbeat is set for a Resource wrapper that carries no resource: under
 	// the xDS TTL rules it refreshes the TTL of what the client already has.
-	// Size and Hash are zero then.
+	// Body and Hash are empty then.
 	Heartbeat bool
 }
 
@@ -716,7 +715,6 @@ func decodeAny(b []byte) (typeURL, value []byte, err error) {
 
 func (res *Resource) setBody(typeURL, value []byte) {
 	res.TypeURL, res.Body = typeURL, value
-	res.Size = len(value)
 	res.Hash = xxhash.Sum64(value)
 	if len(res.Name) == 0 && nameInField1(typeURL) {
 		res.Name = fieldOne(value)

@@ -18,13 +18,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// want describes the resource an Any should decode to, computing Size and
-// Hash from the bytes protobuf put in Any.value.
+// want describes the resource an Any should decode to, computing Hash from
+// the bytes protobuf put in Any.value.
 func want(name, version string, a *anypb.Any) codec.Resource {
 	return codec.Resource{
 		Name:    []byte(name),
 		Version: []byte(version),
-		Size:    len(a.GetValue()),
 		Hash:    xxhash.Sum64(a.GetValue()),
 	}
 }
