@@ -79,7 +79,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	}
 	ts.recent = s.recent
 	ts.seq = s.recent.add(&p.ev)
-	full := s.joinRound(ts, at, resp.VersionInfo)
+	full := s.round.join(&ts.ask, &p.ev, at, resp.VersionInfo)
 
 	ts.pushes++
 	if p.ev.FullSync {
@@ -91,7 +91,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	}
 	evs = append(evs, PushSent{Push: p.ev})
 	if full {
-		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
+		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.round.fullPushes})
 	}
 	return evs, full
 }

@@ -97,7 +97,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		st := StreamState{
 			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
 			UserAgent: s.node.UserAgent, IstioVersion: s.istioVersion, ControlPlane: s.controlPlane, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
-			OpenedAt: s.meta.OpenedAt, FullPushes: s.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
+			OpenedAt: s.meta.OpenedAt, FullPushes: s.round.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
 		}
 		if s.sync.done {
 			secs := s.sync.elapsed.Seconds()

@@ -161,8 +161,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	// the latest nonce. istiod and go-control-plane ignore a request with a
 	// stale nonce, its subscription change included.
 	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || (c.changed && c.kind != KindStale) {
-		ts.asked = c.kind != KindUnsubscribe
-		ts.askVersion, ts.askAny = s.round.version, s.round.seq == 0
+		ts.ask.ask(c.kind != KindUnsubscribe, &s.round.pushRound)
 	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Ref: s.ref, Node: s.node, TypeURL: ts.url, Kind: c.kind,

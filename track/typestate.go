@@ -57,17 +57,8 @@ type typeState struct {
 	unsure     bool
 	lastError  string
 	fullSynced bool // the type has had its initial full sync on this stream
-	// asked is set by a request that wants an answer (initial, re-request,
-	// subscription change) until the next response of the type, which
-	// answers it if it carries askVersion, the version of the stream's
-	// push round when the client asked (any version before the first).
-	asked      bool
-	askVersion string
-	askAny     bool
-	// roundSeq is the push round of the type's latest response;
-	// askedRound the latest round in which a response of the type
-	// answered a request.
-	roundSeq, askedRound uint64
+	// ask is the question a push round answers (round.go).
+	ask asking
 
 	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
 
