@@ -172,9 +172,9 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 			evs = rt.answered(ts, s, req.ErrorDetail, at, t.cfg.MaxResources, evs)
 		}
 		evs = ts.answer(at, req, t.cfg.MaxNames, evs)
-		evs = t.det.answered(s, ts, at, req.ErrorDetail != nil, evs)
+		evs = t.det.answered(&ts.det, &ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
 	} else {
-		evs = t.det.checkStorm(ts, at, evs)
+		evs = t.det.checkStorm(&ts.det, at, evs)
 	}
 	s.requested(at, ts, c.newType)
 	return evs
@@ -219,7 +219,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 		rt.pushed(resp)
 	}
 	ts.hold(resp, data)
-	return t.det.pushed(s, ts, at, full, evs)
+	return t.det.pushed(&ts.det, &ts.p, s.node.ID, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
@@ -243,7 +243,7 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 		ts.rejection.discard()
 	}
 	for _, ts := range s.order {
-		evs = t.det.closed(ts, at, evs)
+		evs = t.det.closed(&ts.det, at, evs)
 	}
 	s.closed = true
 	t.streams.CompareAndDelete(s.meta.ID, s)
@@ -294,7 +294,7 @@ func (t *Tracker) Tick(now time.Time) []Event {
 				if ts.res != nil {
 					evs = ts.res.expire(ts, s, now, t.cfg.InitialFetchTimeout, evs)
 				}
-				evs = t.det.checkStorm(ts, now, evs)
+				evs = t.det.checkStorm(&ts.det, now, evs)
 			}
 			s.sc.giveBack()
 		}

@@ -71,15 +71,8 @@ type typeState struct {
 	// the ages the pages show (the latest push's is p.ev.SentAt).
 	ackedAt, nackedAt time.Time
 
-	// NACK storm: the last NACK times, enough to tell a storm from a burst;
-	// allocated on the first NACK, since most types never see one.
-	nackTimes window
-	storm     *episode
-	// NACK loop: the content of the NACKed push and how many times in a row
-	// it was NACKed.
-	loopContent uint64
-	loopRun     int
-	loop        *episode
+	// det is what the NACK storm and loop detectors follow (detect.go).
+	det nackEpisodes
 	// nackMemo is what the latest NACKs were found to name and reject; nil
 	// until the type's first NACK, since most types never see one.
 	nackMemo *nackMemo
