@@ -131,39 +131,15 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 	switch {
 	case p.replace:
 		full = true
-	case p.delta && ts.wildcard:
+	case p.delta && ts.sub.wildcard:
 		// A Delta wildcard push is whole when it leaves nothing of the
 		// client's state untouched: istiod's LDS and RDS pushes carry
 		// every resource and remove the rest.
 		full = matched+d.Removed == len(a.names)
 	default:
-		full = ts.carriesSubscription()
+		full = ts.sub.carriedBy(p.res, ts.sc)
 	}
 	return d, full
-}
-
-// carriesSubscription reports whether the latest push names every explicitly
-// subscribed resource.
-func (ts *typeState) carriesSubscription() bool {
-	sub := &ts.sub
-	if len(sub.names) == 0 {
-		return false
-	}
-	seen := ts.sc.marksFor(len(sub.names))
-	n := 0
-	var c cursor
-	for i := range ts.p.res {
-		k := sub.findName(ts.p.res[i].name, c.guess())
-		c.found(k)
-		if k < 0 {
-			continue
-		}
-		if seen[k] == 0 {
-			seen[k] = 1
-			n++
-		}
-	}
-	return n == len(sub.names)
 }
 
 // firstUnmarked returns, sorted, the first maxNames acknowledged names not
@@ -227,17 +203,6 @@ func (ts *typeState) locate() {
 	}
 }
 
-// wants reports whether the client keeps the named resource: a client keeps
-// only what it asked for. c follows the walk over the subscription.
-func (ts *typeState) wants(n name, c *cursor) bool {
-	if ts.wildcard || !ts.requested {
-		return true
-	}
-	k := ts.sub.findName(n, c.guess())
-	c.found(k)
-	return k >= 0
-}
-
 // applyWhole applies a push that replaces the whole state: what it lacks is
 // removed, and the state takes the push's order, which the next push will
 // most likely follow. A name listed twice keeps its first position and its
@@ -260,7 +225,7 @@ func (ts *typeState) applyWhole() {
 	for i := range p.res {
 		r := &p.res[i]
 		if r.pos < 0 {
-			if r.heartbeat || !ts.wants(r.name, &c) {
+			if r.heartbeat || !ts.sub.wants(r.name, &c) {
 				continue
 			}
 			if k, ok := placed.find(r.name); ok {
@@ -330,7 +295,7 @@ func (ts *typeState) applyMerge() {
 			a.hashes[r.pos] = r.hash // the state holds only names the client wants
 			continue
 		}
-		if !ts.wants(r.name, &c) {
+		if !ts.sub.wants(r.name, &c) {
 			continue
 		}
 		if k, ok := placed.find(r.name); ok {

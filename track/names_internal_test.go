@@ -323,7 +323,7 @@ func describeResp(resp *codec.Response) string {
 func compareStates(t *testing.T, where string, ts *typeState, ref *refState) {
 	t.Helper()
 	checkSet(t, where+": acked", &ts.acked.nameSet)
-	checkSet(t, where+": sub", &ts.sub)
+	checkSet(t, where+": sub", &ts.sub.nameSet)
 	if len(ts.acked.hashes) != len(ts.acked.names) {
 		t.Fatalf("%s: %d hashes for %d names", where, len(ts.acked.hashes), len(ts.acked.names))
 	}
@@ -349,7 +349,7 @@ func compareStates(t *testing.T, where string, ts *typeState, ref *refState) {
 	if diff := cmp.Diff(wantSub, sub); diff != "" {
 		t.Fatalf("%s: subscription (-want +got):\n%s", where, diff)
 	}
-	if ts.wildcard != ref.wildcard || ts.explicit != ref.explicit {
-		t.Fatalf("%s: wildcard %v explicit %v, want %v %v", where, ts.wildcard, ts.explicit, ref.wildcard, ref.explicit)
+	if ts.sub.wildcard != ref.wildcard || ts.sub.explicit != ref.explicit {
+		t.Fatalf("%s: wildcard %v explicit %v, want %v %v", where, ts.sub.wildcard, ts.sub.explicit, ref.wildcard, ref.explicit)
 	}
 }

@@ -47,7 +47,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 		ts.apply()
 	}
 	content := contentOf(resp)
-	replace := codec.Replaces(resp.Delta, ts.url, ts.wildcard, ts.requested)
+	replace := codec.Replaces(resp.Delta, ts.url, ts.sub.wildcard, ts.sub.requested)
 	// A control plane re-sending the same content against the same state
 	// (a NACK loop) gets the previous diff: it would come out the same.
 	same := p.state != pushNone && p.content == content && p.gen == ts.gen &&

@@ -142,7 +142,7 @@ func (ts *typeState) subscribedNames(maxNames int) []string {
 		names = append(names, n.Value())
 	}
 	slices.Sort(names)
-	if ts.wildcard {
+	if ts.sub.wildcard {
 		names = slices.Insert(names, 0, "*")
 	}
 	return capList(names, maxNames)

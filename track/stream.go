@@ -144,7 +144,7 @@ func (s *stream) syncedTypes() []string {
 		if ts.pending() {
 			return nil
 		}
-		if !ts.requested || ts.empty() {
+		if !ts.sub.requested || ts.sub.empty() {
 			continue
 		}
 		if ts.ackedNonce == "" {
@@ -157,7 +157,7 @@ func (s *stream) syncedTypes() []string {
 	}
 	types := make([]string, 0, n)
 	for _, ts := range s.order {
-		if inFullSync(ts.url) && ts.requested && !ts.empty() {
+		if inFullSync(ts.url) && ts.sub.requested && !ts.sub.empty() {
 			types = append(types, ts.url)
 		}
 	}

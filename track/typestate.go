@@ -28,14 +28,8 @@ type typeState struct {
 	// push superseded before its answer too.
 	acceptTakers, supersedeTakers takerSet
 
-	requested bool // the client asked for the type on this stream
-	wildcard  bool
-	// explicit is set once the client named resources of the type: from then
-	// on, in SotW, an empty name list for a non-LDS/CDS type is an
-	// unsubscribe rather than the legacy wildcard.
-	explicit bool
-	// sub holds the explicitly subscribed names.
-	sub nameSet
+	// sub is what the client asks for of the type (subscription.go).
+	sub subscription
 
 	// acked is the client's acknowledged state: names and content hashes.
 	acked ackedSet
@@ -102,9 +96,6 @@ func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 	}
 }
 
-// empty reports whether the client wants nothing of the type.
-func (ts *typeState) empty() bool { return !ts.wildcard && len(ts.sub.names) == 0 }
-
 // pending reports whether the latest push still awaits its answer (including
 // one that timed out).
 func (ts *typeState) pending() bool { return ts.p.state == pushOpen || ts.p.state == pushTimedOut }
@@ -131,7 +122,7 @@ func (ts *typeState) stateName() State {
 // which the next push most likely follows.
 func (ts *typeState) pruneUnsubscribed() {
 	ts.gen++
-	if ts.wildcard {
+	if ts.sub.wildcard {
 		return
 	}
 	a := &ts.acked
