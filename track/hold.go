@@ -29,7 +29,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	if data == nil || k.limit < 0 {
 		return
 	}
-	trust := !slot.unsure && ts.p.gen == ts.gen
+	trust := !slot.unsure && ts.p.gen == ts.acked.gen
 	whole := int64(data.Len())
 	// The changed resources' indexes, in scratch space the diff is done
 	// with, and a floor on the size of their compact form, which reads no
@@ -41,7 +41,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		switch {
 		case r.Heartbeat:
 			// Nothing to reject: it carries no resource.
-		case trust && ts.unchangedAt(resp, i):
+		case trust && ts.acked.unchangedAt(&ts.p, resp, i):
 			unchanged++
 		default:
 			changed = append(changed, int32(i))
@@ -137,9 +137,9 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		switch {
 		case own == 0 && share.views != nil:
 			// Another stream's push made the views, which read alike.
-			slot.views, slot.removed = share.views, ts.droppedNames()
+			slot.views, slot.removed = share.views, ts.acked.droppedNames(&ts.p)
 		case partial:
-			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
+			slot.views, slot.removed = ts.changedViews(resp, changed), ts.acked.droppedNames(&ts.p)
 		default:
 			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
 		}
@@ -221,20 +221,6 @@ func sharedBodies(views []AcceptedResource, bodies [][]byte, changed []int32, co
 	}
 }
 
-// unchangedAt reports whether resp.Resources[i] is, byte for byte, what the
-// client acknowledged under its name. It reads what send's load found: the
-// resource's position in the acknowledged state and its hash. A resource
-// send did not load at that index (a re-sent push whose diff was reused
-// may list its resources in another order) counts as changed.
-func (ts *typeState) unchangedAt(resp *codec.Response, i int) bool {
-	p, a := &ts.p, &ts.acked
-	if i >= len(p.res) {
-		return false
-	}
-	r, h := &p.res[i], resp.Resources[i].Hash
-	return !r.heartbeat && r.hash == h && r.pos >= 0 && int(r.pos) < len(a.hashes) && a.hashes[r.pos] == h
-}
-
 // acceptedViews are the views of resp's resources for an Accepted, but for
 // the bodies of a push kept compact (compactViews), changed being the
 // indexes of those it added or changed.
@@ -274,30 +260,6 @@ func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []Accep
 		v.Body = r.Body[:len(r.Body):len(r.Body)]
 	}
 	return views
-}
-
-// droppedNames are the acknowledged names the latest push, which replaces
-// its type, no longer carries (what its ACK removes), for a partial
-// Accepted; nil when it carries every one. It reads the positions load
-// found, which the caller trusts.
-func (ts *typeState) droppedNames() []string {
-	p, a := &ts.p, &ts.acked
-	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
-		return nil
-	}
-	seen := make([]uint64, (len(a.names)+63)/64)
-	for i := range p.res {
-		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
-			seen[pos/64] |= 1 << (pos % 64)
-		}
-	}
-	var out []string
-	for k, n := range a.names {
-		if seen[k/64]&(1<<(k%64)) == 0 {
-			out = append(out, n.Value())
-		}
-	}
-	return out
 }
 
 // nameAt is the name of resp.Resources[i] as a string: the one the push's

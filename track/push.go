@@ -44,20 +44,20 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if ts.pending() {
-		ts.apply()
+		ts.acked.apply(p, &ts.sub, ts.sc)
 	}
 	content := contentOf(resp)
 	replace := codec.Replaces(resp.Delta, ts.url, ts.sub.wildcard, ts.sub.requested)
 	// A control plane re-sending the same content against the same state
 	// (a NACK loop) gets the previous diff: it would come out the same.
-	same := p.state != pushNone && p.content == content && p.gen == ts.gen &&
+	same := p.state != pushNone && p.content == content && p.gen == ts.acked.gen &&
 		p.delta == resp.Delta && p.replace == replace &&
 		len(p.res) == len(resp.Resources) && len(p.removed) == len(resp.RemovedResources)
 	if !same {
-		ts.load(resp)
-		p.content, p.gen, p.delta, p.replace = content, ts.gen, resp.Delta, replace
-		p.ev.Diff, p.ev.FullSync = ts.diff(cfg.MaxNames)
-		p.ev.Redundant = ts.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
+		ts.acked.load(p, &ts.sub, resp)
+		p.content, p.gen, p.delta, p.replace = content, ts.acked.gen, resp.Delta, replace
+		p.ev.Diff, p.ev.FullSync = ts.acked.diff(p, &ts.sub, ts.sc, cfg.MaxNames)
+		p.ev.Redundant = ts.acked.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
 	}
 	p.ev.StreamID = s.meta.ID
 	p.ev.Ref = s.ref
@@ -137,7 +137,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 		ts.keep.drop(&ts.held)
 		ts.rejection.discard()
 		ts.rejection = nil
-		ts.apply()
+		ts.acked.apply(p, &ts.sub, ts.sc)
 		ts.dropApplied()
 		ts.acks++
 		ts.ackedVersion, ts.ackedNonce = p.ev.Version, p.ev.Nonce

@@ -35,7 +35,7 @@ func (ts *typeState) classify(req *codec.Request) classified {
 		c.kind = KindUnobserved
 		// The client may have accepted a push the tap never saw: what the
 		// tracker holds as its state is no longer known to be it.
-		ts.baseline = false
+		ts.acked.baseline = false
 	default:
 		c.kind = KindStale
 		ts.staleNonces++
@@ -47,7 +47,7 @@ func (ts *typeState) classify(req *codec.Request) classified {
 		c.changed, unsubscribed = ts.sub.subscribeSotW(req.ResourceNames, c.newType, ts.replaceType, ts.sc)
 	}
 	if c.changed {
-		ts.pruneUnsubscribed()
+		ts.acked.prune(&ts.sub)
 	}
 	ts.sub.requested = true
 	if c.newType {

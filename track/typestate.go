@@ -31,16 +31,9 @@ type typeState struct {
 	// sub is what the client asks for of the type (subscription.go).
 	sub subscription
 
-	// acked is the client's acknowledged state: names and content hashes.
-	acked ackedSet
-	// baseline is set once acked means something: a push of the type was
-	// acknowledged (or assumed applied), so an empty set is a known empty state.
-	baseline bool
-	// gen changes whenever acked or sub change, so a push identical to the
-	// previous one can reuse its diff, and the positions load found in acked
-	// are known to be stale.
-	gen uint64
-	sc  *scratch // its stream's
+	// acked is what the client accepted of the type (diff.go).
+	acked acknowledged
+	sc    *scratch // its stream's
 
 	// The latest push's version and nonce are p.ev's.
 	ackedVersion, ackedNonce string
@@ -112,35 +105,6 @@ func (ts *typeState) stateName() State {
 		return StateSynced
 	}
 	return StateStale
-}
-
-// pruneUnsubscribed drops acknowledged resources the client no longer wants:
-// an unsubscribed resource leaves the client, so it must not count as
-// removed (or unchanged) in the next push.
-// It is called on every subscription change, which also invalidates the
-// diff a repeated push could otherwise reuse. What remains keeps its order,
-// which the next push most likely follows.
-func (ts *typeState) pruneUnsubscribed() {
-	ts.gen++
-	if ts.sub.wildcard {
-		return
-	}
-	a := &ts.acked
-	keep := 0
-	var c cursor
-	for i, n := range a.names {
-		k := ts.sub.findName(n, c.guess())
-		c.found(k)
-		if k < 0 {
-			continue
-		}
-		a.names[keep], a.hashes[keep] = n, a.hashes[i]
-		keep++
-	}
-	if keep < len(a.names) {
-		clear(a.names[keep:])
-		a.reset(a.names[:keep], a.hashes[:keep])
-	}
 }
 
 // nackMemo caches what NACKs name and reject, since a loop NACKs the same
