@@ -14,7 +14,7 @@ import (
 // previous push left. data are the bytes resp was decoded from; nil (the
 // caller has no bytes to give) keeps nothing.
 func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
-	k, slot := ts.keep, &ts.held
+	k, slot := ts.keep, &ts.nack.held
 	accepts := ts.acceptTakers != 0
 	switch {
 	case slot.pending:

@@ -1,7 +1,6 @@
 package track
 
 import (
-	"strings"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -36,9 +35,9 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	if p.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.supersedeTakers)
+			e.Changed, e.Accepted = ts.keep.accept(&ts.nack.held, p, true, ts.supersedeTakers)
 		} else {
-			e.Changed = ts.keep.handOver(&ts.held, p.delta)
+			e.Changed = ts.keep.handOver(&ts.nack.held, p.delta)
 		}
 		evs = append(evs, e)
 		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
@@ -108,19 +107,19 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	var names []string
 	var rejected *Rejected
 	if result == ResultNACK {
-		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
-		rejected = ts.rejected(req.ErrorDetail.Message, names)
+		names = ts.nack.errorNames(p, req.ErrorDetail.Message, maxNames)
+		rejected = ts.nack.rejected(ts.keep, p, req.ErrorDetail.Message, names)
 	}
 	if p.state == pushTimedOut {
 		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
-			_, e.Accepted = ts.keep.accept(&ts.held, p, false, ts.acceptTakers)
+			_, e.Accepted = ts.keep.accept(&ts.nack.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.acceptTakers)
+			e.Changed, e.Accepted = ts.keep.accept(&ts.nack.held, p, true, ts.acceptTakers)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
@@ -134,9 +133,7 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	if result == ResultACK {
 		ts.recent.end(ts.seq, result, latency, "")
 		ts.ackedAt = at
-		ts.keep.drop(&ts.held)
-		ts.rejection.discard()
-		ts.rejection = nil
+		ts.nack.accepted(ts.keep)
 		ts.acked.apply(p, &ts.sub, ts.sc)
 		ts.dropApplied()
 		ts.acks++
@@ -151,21 +148,6 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	ts.nacked = true
 	ts.lastError = req.ErrorDetail.Message
 	return evs
-}
-
-// rejected returns the Rejection of the latest push by a NACK with message
-// naming names. The same content rejected with the same message again (a
-// NACK loop) shares the previous one, which is decoded at most once.
-func (ts *typeState) rejected(message string, names []string) *Rejected {
-	p, c := &ts.p, ts.nackCache()
-	if ts.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
-		ts.keep.drop(&ts.held)
-		return ts.rejection
-	}
-	ts.rejection.discard()
-	ts.rejection = ts.keep.reject(&ts.held, p.delta, message, names)
-	c.rejContent, c.rejMessage = p.content, message
-	return ts.rejection
 }
 
 // expire ends a push that has waited too long. It stays the latest push, so
@@ -189,27 +171,5 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 	p.state = pushAnswered
 	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
-		Changed: ts.keep.handOver(&ts.held, p.delta)})
-}
-
-// errorNames returns the pushed names a NACK message mentions. Envoy names
-// the rejected resources in its message; matching every pushed name against
-// it is linear in the push, so the result is kept for the loop case, where
-// the same content is rejected with the same message again and again.
-func (ts *typeState) errorNames(message string, maxNames int) []string {
-	c := ts.nackCache()
-	if c.ok && c.content == ts.p.content && c.n == len(ts.p.res) && c.message == message {
-		return c.names
-	}
-	var names []string
-	for _, r := range ts.p.res {
-		if len(names) == maxNames {
-			break
-		}
-		if name := r.name.Value(); name != "" && strings.Contains(message, name) {
-			names = append(names, name)
-		}
-	}
-	c.ok, c.content, c.n, c.message, c.names = true, ts.p.content, len(ts.p.res), message, names
-	return names
+		Changed: ts.keep.handOver(&ts.nack.held, p.delta)})
 }

@@ -124,7 +124,7 @@ func (ts *typeState) state(maxNames int) *TypeState {
 		LastSentAt:       ts.p.ev.SentAt,
 		LastACKAt:        ts.ackedAt,
 		LastNACKAt:       ts.nackedAt,
-		LastRejected:     ts.rejection,
+		LastRejected:     ts.nack.rejection,
 		Pushes:           ts.pushes,
 		ACKs:             ts.acks,
 		NACKs:            ts.nacks,

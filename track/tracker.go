@@ -239,8 +239,7 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
 		evs = ts.closePush(at, evs)
-		ts.keep.drop(&ts.held)
-		ts.rejection.discard()
+		ts.nack.closed(ts.keep)
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(&ts.det, at, evs)

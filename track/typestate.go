@@ -60,17 +60,9 @@ type typeState struct {
 
 	// det is what the NACK storm and loop detectors follow (detect.go).
 	det nackEpisodes
-	// nackMemo is what the latest NACKs were found to name and reject; nil
-	// until the type's first NACK, since most types never see one.
-	nackMemo *nackMemo
-
-	// held is the latest push's bytes while it awaits its answer (keeper).
-	held kept
+	// nack is what the type holds for a NACK of its latest push (kept.go).
+	nack holding
 	keep *keeper // the tracker's
-	// rejection is what the latest NACK rejected, until an ACK; a NACK of
-	// the same content with the same message shares it, so a NACK loop
-	// decodes its push once (nackNames says which content and message).
-	rejection *Rejected
 	// res is the type's resources one by one (restable.go), with
 	// Config.Resources; nil otherwise.
 	res *resTable
@@ -105,28 +97,4 @@ func (ts *typeState) stateName() State {
 		return StateSynced
 	}
 	return StateStale
-}
-
-// nackMemo caches what NACKs name and reject, since a loop NACKs the same
-// content with the same message again and again.
-type nackMemo struct {
-	// errNames are the pushed names a NACK of content (n resources) with
-	// message mentions, once ok.
-	ok      bool
-	content uint64
-	n       int
-	message string
-	names   []string
-	// rejContent and rejMessage are the content and message of
-	// typeState.rejection.
-	rejContent uint64
-	rejMessage string
-}
-
-// nackCache returns the type's nackMemo, made on first need.
-func (ts *typeState) nackCache() *nackMemo {
-	if ts.nackMemo == nil {
-		ts.nackMemo = new(nackMemo)
-	}
-	return ts.nackMemo
 }
