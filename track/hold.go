@@ -20,7 +20,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	case slot.pending:
 		// Superseded unanswered: send assumed it applied.
 		slot.unsure = true
-	case slot.fullSync && !ts.nacked && ts.acks > 0:
+	case slot.fullSync && !ts.out.nacked && ts.out.acks > 0:
 		// The previous push carried everything and was acknowledged.
 		slot.unsure = false
 	}
@@ -182,7 +182,7 @@ func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact b
 			i = int(changed[j])
 		}
 		r := &resp.Resources[i]
-		hashes[j], names[j] = r.Hash, ts.nameAt(resp, i)
+		hashes[j], names[j] = r.Hash, ts.p.nameAt(resp, i)
 		sum = mix(sum + r.Hash + uint64(len(names[j])))
 	}
 	key := shareKey{typeURL: resp.TypeURL, sum: sum, n: n, whole: whole, compact: compact, delta: resp.Delta}
@@ -229,7 +229,7 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 	next := 0 // in changed
 	for i := range resp.Resources {
 		r, v := &resp.Resources[i], &views[i]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, i), resp.TypeURL, r.Hash
+		v.Name, v.TypeURL, v.Hash = ts.p.nameAt(resp, i), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
@@ -253,23 +253,11 @@ func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []Accep
 	views := make([]AcceptedResource, len(changed))
 	for j, i := range changed {
 		r, v := &resp.Resources[i], &views[j]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, int(i)), resp.TypeURL, r.Hash
+		v.Name, v.TypeURL, v.Hash = ts.p.nameAt(resp, int(i)), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
 		v.Body = r.Body[:len(r.Body):len(r.Body)]
 	}
 	return views
-}
-
-// nameAt is the name of resp.Resources[i] as a string: the one the push's
-// load found or interned when it is there.
-func (ts *typeState) nameAt(resp *codec.Response, i int) string {
-	name := resp.Resources[i].Name
-	if i < len(ts.p.res) {
-		if n := ts.p.res[i].name.Value(); n == string(name) {
-			return n
-		}
-	}
-	return intern(name).Value()
 }

@@ -42,6 +42,36 @@ type push struct {
 	replace bool
 }
 
+// pending reports whether the push still awaits its answer (including one
+// that timed out).
+func (p *push) pending() bool { return p.state == pushOpen || p.state == pushTimedOut }
+
+// dropApplied lets go of what an acknowledged push no longer needs, so that
+// an idle stream holds its resources once: they are in the acknowledged state
+// now, and the diff's names were reported. A large push's slice is kept all
+// the same, since allocating it again would make garbage the size of the
+// push at every push.
+func (p *push) dropApplied() {
+	if p.buf != nil {
+		p.buf.giveBack(p.res)
+		p.res, p.buf = nil, nil
+	}
+	d := &p.ev.Diff
+	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
+}
+
+// nameAt is the name of resp.Resources[i] as a string: the one the push's
+// load found or interned when it is there.
+func (p *push) nameAt(resp *codec.Response, i int) string {
+	name := resp.Resources[i].Name
+	if i < len(p.res) {
+		if n := p.res[i].name.Value(); n == string(name) {
+			return n
+		}
+	}
+	return intern(name).Value()
+}
+
 type pushedRes struct {
 	name name
 	hash uint64

@@ -6,21 +6,6 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
-// dropApplied lets go of what an acknowledged push no longer needs, so that
-// an idle stream holds its resources once: they are in the acknowledged state
-// now, and the diff's names were reported. A large push's slice is kept all
-// the same, since allocating it again would make garbage the size of the
-// push at every push.
-func (ts *typeState) dropApplied() {
-	p := &ts.p
-	if p.buf != nil {
-		p.buf.giveBack(p.res)
-		p.res, p.buf = nil, nil
-	}
-	d := &p.ev.Diff
-	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
-}
-
 // send makes resp the type's latest push. A previous push still waiting for
 // its answer ends superseded; its changes are assumed applied, because the
 // client handles every response in order and its answer is merely late (and
@@ -31,7 +16,7 @@ func (ts *typeState) dropApplied() {
 // the push made that round a new full push.
 func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) ([]Event, bool) {
 	p := &ts.p
-	ts.unsure = false // the nonces that matter from now on are this push's and later ones
+	ts.out.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
@@ -40,9 +25,9 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 			e.Changed = ts.keep.handOver(&ts.nack.held, p.delta)
 		}
 		evs = append(evs, e)
-		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
+		ts.out.end(ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
-	if ts.pending() {
+	if p.pending() {
 		ts.acked.apply(p, &ts.sub, ts.sc)
 	}
 	content := contentOf(resp)
@@ -69,25 +54,17 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Resources = len(resp.Resources)
 	p.ev.Bytes = size
 	p.ev.SentAt = at
-	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
+	p.ev.Initial = p.ev.FullSync && !ts.out.fullSynced
 	p.ev.Content = content
 	p.state = pushOpen
 	p.ev.First = s.recent == nil
 	if s.recent == nil {
 		s.recent = new(pushRing)
 	}
-	ts.recent = s.recent
-	ts.seq = s.recent.add(&p.ev)
+	ts.out.record(s.recent, &p.ev)
 	full := s.round.join(&ts.ask, &p.ev, at, resp.VersionInfo)
 
-	ts.pushes++
-	if p.ev.FullSync {
-		ts.fullSynced = true
-		ts.fullSyncs++
-	}
-	if p.ev.Redundant {
-		ts.redundant++
-	}
+	ts.out.sent(&p.ev)
 	evs = append(evs, PushSent{Push: p.ev})
 	if full {
 		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.round.fullPushes})
@@ -131,22 +108,15 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	}
 	p.state = pushAnswered
 	if result == ResultACK {
-		ts.recent.end(ts.seq, result, latency, "")
-		ts.ackedAt = at
+		ts.out.end(result, latency, "")
 		ts.nack.accepted(ts.keep)
 		ts.acked.apply(p, &ts.sub, ts.sc)
-		ts.dropApplied()
-		ts.acks++
-		ts.ackedVersion, ts.ackedNonce = p.ev.Version, p.ev.Nonce
-		ts.nacked = false
-		ts.lastError = ""
+		p.dropApplied()
+		ts.out.acked(&p.ev, at)
 		return evs
 	}
-	ts.recent.end(ts.seq, result, latency, req.ErrorDetail.Message)
-	ts.nackedAt = at
-	ts.nacks++
-	ts.nacked = true
-	ts.lastError = req.ErrorDetail.Message
+	ts.out.end(result, latency, req.ErrorDetail.Message)
+	ts.out.nackedWith(req.ErrorDetail.Message, at)
 	return evs
 }
 
@@ -158,7 +128,7 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 		return evs
 	}
 	p.state = pushTimedOut
-	ts.recent.end(ts.seq, ResultTimeout, now.Sub(p.ev.SentAt), "")
+	ts.out.end(ResultTimeout, now.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
@@ -169,7 +139,7 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 		return evs
 	}
 	p.state = pushAnswered
-	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
+	ts.out.end(ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
 		Changed: ts.keep.handOver(&ts.nack.held, p.delta)})
 }

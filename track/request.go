@@ -30,15 +30,15 @@ func (ts *typeState) classify(req *codec.Request) classified {
 		if req.ErrorDetail != nil {
 			c.kind = KindNACK
 		}
-		c.answers = ts.pending()
-	case ts.unsure:
+		c.answers = ts.p.pending()
+	case ts.out.unsure:
 		c.kind = KindUnobserved
 		// The client may have accepted a push the tap never saw: what the
 		// tracker holds as its state is no longer known to be it.
 		ts.acked.baseline = false
 	default:
 		c.kind = KindStale
-		ts.staleNonces++
+		ts.out.staleNonces++
 	}
 	var unsubscribed bool
 	if req.Delta {

@@ -76,7 +76,7 @@ func (s *stream) typeFor(url string) *typeState {
 		return nil
 	}
 	ts := newTypeState(url, s.sc, s.keep)
-	ts.unsure = s.unsure
+	ts.out.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)
 	return ts
@@ -141,13 +141,13 @@ func (s *stream) syncedTypes() []string {
 		if !inFullSync(ts.url) {
 			continue
 		}
-		if ts.pending() {
+		if ts.p.pending() {
 			return nil
 		}
 		if !ts.sub.requested || ts.sub.empty() {
 			continue
 		}
-		if ts.ackedNonce == "" {
+		if ts.out.ackedNonce == "" {
 			return nil
 		}
 		n++

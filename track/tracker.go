@@ -211,7 +211,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	}
 	s.lastPushType = ts.url
 	rt := ts.resources(&t.cfg)
-	if rt != nil && ts.pending() {
+	if rt != nil && ts.p.pending() {
 		evs = rt.answered(ts, s, nil, at, t.cfg.MaxResources, evs) // superseded: assumed applied
 	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
@@ -257,7 +257,7 @@ func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
 	e := ObservationGap{StreamID: streamID, Skipped: skipped, At: at}
 	if s := t.lock(streamID); s != nil {
 		for _, ts := range s.order {
-			ts.unsure = true
+			ts.out.unsure = true
 		}
 		s.unsure = true
 		e.Ref = s.ref

@@ -1,10 +1,6 @@
 package track
 
-import (
-	"time"
-
-	"github.com/adstap/adstap/codec"
-)
+import "github.com/adstap/adstap/codec"
 
 // typeState is what the tracker knows of one type on one stream. Its size is
 // bounded by the resources of the type: the acknowledged names and hashes, the
@@ -35,28 +31,11 @@ type typeState struct {
 	acked acknowledged
 	sc    *scratch // its stream's
 
-	// The latest push's version and nonce are p.ev's.
-	ackedVersion, ackedNonce string
-	nacked                   bool // the latest answered push was rejected
-	// unsure is set when frames of the stream went unobserved, until the
-	// next push of the type is observed: a nonce the tap does not know may
-	// then be that of a push it did not see.
-	unsure     bool
-	lastError  string
-	fullSynced bool // the type has had its initial full sync on this stream
+	p push // the latest push; p.state says whether there is one
+	// out is what came of the type's pushes (outcome.go).
+	out outcome
 	// ask is the question a push round answers (round.go).
 	ask asking
-
-	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
-
-	p push // the latest push; p.state says whether there is one
-	// recent is the stream's ring of latest pushes (nil before the type's
-	// first push), and seq the number of p in it.
-	recent *pushRing
-	seq    uint64
-	// ackedAt and nackedAt are when the latest ACK and NACK arrived, for
-	// the ages the pages show (the latest push's is p.ev.SentAt).
-	ackedAt, nackedAt time.Time
 
 	// det is what the NACK storm and loop detectors follow (detect.go).
 	det nackEpisodes
@@ -79,22 +58,4 @@ func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
 		acceptTakers:    keep.takersOf(url, false),
 		supersedeTakers: keep.takersOf(url, true),
 	}
-}
-
-// pending reports whether the latest push still awaits its answer (including
-// one that timed out).
-func (ts *typeState) pending() bool { return ts.p.state == pushOpen || ts.p.state == pushTimedOut }
-
-// stateName follows istioctl proxy-status, with the rejection taken from the
-// latest answered push.
-func (ts *typeState) stateName() State {
-	switch {
-	case ts.pushes == 0:
-		return StateNotSent
-	case ts.nacked:
-		return StateNACKed
-	case ts.ackedNonce == ts.p.ev.Nonce:
-		return StateSynced
-	}
-	return StateStale
 }
