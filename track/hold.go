@@ -9,12 +9,12 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
-// hold keeps what a NACK of resp, the type's push that send has just diffed
-// against the acknowledged state, would need, letting go of what the
-// previous push left. data are the bytes resp was decoded from; nil (the
-// caller has no bytes to give) keeps nothing.
-func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
-	k, slot := ts.keep, &ts.nack.held
+// hold keeps what a NACK of resp, the type's push on stream s that send has
+// just diffed against the acknowledged state, would need, letting go of
+// what the previous push left. data are the bytes resp was decoded from;
+// nil (the caller has no bytes to give) keeps nothing.
+func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice) {
+	k, sc, slot := s.keep, s.sc, &ts.nack.held
 	accepts := ts.acceptTakers != 0
 	switch {
 	case slot.pending:
@@ -34,7 +34,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	// The changed resources' indexes, in scratch space the diff is done
 	// with, and a floor on the size of their compact form, which reads no
 	// resource's body: a first push of 10 MB is not walked through again.
-	changed := ts.sc.fresh[:0]
+	changed := sc.fresh[:0]
 	least, unchanged := int64(compactEnvelopeSize(resp)), 0
 	for i := range resp.Resources {
 		r := &resp.Resources[i]
@@ -48,7 +48,7 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 			least += int64(fieldSize(2, anySize(r)))
 		}
 	}
-	ts.sc.fresh = changed[:0]
+	sc.fresh = changed[:0]
 	size := whole
 	if least*compactShare <= whole {
 		exact := int64(compactEnvelopeSize(resp))

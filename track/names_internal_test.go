@@ -212,7 +212,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 					req.ResourceNames = append(req.ResourceNames, "*")
 				}
 			}
-			c := ts.classify(req)
+			c := ts.classify(req, s.sc)
 			changed, unsubscribed := ref.request(req)
 			if c.changed != changed || (c.kind == KindUnsubscribe) != unsubscribed {
 				t.Fatalf("%s: request %+v: changed %v unsubscribed %v, want %v %v",
@@ -252,7 +252,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 			} else {
 				ref.apply()
 			}
-			ts.answer(at, req, cfg.MaxNames, nil)
+			ts.answer(s, at, req, cfg.MaxNames, nil)
 			pending = false
 		}
 		compareStates(t, where, ts, ref)

@@ -20,15 +20,15 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	if p.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.nack.held, p, true, ts.supersedeTakers)
+			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.supersedeTakers)
 		} else {
-			e.Changed = ts.keep.handOver(&ts.nack.held, p.delta)
+			e.Changed = s.keep.handOver(&ts.nack.held, p.delta)
 		}
 		evs = append(evs, e)
 		ts.out.end(ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
 	if p.pending() {
-		ts.acked.apply(p, &ts.sub, ts.sc)
+		ts.acked.apply(p, &ts.sub, s.sc)
 	}
 	content := contentOf(resp)
 	replace := codec.Replaces(resp.Delta, ts.url, ts.sub.wildcard, ts.sub.requested)
@@ -40,7 +40,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	if !same {
 		ts.acked.load(p, &ts.sub, resp)
 		p.content, p.gen, p.delta, p.replace = content, ts.acked.gen, resp.Delta, replace
-		p.ev.Diff, p.ev.FullSync = ts.acked.diff(p, &ts.sub, ts.sc, cfg.MaxNames)
+		p.ev.Diff, p.ev.FullSync = ts.acked.diff(p, &ts.sub, s.sc, cfg.MaxNames)
 		p.ev.Redundant = ts.acked.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
 	}
 	p.ev.StreamID = s.meta.ID
@@ -72,9 +72,9 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	return evs, full
 }
 
-// answer ends the latest push with the client's verdict. A push that had
-// timed out gets a LateAnswer instead of a second PushEnded.
-func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
+// answer ends the latest push with the client's verdict, on stream s. A
+// push that had timed out gets a LateAnswer instead of a second PushEnded.
+func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
 	p := &ts.p
 	result := ResultACK
 	if req.ErrorDetail != nil {
@@ -85,18 +85,18 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	var rejected *Rejected
 	if result == ResultNACK {
 		names = ts.nack.errorNames(p, req.ErrorDetail.Message, maxNames)
-		rejected = ts.nack.rejected(ts.keep, p, req.ErrorDetail.Message, names)
+		rejected = ts.nack.rejected(s.keep, p, req.ErrorDetail.Message, names)
 	}
 	if p.state == pushTimedOut {
 		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
-			_, e.Accepted = ts.keep.accept(&ts.nack.held, p, false, ts.acceptTakers)
+			_, e.Accepted = s.keep.accept(&ts.nack.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.nack.held, p, true, ts.acceptTakers)
+			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.acceptTakers)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
@@ -109,8 +109,8 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	p.state = pushAnswered
 	if result == ResultACK {
 		ts.out.end(result, latency, "")
-		ts.nack.accepted(ts.keep)
-		ts.acked.apply(p, &ts.sub, ts.sc)
+		ts.nack.accepted(s.keep)
+		ts.acked.apply(p, &ts.sub, s.sc)
 		p.dropApplied()
 		ts.out.acked(&p.ev, at)
 		return evs
@@ -132,8 +132,9 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
-// closePush ends a push the stream's end left unanswered.
-func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
+// closePush ends a push the stream's end left unanswered, k being the
+// tracker's keeper.
+func (ts *typeState) closePush(k *keeper, at time.Time, evs []Event) []Event {
 	p := &ts.p
 	if p.state != pushOpen {
 		return evs
@@ -141,5 +142,5 @@ func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
 	p.state = pushAnswered
 	ts.out.end(ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
-		Changed: ts.keep.handOver(&ts.nack.held, p.delta)})
+		Changed: k.handOver(&ts.nack.held, p.delta)})
 }

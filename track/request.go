@@ -16,8 +16,9 @@ type classified struct {
 // nonce decides between initial, ACK/NACK and stale, error_detail between
 // ACK and NACK (never the version, which a NACK keeps at the last accepted
 // one), and the names change the subscription whatever the nonce, since a
-// server honours the subscription changes of a stale request too.
-func (ts *typeState) classify(req *codec.Request) classified {
+// server honours the subscription changes of a stale request too. sc is
+// the stream's scratch space.
+func (ts *typeState) classify(req *codec.Request, sc *scratch) classified {
 	c := classified{newType: !ts.sub.requested}
 	switch {
 	case req.ResponseNonce == "":
@@ -44,7 +45,7 @@ func (ts *typeState) classify(req *codec.Request) classified {
 	if req.Delta {
 		c.changed, unsubscribed = ts.sub.subscribeDelta(req, c.newType)
 	} else {
-		c.changed, unsubscribed = ts.sub.subscribeSotW(req.ResourceNames, c.newType, ts.replaceType, ts.sc)
+		c.changed, unsubscribed = ts.sub.subscribeSotW(req.ResourceNames, c.newType, sc)
 	}
 	if c.changed {
 		ts.acked.prune(&ts.sub)

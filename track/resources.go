@@ -88,7 +88,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	n0 := len(t.ents)
 	var seen []int32
 	if p.replace {
-		seen = ts.sc.marksFor(n0)
+		seen = s.sc.marksFor(n0)
 	}
 	if ts.sub.wildcard {
 		t.room(len(p.res)-len(t.ents), max)

@@ -75,7 +75,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url, s.sc, s.keep)
+	ts := newTypeState(url, s.keep)
 	ts.out.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)

@@ -17,6 +17,9 @@ type subscription struct {
 	// on, in SotW, an empty name list for a non-LDS/CDS type is an
 	// unsubscribe rather than the legacy wildcard.
 	explicit bool
+	// replaceType marks LDS and CDS, whose SotW responses always carry the
+	// whole set the client needs, so a name missing from one is removed.
+	replaceType bool
 }
 
 // empty reports whether the client wants nothing of the type.
@@ -27,7 +30,7 @@ func (sub *subscription) empty() bool { return !sub.wildcard && len(sub.names) =
 // type that has never been named (the legacy wildcard, which istio-agent
 // uses for NDS and istioctl for syncz); for a type that had names they are
 // an unsubscribe. sc is the stream's scratch space.
-func (sub *subscription) subscribeSotW(names []string, first, replaceType bool, sc *scratch) (changed, unsubscribed bool) {
+func (sub *subscription) subscribeSotW(names []string, first bool, sc *scratch) (changed, unsubscribed bool) {
 	star := false
 	named := 0
 	for _, n := range names {
@@ -39,7 +42,7 @@ func (sub *subscription) subscribeSotW(names []string, first, replaceType bool, 
 	}
 	wildcard := star
 	if named == 0 && !star {
-		if replaceType || !sub.explicit {
+		if sub.replaceType || !sub.explicit {
 			wildcard = true
 		} else {
 			unsubscribed = len(sub.names) > 0 || sub.wildcard

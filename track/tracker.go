@@ -150,7 +150,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	if ts == nil {
 		return evs
 	}
-	c := ts.classify(req)
+	c := ts.classify(req, s.sc)
 	rt := ts.resources(&t.cfg)
 	if rt != nil && (c.changed || c.newType || req.InitialVersions != nil) {
 		evs = rt.subscribed(ts, s, req, at, t.cfg.MaxResources, evs)
@@ -171,7 +171,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		if rt != nil {
 			evs = rt.answered(ts, s, req.ErrorDetail, at, t.cfg.MaxResources, evs)
 		}
-		evs = ts.answer(at, req, t.cfg.MaxNames, evs)
+		evs = ts.answer(s, at, req, t.cfg.MaxNames, evs)
 		evs = t.det.answered(&ts.det, &ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
 	} else {
 		evs = t.det.checkStorm(&ts.det, at, evs)
@@ -218,7 +218,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	if rt != nil {
 		rt.pushed(resp)
 	}
-	ts.hold(resp, data)
+	ts.hold(s, resp, data)
 	return t.det.pushed(&ts.det, &ts.p, s.node.ID, at, full, evs)
 }
 
@@ -238,8 +238,8 @@ func (t *Tracker) CloseStream(streamID uint64, at time.Time, code uint32, messag
 func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message string, evs []Event) []Event {
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
-		evs = ts.closePush(at, evs)
-		ts.nack.closed(ts.keep)
+		evs = ts.closePush(s.keep, at, evs)
+		ts.nack.closed(s.keep)
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(&ts.det, at, evs)

@@ -16,9 +16,6 @@ import "github.com/adstap/adstap/codec"
 // the bytes held for a NACK (held, rejection); resources.go res.
 type typeState struct {
 	url, short string
-	// replaceType marks LDS and CDS, whose SotW responses always carry the
-	// whole set the client needs, so a name missing from one is removed.
-	replaceType bool
 	// acceptTakers are the takers (lease.go) of the type's accepted
 	// pushes, a bit each; supersedeTakers those of them that take a
 	// push superseded before its answer too.
@@ -29,7 +26,6 @@ type typeState struct {
 
 	// acked is what the client accepted of the type (diff.go).
 	acked acknowledged
-	sc    *scratch // its stream's
 
 	p push // the latest push; p.state says whether there is one
 	// out is what came of the type's pushes (outcome.go).
@@ -41,19 +37,18 @@ type typeState struct {
 	det nackEpisodes
 	// nack is what the type holds for a NACK of its latest push (kept.go).
 	nack holding
-	keep *keeper // the tracker's
 	// res is the type's resources one by one (restable.go), with
 	// Config.Resources; nil otherwise.
 	res *resTable
 }
 
-func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
+// newTypeState returns the state of type url on a stream, keep being the
+// tracker's keeper, which knows the takers of the type's accepted pushes.
+func newTypeState(url string, keep *keeper) *typeState {
 	return &typeState{
-		url:         url,
-		short:       codec.ShortType(url),
-		replaceType: codec.WholeType(url),
-		sc:          sc,
-		keep:        keep,
+		url:   url,
+		short: codec.ShortType(url),
+		sub:   subscription{replaceType: codec.WholeType(url)},
 
 		acceptTakers:    keep.takersOf(url, false),
 		supersedeTakers: keep.takersOf(url, true),
