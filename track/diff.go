@@ -280,7 +280,7 @@ func (a *acknowledged) applyWhole(p *push, sub *subscription, sc *scratch) {
 			hashes = append(hashes, r.hash)
 			continue
 		}
-		// The state holds only names the client wants (pruneUnsubscribed).
+		// The state holds only names the client wants (prune).
 		if w := where[r.pos]; w != 0 {
 			if !r.heartbeat {
 				hashes[w-1] = r.hash

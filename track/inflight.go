@@ -35,7 +35,7 @@ type push struct {
 	// content identifies what was pushed regardless of version, nonce and
 	// order: a NACK loop re-sends the same content under new versions.
 	content uint64
-	gen     uint64 // typeState.gen the diff was computed against
+	gen     uint64 // acknowledged.gen the diff was computed against
 	delta   bool
 	// replace is set when the push is the whole set of the type (SotW LDS,
 	// CDS and wildcard subscriptions), so what it lacks is removed.
@@ -76,7 +76,7 @@ type pushedRes struct {
 	name name
 	hash uint64
 	// pos is where the resource is in the acknowledged state as it was when
-	// the push was loaded (while push.gen is typeState.gen), -1 if absent.
+	// the push was loaded (while push.gen is acknowledged.gen), -1 if absent.
 	pos       int32
 	heartbeat bool // a TTL refresh without a body: it keeps what the client has
 }

@@ -34,7 +34,7 @@ type stream struct {
 	sc    *scratch // pooled space, borrowed while the stream is locked
 	keep  *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
-	// that starts unsure too (see typeState.unsure).
+	// that starts unsure too (see outcome.unsure).
 	unsure bool
 	// controlPlane is the control_plane.identifier of the latest response
 	// that carried one: the control-plane replica serving the stream.

@@ -7,13 +7,12 @@ import "github.com/adstap/adstap/codec"
 // subscription, and the latest push; nothing here grows with the number of
 // pushes.
 //
-// The files above it follow its fields by concern: request.go the
-// subscription (requested, wildcard, explicit, sub); diff.go the
-// acknowledged state (acked, baseline, gen); push.go the push awaiting its
-// answer and what came of the latest one (p, ackedVersion and the rest,
-// the counts, recent); round.go the question a push round answers (asked
-// and the rest); detect.go the detectors' episodes; hold.go and push.go
-// the bytes held for a NACK (held, rejection); resources.go res.
+// Past who the type is, each field is a room: a piece of the state whose
+// type is declared, with its methods, in the one file that owns it, below
+// this one. A room's methods change that room alone, and read another only
+// when they are handed it; what goes from room to room (a push sent or
+// answered, a request classified, a push kept for its NACK) is a method of
+// typeState in the files above: push.go, request.go, hold.go.
 type typeState struct {
 	url, short string
 	// acceptTakers are the takers (lease.go) of the type's accepted
@@ -21,24 +20,17 @@ type typeState struct {
 	// push superseded before its answer too.
 	acceptTakers, supersedeTakers takerSet
 
-	// sub is what the client asks for of the type (subscription.go).
-	sub subscription
-
-	// acked is what the client accepted of the type (diff.go).
-	acked acknowledged
-
-	p push // the latest push; p.state says whether there is one
-	// out is what came of the type's pushes (outcome.go).
-	out outcome
-	// ask is the question a push round answers (round.go).
-	ask asking
-
-	// det is what the NACK storm and loop detectors follow (detect.go).
-	det nackEpisodes
-	// nack is what the type holds for a NACK of its latest push (kept.go).
-	nack holding
-	// res is the type's resources one by one (restable.go), with
-	// Config.Resources; nil otherwise.
+	sub   subscription // what the client asks for (subscription.go)
+	acked acknowledged // what the client accepted (diff.go)
+	// p is the latest push, in flight until its answer (inflight.go);
+	// p.state says whether there is one.
+	p    push
+	out  outcome      // what came of the pushes (outcome.go)
+	ask  asking       // the question a push round answers (round.go)
+	det  nackEpisodes // what the NACK detectors follow (detect.go)
+	nack holding      // what is held for a NACK of the latest push (kept.go)
+	// res is the type's resources one by one (restable.go, kept up by
+	// resources.go), with Config.Resources; nil otherwise.
 	res *resTable
 }
 
