@@ -13,7 +13,7 @@ var detectorOrder = []string{DetectorNACKStorm, DetectorNACKLoop, DetectorRepeat
 
 // detectors holds what the tap-wide detectors need, and every episode in
 // progress; the stream-scoped state (NACK times, loop run) lives in each
-// type's nackEpisodes so that it goes away with its stream, and is guarded
+// type's nackWatch so that it goes away with its stream, and is guarded
 // by the stream's lock.
 // mu guards the rest; it is taken only when an episode starts or ends, a
 // stream opens, a node is resent everything, or the sweep runs.
@@ -85,11 +85,14 @@ func (d *detectors) endLocked(ep *episode, at time.Time, evs []Event) []Event {
 	})
 }
 
-// nackEpisodes is what the NACK storm and NACK loop detectors follow of one
-// type of a stream.
+// nackWatch is what the NACK storm and NACK loop detectors follow of one
+// type of a stream: nothing (nil) until the type's first NACK, since most
+// types never see one.
+type nackWatch struct{ e *nackEpisodes }
+
+// nackEpisodes is what a nackWatch follows once its type has had a NACK.
 type nackEpisodes struct {
-	// NACK storm: the last NACK times, enough to tell a storm from a burst;
-	// allocated on the first NACK, since most types never see one.
+	// NACK storm: the last NACK times, enough to tell a storm from a burst.
 	nackTimes window
 	storm     *episode
 	// NACK loop: the content of the NACKed push and how many times in a row
@@ -97,6 +100,24 @@ type nackEpisodes struct {
 	loopContent uint64
 	loopRun     int
 	loop        *episode
+	// times holds nackTimes' times up to the default threshold, so that
+	// the first NACK allocates once.
+	times [inlineNACKTimes]time.Time
+}
+
+// inlineNACKTimes is DefaultConfig's NACKStormThreshold.
+const inlineNACKTimes = 5
+
+// newNACKEpisodes returns what a type's first NACK starts to follow, for a
+// storm of threshold NACKs.
+func newNACKEpisodes(threshold int) *nackEpisodes {
+	e := new(nackEpisodes)
+	if threshold <= len(e.times) {
+		e.nackTimes = window{times: e.times[:threshold]}
+	} else {
+		e.nackTimes = newWindow(threshold)
+	}
+	return e
 }
 
 // streamEpisode starts an episode of the type of p, its latest push, on
@@ -110,18 +131,23 @@ func streamEpisode(detector string, p *push, node string, at time.Time, count in
 
 // answered feeds the NACK storm and NACK loop detectors of a type with the
 // answer p, its latest push, just got on the stream of node.
-func (d *detectors) answered(e *nackEpisodes, p *push, node string, at time.Time, nack bool, evs []Event) []Event {
+func (d *detectors) answered(w *nackWatch, p *push, node string, at time.Time, nack bool, evs []Event) []Event {
+	e := w.e
 	if !nack {
+		if e == nil {
+			return evs
+		}
 		if e.loop != nil {
 			evs = d.end(e.loop, at, evs)
 			e.loop = nil
 		}
 		e.loopRun = 0
-		return d.checkStorm(e, at, evs)
+		return d.checkStorm(w, at, evs)
 	}
 
-	if e.nackTimes.times == nil {
-		e.nackTimes = newWindow(d.cfg.NACKStormThreshold)
+	if e == nil {
+		e = newNACKEpisodes(d.cfg.NACKStormThreshold)
+		w.e = e
 	}
 	e.nackTimes.add(at)
 	if e.storm != nil {
@@ -151,8 +177,8 @@ func (d *detectors) answered(e *nackEpisodes, p *push, node string, at time.Time
 }
 
 // checkStorm ends a storm once the window holds fewer NACKs than the threshold.
-func (d *detectors) checkStorm(e *nackEpisodes, now time.Time, evs []Event) []Event {
-	if e.storm != nil && e.nackTimes.count(now, d.cfg.NACKStormWindow) < d.cfg.NACKStormThreshold {
+func (d *detectors) checkStorm(w *nackWatch, now time.Time, evs []Event) []Event {
+	if e := w.e; e != nil && e.storm != nil && e.nackTimes.count(now, d.cfg.NACKStormWindow) < d.cfg.NACKStormThreshold {
 		evs = d.end(e.storm, now, evs)
 		e.storm = nil
 	}
@@ -162,8 +188,8 @@ func (d *detectors) checkStorm(e *nackEpisodes, now time.Time, evs []Event) []Ev
 // pushed feeds the loop and repeated-full-sync detectors with p, a type's
 // new push on the stream of node; full is set when it made its push round
 // a new full push (round.go).
-func (d *detectors) pushed(e *nackEpisodes, p *push, node string, at time.Time, full bool, evs []Event) []Event {
-	if e.loopRun > 0 && p.content != e.loopContent {
+func (d *detectors) pushed(w *nackWatch, p *push, node string, at time.Time, full bool, evs []Event) []Event {
+	if e := w.e; e != nil && e.loopRun > 0 && p.content != e.loopContent {
 		// The control plane sent something else: whatever it was stuck on, it moved on.
 		if e.loop != nil {
 			evs = d.end(e.loop, at, evs)
@@ -171,7 +197,7 @@ func (d *detectors) pushed(e *nackEpisodes, p *push, node string, at time.Time, 
 		}
 		e.loopRun = 0
 	}
-	evs = d.checkStorm(e, at, evs)
+	evs = d.checkStorm(w, at, evs)
 	if !full || node == "" {
 		return evs
 	}
@@ -221,7 +247,11 @@ func (d *detectors) opened(at time.Time, evs []Event) []Event {
 }
 
 // closed ends the episodes of a type of a stream that went away.
-func (d *detectors) closed(e *nackEpisodes, at time.Time, evs []Event) []Event {
+func (d *detectors) closed(w *nackWatch, at time.Time, evs []Event) []Event {
+	e := w.e
+	if e == nil {
+		return evs
+	}
 	if e.storm != nil {
 		evs = d.end(e.storm, at, evs)
 		e.storm = nil

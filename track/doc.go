@@ -21,7 +21,7 @@
 //     only when it is handed to them and listed after it: outcome.go (outcome: what came of the
 //     pushes, the counts, the timeline's record), round.go (asking: the
 //     question a push round answers; and the stream's push rounds),
-//     detect.go (nackEpisodes: what the NACK detectors follow of a type; and
+//     detect.go (nackWatch: what the NACK detectors follow of a type; and
 //     the tap-wide detectors), kept.go (holding: what a type holds for a
 //     NACK, the latest push's kept bytes and how an answer hands them over),
 //     diff.go (acknowledged: what the client accepted, and a push's diff

@@ -25,10 +25,10 @@ type typeState struct {
 	// p is the latest push, in flight until its answer (inflight.go);
 	// p.state says whether there is one.
 	p    push
-	out  outcome      // what came of the pushes (outcome.go)
-	ask  asking       // the question a push round answers (round.go)
-	det  nackEpisodes // what the NACK detectors follow (detect.go)
-	nack holding      // what is held for a NACK of the latest push (kept.go)
+	out  outcome   // what came of the pushes (outcome.go)
+	ask  asking    // the question a push round answers (round.go)
+	det  nackWatch // what the NACK detectors follow (detect.go)
+	nack holding   // what is held for a NACK of the latest push (kept.go)
 	// res is the type's resources one by one (restable.go, kept up by
 	// resources.go), with Config.Resources; nil otherwise.
 	res *resTable
