@@ -12,8 +12,9 @@ import (
 var detectorOrder = []string{DetectorNACKStorm, DetectorNACKLoop, DetectorRepeatedFullSync, DetectorReconnectHerd}
 
 // detectors holds what the tap-wide detectors need, and every episode in
-// progress; the stream-scoped state (NACK times, loop run) lives in typeState
-// so that it goes away with its stream, and is guarded by the stream's lock.
+// progress; the stream-scoped state (NACK times, loop run) lives in each
+// type's nackWatch so that it goes away with its stream, and is guarded
+// by the stream's lock.
 // mu guards the rest; it is taken only when an episode starts or ends, a
 // stream opens, a node is resent everything, or the sweep runs.
 type detectors struct {
@@ -84,84 +85,127 @@ func (d *detectors) endLocked(ep *episode, at time.Time, evs []Event) []Event {
 	})
 }
 
-func streamEpisode(detector string, s *stream, ts *typeState, at time.Time, count int) *episode {
+// nackWatch is what the NACK storm and NACK loop detectors follow of one
+// type of a stream: nothing (nil) until the type's first NACK, since most
+// types never see one.
+type nackWatch struct{ e *nackEpisodes }
+
+// nackEpisodes is what a nackWatch follows once its type has had a NACK.
+type nackEpisodes struct {
+	// NACK storm: the last NACK times, enough to tell a storm from a burst.
+	nackTimes window
+	storm     *episode
+	// NACK loop: the content of the NACKed push and how many times in a row
+	// it was NACKed.
+	loopContent uint64
+	loopRun     int
+	loop        *episode
+	// times holds nackTimes' times up to the default threshold, so that
+	// the first NACK allocates once.
+	times [inlineNACKTimes]time.Time
+}
+
+// inlineNACKTimes is DefaultConfig's NACKStormThreshold.
+const inlineNACKTimes = 5
+
+// newNACKEpisodes returns what a type's first NACK starts to follow, for a
+// storm of threshold NACKs.
+func newNACKEpisodes(threshold int) *nackEpisodes {
+	e := new(nackEpisodes)
+	if threshold <= len(e.times) {
+		e.nackTimes = window{times: e.times[:threshold]}
+	} else {
+		e.nackTimes = newWindow(threshold)
+	}
+	return e
+}
+
+// streamEpisode starts an episode of the type of p, its latest push, on
+// the stream of node.
+func streamEpisode(detector string, p *push, node string, at time.Time, count int) *episode {
 	return &episode{
-		detector: detector, key: fmt.Sprintf("stream %d %s", s.meta.ID, ts.short), streamID: s.meta.ID, ref: s.ref,
-		node: s.node.ID, typeURL: ts.url, since: at, count: count,
+		detector: detector, key: fmt.Sprintf("stream %d %s", p.ev.StreamID, p.ev.Type), streamID: p.ev.StreamID, ref: p.ev.Ref,
+		node: node, typeURL: p.ev.TypeURL, since: at, count: count,
 	}
 }
 
-// answered feeds the NACK storm and NACK loop detectors with the answer the
-// latest push just got.
-func (d *detectors) answered(s *stream, ts *typeState, at time.Time, nack bool, evs []Event) []Event {
+// answered feeds the NACK storm and NACK loop detectors of a type with the
+// answer p, its latest push, just got on the stream of node.
+func (d *detectors) answered(w *nackWatch, p *push, node string, at time.Time, nack bool, evs []Event) []Event {
+	e := w.e
 	if !nack {
-		if ts.loop != nil {
-			evs = d.end(ts.loop, at, evs)
-			ts.loop = nil
+		if e == nil {
+			return evs
 		}
-		ts.loopRun = 0
-		return d.checkStorm(ts, at, evs)
+		if e.loop != nil {
+			evs = d.end(e.loop, at, evs)
+			e.loop = nil
+		}
+		e.loopRun = 0
+		return d.checkStorm(w, at, evs)
 	}
 
-	if ts.nackTimes.times == nil {
-		ts.nackTimes = newWindow(d.cfg.NACKStormThreshold)
+	if e == nil {
+		e = newNACKEpisodes(d.cfg.NACKStormThreshold)
+		w.e = e
 	}
-	ts.nackTimes.add(at)
-	if ts.storm != nil {
-		d.bump(ts.storm)
-	} else if n := ts.nackTimes.count(at, d.cfg.NACKStormWindow); n >= d.cfg.NACKStormThreshold {
-		ts.storm = streamEpisode(DetectorNACKStorm, s, ts, at, n)
-		evs = d.start(ts.storm, fmt.Sprintf("%d NACKs of %s on stream %d within %s", n, ts.short, s.meta.ID, d.cfg.NACKStormWindow), evs)
+	e.nackTimes.add(at)
+	if e.storm != nil {
+		d.bump(e.storm)
+	} else if n := e.nackTimes.count(at, d.cfg.NACKStormWindow); n >= d.cfg.NACKStormThreshold {
+		e.storm = streamEpisode(DetectorNACKStorm, p, node, at, n)
+		evs = d.start(e.storm, fmt.Sprintf("%d NACKs of %s on stream %d within %s", n, p.ev.Type, p.ev.StreamID, d.cfg.NACKStormWindow), evs)
 	}
 
-	if ts.loopRun > 0 && ts.loopContent == ts.p.content {
-		ts.loopRun++
+	if e.loopRun > 0 && e.loopContent == p.content {
+		e.loopRun++
 	} else {
-		if ts.loop != nil {
-			evs = d.end(ts.loop, at, evs)
-			ts.loop = nil
+		if e.loop != nil {
+			evs = d.end(e.loop, at, evs)
+			e.loop = nil
 		}
-		ts.loopContent, ts.loopRun = ts.p.content, 1
+		e.loopContent, e.loopRun = p.content, 1
 	}
-	if ts.loop != nil {
-		d.bump(ts.loop)
-	} else if ts.loopRun >= d.cfg.NACKLoopThreshold {
-		ts.loop = streamEpisode(DetectorNACKLoop, s, ts, at, ts.loopRun)
-		evs = d.start(ts.loop, fmt.Sprintf("the same %s content (%d resources) NACKed %d times in a row on stream %d",
-			ts.short, len(ts.p.res), ts.loopRun, s.meta.ID), evs)
+	if e.loop != nil {
+		d.bump(e.loop)
+	} else if e.loopRun >= d.cfg.NACKLoopThreshold {
+		e.loop = streamEpisode(DetectorNACKLoop, p, node, at, e.loopRun)
+		evs = d.start(e.loop, fmt.Sprintf("the same %s content (%d resources) NACKed %d times in a row on stream %d",
+			p.ev.Type, len(p.res), e.loopRun, p.ev.StreamID), evs)
 	}
 	return evs
 }
 
 // checkStorm ends a storm once the window holds fewer NACKs than the threshold.
-func (d *detectors) checkStorm(ts *typeState, now time.Time, evs []Event) []Event {
-	if ts.storm != nil && ts.nackTimes.count(now, d.cfg.NACKStormWindow) < d.cfg.NACKStormThreshold {
-		evs = d.end(ts.storm, now, evs)
-		ts.storm = nil
+func (d *detectors) checkStorm(w *nackWatch, now time.Time, evs []Event) []Event {
+	if e := w.e; e != nil && e.storm != nil && e.nackTimes.count(now, d.cfg.NACKStormWindow) < d.cfg.NACKStormThreshold {
+		evs = d.end(e.storm, now, evs)
+		e.storm = nil
 	}
 	return evs
 }
 
-// pushed feeds the loop and repeated-full-sync detectors with a new push;
-// full is set when it made its push round a new full push (round.go).
-func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, evs []Event) []Event {
-	if ts.loopRun > 0 && ts.p.content != ts.loopContent {
+// pushed feeds the loop and repeated-full-sync detectors with p, a type's
+// new push on the stream of node; full is set when it made its push round
+// a new full push (round.go).
+func (d *detectors) pushed(w *nackWatch, p *push, node string, at time.Time, full bool, evs []Event) []Event {
+	if e := w.e; e != nil && e.loopRun > 0 && p.content != e.loopContent {
 		// The control plane sent something else: whatever it was stuck on, it moved on.
-		if ts.loop != nil {
-			evs = d.end(ts.loop, at, evs)
-			ts.loop = nil
+		if e.loop != nil {
+			evs = d.end(e.loop, at, evs)
+			e.loop = nil
 		}
-		ts.loopRun = 0
+		e.loopRun = 0
 	}
-	evs = d.checkStorm(ts, at, evs)
-	if !full || s.node.ID == "" {
+	evs = d.checkStorm(w, at, evs)
+	if !full || node == "" {
 		return evs
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Counted per node across its streams: a node that reconnects keeps
 	// its history.
-	k := syncKey{node: s.node.ID}
+	k := syncKey{node: node}
 	h := d.syncs[k]
 	if h == nil {
 		h = &syncHistory{times: newWindow(d.cfg.RepeatedFullSyncLimit + 1)}
@@ -174,11 +218,11 @@ func (d *detectors) pushed(s *stream, ts *typeState, at time.Time, full bool, ev
 	}
 	if n := h.times.count(at, d.cfg.RepeatedFullSyncWindow); n > d.cfg.RepeatedFullSyncLimit {
 		h.ep = &episode{
-			detector: DetectorRepeatedFullSync, key: "node " + s.node.ID,
-			node: s.node.ID, since: at, count: n,
+			detector: DetectorRepeatedFullSync, key: "node " + node,
+			node: node, since: at, count: n,
 		}
 		evs = d.startLocked(h.ep, fmt.Sprintf("%d full pushes (configuration resent unasked, e.g. istiod's push after a config change) to node %s within %s",
-			n, s.node.ID, d.cfg.RepeatedFullSyncWindow), evs)
+			n, node, d.cfg.RepeatedFullSyncWindow), evs)
 	}
 	return evs
 }
@@ -202,15 +246,19 @@ func (d *detectors) opened(at time.Time, evs []Event) []Event {
 	return evs
 }
 
-// closed ends the episodes of a stream that went away.
-func (d *detectors) closed(ts *typeState, at time.Time, evs []Event) []Event {
-	if ts.storm != nil {
-		evs = d.end(ts.storm, at, evs)
-		ts.storm = nil
+// closed ends the episodes of a type of a stream that went away.
+func (d *detectors) closed(w *nackWatch, at time.Time, evs []Event) []Event {
+	e := w.e
+	if e == nil {
+		return evs
 	}
-	if ts.loop != nil {
-		evs = d.end(ts.loop, at, evs)
-		ts.loop = nil
+	if e.storm != nil {
+		evs = d.end(e.storm, at, evs)
+		e.storm = nil
+	}
+	if e.loop != nil {
+		evs = d.end(e.loop, at, evs)
+		e.loop = nil
 	}
 	return evs
 }

@@ -8,7 +8,51 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
-// load makes a response the latest push. Each resource is looked up in the
+// acknowledged is what the client accepted of one type: the names and
+// content hashes of its acknowledged state (the ackedSet), whether that
+// state means something yet, and its generation. Only an answer (apply) and
+// a change of subscription (prune) change it.
+type acknowledged struct {
+	ackedSet
+	// baseline is set once the state means something: a push of the type
+	// was acknowledged (or assumed applied), so an empty set is a known
+	// empty state.
+	baseline bool
+	// gen changes whenever the state or the subscription change, so a push
+	// identical to the previous one can reuse its diff, and the positions
+	// load found in the state are known to be stale.
+	gen uint64
+}
+
+// prune drops acknowledged resources the client no longer wants (sub):
+// an unsubscribed resource leaves the client, so it must not count as
+// removed (or unchanged) in the next push.
+// It is called on every subscription change, which also invalidates the
+// diff a repeated push could otherwise reuse. What remains keeps its order,
+// which the next push most likely follows.
+func (a *acknowledged) prune(sub *subscription) {
+	a.gen++
+	if sub.wildcard {
+		return
+	}
+	keep := 0
+	var c cursor
+	for i, n := range a.names {
+		k := sub.findName(n, c.guess())
+		c.found(k)
+		if k < 0 {
+			continue
+		}
+		a.names[keep], a.hashes[keep] = n, a.hashes[i]
+		keep++
+	}
+	if keep < len(a.names) {
+		clear(a.names[keep:])
+		a.reset(a.names[:keep], a.hashes[:keep])
+	}
+}
+
+// load makes resp the type's latest push, p. Each resource is looked up in the
 // acknowledged state once, here, and its position kept for diff and apply.
 // The lookup starts where the previous resource was found, so a push that
 // lists the acknowledged names in their order, as control planes do push
@@ -17,8 +61,7 @@ import (
 // The names the decoder hands over are views into a buffer about to be
 // released; a name the stream does not hold yet (in the acknowledged state,
 // the previous push or the subscription) is interned.
-func (ts *typeState) load(resp *codec.Response) {
-	p := &ts.p
+func (a *acknowledged) load(p *push, sub *subscription, resp *codec.Response) {
 	old := p.res
 	res := old[:0]
 	var oldBuf *resBuf // given back once the loop no longer reads old
@@ -26,7 +69,6 @@ func (ts *typeState) load(resp *codec.Response) {
 		oldBuf = p.buf
 		res, p.buf = newPushedRes(len(resp.Resources))
 	}
-	a, sub := &ts.acked, &ts.sub
 	var ac, sc cursor
 	fresh := 0
 	for i := range resp.Resources {
@@ -75,11 +117,11 @@ func (ts *typeState) load(resp *codec.Response) {
 	p.removed = append(p.removed[:0], resp.RemovedResources...)
 }
 
-// diff compares the latest push with the acknowledged state and tells whether
-// it is a full sync: it carries the whole subscribed set, and something.
-func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
-	p, a := &ts.p, &ts.acked
-	seen := ts.sc.marksFor(len(a.names))
+// diff compares the latest push, p, with the acknowledged state and tells
+// whether it is a full sync: it carries the whole subscription, sub, and
+// something.
+func (a *acknowledged) diff(p *push, sub *subscription, sc *scratch, maxNames int) (d Diff, full bool) {
+	seen := sc.marksFor(len(a.names))
 	matched := 0
 	for i := range p.res {
 		r := &p.res[i]
@@ -102,7 +144,7 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 		}
 	}
 	if d.Added > 0 || d.Changed > 0 {
-		d.AddedNames, d.ChangedNames = ts.diffNames(seen, min(d.Added, maxNames), min(d.Changed, maxNames))
+		d.AddedNames, d.ChangedNames = a.diffNames(p, seen, min(d.Added, maxNames), min(d.Changed, maxNames))
 	}
 	switch {
 	case p.delta:
@@ -116,7 +158,7 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 	case p.replace:
 		d.Removed = len(a.names) - matched
 		if d.Removed > 0 {
-			d.RemovedNames = ts.firstUnmarked(seen, maxNames)
+			d.RemovedNames = a.firstUnmarked(seen, maxNames)
 			for i, n := range d.RemovedNames {
 				d.RemovedNames[i] = shown(n)
 			}
@@ -131,47 +173,23 @@ func (ts *typeState) diff(maxNames int) (d Diff, full bool) {
 	switch {
 	case p.replace:
 		full = true
-	case p.delta && ts.wildcard:
+	case p.delta && sub.wildcard:
 		// A Delta wildcard push is whole when it leaves nothing of the
 		// client's state untouched: istiod's LDS and RDS pushes carry
 		// every resource and remove the rest.
 		full = matched+d.Removed == len(a.names)
 	default:
-		full = ts.carriesSubscription()
+		full = sub.carriedBy(p.res, sc)
 	}
 	return d, full
-}
-
-// carriesSubscription reports whether the latest push names every explicitly
-// subscribed resource.
-func (ts *typeState) carriesSubscription() bool {
-	sub := &ts.sub
-	if len(sub.names) == 0 {
-		return false
-	}
-	seen := ts.sc.marksFor(len(sub.names))
-	n := 0
-	var c cursor
-	for i := range ts.p.res {
-		k := sub.findName(ts.p.res[i].name, c.guess())
-		c.found(k)
-		if k < 0 {
-			continue
-		}
-		if seen[k] == 0 {
-			seen[k] = 1
-			n++
-		}
-	}
-	return n == len(sub.names)
 }
 
 // firstUnmarked returns, sorted, the first maxNames acknowledged names not
 // marked seen: a stable sample of what a push removed, without sorting the
 // whole state.
-func (ts *typeState) firstUnmarked(seen []int32, maxNames int) []string {
+func (a *acknowledged) firstUnmarked(seen []int32, maxNames int) []string {
 	var out []string
-	for pos, n := range ts.acked.names {
+	for pos, n := range a.names {
 		if seen[pos] != 0 {
 			continue
 		}
@@ -192,59 +210,48 @@ func (ts *typeState) firstUnmarked(seen []int32, maxNames int) []string {
 	return out
 }
 
-// apply makes the latest push's result the acknowledged state.
-func (ts *typeState) apply() {
-	p := &ts.p
-	if p.gen != ts.gen {
-		ts.locate() // the state changed since the push was loaded
+// apply makes the result of the latest push, p, the acknowledged state;
+// what sub does not want stays out of it.
+func (a *acknowledged) apply(p *push, sub *subscription, sc *scratch) {
+	if p.gen != a.gen {
+		a.locate(p) // the state changed since the push was loaded
 	}
 	if p.replace {
-		ts.applyWhole()
+		a.applyWhole(p, sub, sc)
 	} else {
-		ts.applyMerge()
+		a.applyMerge(p, sub, sc)
 	}
 	for _, name := range p.removed {
-		if k := ts.acked.findString(name, -1); k >= 0 {
-			ts.acked.removeAt(k)
+		if k := a.findString(name, -1); k >= 0 {
+			a.removeAt(k)
 		}
 	}
-	ts.baseline = true
-	ts.gen++
+	a.baseline = true
+	a.gen++
 }
 
-// locate finds the latest push's resources in the acknowledged state again.
-func (ts *typeState) locate() {
+// locate finds the resources of the latest push, p, in the acknowledged
+// state again.
+func (a *acknowledged) locate(p *push) {
 	var c cursor
-	ts.p.fresh = 0
-	for i := range ts.p.res {
-		r := &ts.p.res[i]
-		k := ts.acked.findName(r.name, c.guess())
+	p.fresh = 0
+	for i := range p.res {
+		r := &p.res[i]
+		k := a.findName(r.name, c.guess())
 		c.found(k)
 		r.pos = int32(k)
 		if k < 0 {
-			ts.p.fresh++
+			p.fresh++
 		}
 	}
-}
-
-// wants reports whether the client keeps the named resource: a client keeps
-// only what it asked for. c follows the walk over the subscription.
-func (ts *typeState) wants(n name, c *cursor) bool {
-	if ts.wildcard || !ts.requested {
-		return true
-	}
-	k := ts.sub.findName(n, c.guess())
-	c.found(k)
-	return k >= 0
 }
 
 // applyWhole applies a push that replaces the whole state: what it lacks is
 // removed, and the state takes the push's order, which the next push will
 // most likely follow. A name listed twice keeps its first position and its
 // last body; a heartbeat keeps what the client had.
-func (ts *typeState) applyWhole() {
-	p, a := &ts.p, &ts.acked
-	if ts.sameOrder() {
+func (a *acknowledged) applyWhole(p *push, sub *subscription, sc *scratch) {
+	if a.sameOrder(p) {
 		// Nothing added, removed or moved: only bodies change.
 		for i := range p.res {
 			if !p.res[i].heartbeat {
@@ -253,14 +260,14 @@ func (ts *typeState) applyWhole() {
 		}
 		return
 	}
-	where := ts.sc.marksFor(len(a.names)) // position in the new state + 1
-	names, hashes, fresh := ts.sc.state(len(p.res))
-	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
+	where := sc.marksFor(len(a.names)) // position in the new state + 1
+	names, hashes, fresh := sc.state(len(p.res))
+	placed := sc.added(int(p.fresh)) // new names, for the rare one listed twice
 	var c cursor
 	for i := range p.res {
 		r := &p.res[i]
 		if r.pos < 0 {
-			if r.heartbeat || !ts.wants(r.name, &c) {
+			if r.heartbeat || !sub.wants(r.name, &c) {
 				continue
 			}
 			if k, ok := placed.find(r.name); ok {
@@ -273,7 +280,7 @@ func (ts *typeState) applyWhole() {
 			hashes = append(hashes, r.hash)
 			continue
 		}
-		// The state holds only names the client wants (pruneUnsubscribed).
+		// The state holds only names the client wants (prune).
 		if w := where[r.pos]; w != 0 {
 			if !r.heartbeat {
 				hashes[w-1] = r.hash
@@ -290,15 +297,14 @@ func (ts *typeState) applyWhole() {
 	}
 	placed.done()
 	a.rewrite(names, hashes, where, fresh)
-	ts.sc.done(names, hashes, fresh)
+	sc.done(names, hashes, fresh)
 }
 
-// sameOrder reports whether the latest push lists exactly the acknowledged
+// sameOrder reports whether the latest push, p, lists exactly the acknowledged
 // names, in their order. The client wants them all: the state holds nothing
 // else.
-func (ts *typeState) sameOrder() bool {
-	p := &ts.p
-	if len(p.res) != len(ts.acked.names) {
+func (a *acknowledged) sameOrder(p *push) bool {
+	if len(p.res) != len(a.names) {
 		return false
 	}
 	for i := range p.res {
@@ -311,14 +317,13 @@ func (ts *typeState) sameOrder() bool {
 
 // applyMerge applies a push that updates part of the state: new names are
 // appended, and what the push lacks is kept.
-func (ts *typeState) applyMerge() {
-	p, a := &ts.p, &ts.acked
+func (a *acknowledged) applyMerge(p *push, sub *subscription, sc *scratch) {
 	if fresh := int(p.fresh); fresh > 1 {
 		// Grown once, to what the push may add, rather than by doubling.
 		a.names = slices.Grow(a.names, fresh)
 		a.hashes = slices.Grow(a.hashes, fresh)
 	}
-	placed := ts.sc.added(int(p.fresh)) // new names, for the rare one listed twice
+	placed := sc.added(int(p.fresh)) // new names, for the rare one listed twice
 	defer placed.done()
 	var c cursor
 	for i := range p.res {
@@ -330,7 +335,7 @@ func (ts *typeState) applyMerge() {
 			a.hashes[r.pos] = r.hash // the state holds only names the client wants
 			continue
 		}
-		if !ts.wants(r.name, &c) {
+		if !sub.wants(r.name, &c) {
 			continue
 		}
 		if k, ok := placed.find(r.name); ok {
@@ -342,6 +347,42 @@ func (ts *typeState) applyMerge() {
 	}
 }
 
+// unchangedAt reports whether resp.Resources[i] is, byte for byte, what the
+// client acknowledged under its name. It reads what load found: the
+// resource's position in the acknowledged state and its hash. A resource
+// send did not load at that index (a re-sent push whose diff was reused
+// may list its resources in another order) counts as changed.
+func (a *acknowledged) unchangedAt(p *push, resp *codec.Response, i int) bool {
+	if i >= len(p.res) {
+		return false
+	}
+	r, h := &p.res[i], resp.Resources[i].Hash
+	return !r.heartbeat && r.hash == h && r.pos >= 0 && int(r.pos) < len(a.hashes) && a.hashes[r.pos] == h
+}
+
+// droppedNames are the acknowledged names push p, which replaces
+// its type, no longer carries (what its ACK removes), for a partial
+// Accepted; nil when it carries every one. It reads the positions load
+// found, which the caller trusts.
+func (a *acknowledged) droppedNames(p *push) []string {
+	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
+		return nil
+	}
+	seen := make([]uint64, (len(a.names)+63)/64)
+	for i := range p.res {
+		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
+			seen[pos/64] |= 1 << (pos % 64)
+		}
+	}
+	var out []string
+	for k, n := range a.names {
+		if seen[k/64]&(1<<(k%64)) == 0 {
+			out = append(out, n.Value())
+		}
+	}
+	return out
+}
+
 // diffNames returns the first names of what diff counted as added and
 // changed, nAdded and nChanged of them, in the push's order. It walks the
 // push again, as far as it takes to find them (a push changing 2 % of its
@@ -351,8 +392,7 @@ func (ts *typeState) applyMerge() {
 // would be garbage at every push. A resource listed twice counts once, as
 // in diff: diff marked each one seen (1), this walk marks the first it
 // meets (2).
-func (ts *typeState) diffNames(seen []int32, nAdded, nChanged int) (addedNames, changedNames []string) {
-	p, a := &ts.p, &ts.acked
+func (a *acknowledged) diffNames(p *push, seen []int32, nAdded, nChanged int) (addedNames, changedNames []string) {
 	var addedBuf, changedBuf [stackNames]string
 	added, changed := addedBuf[:0], changedBuf[:0]
 	for i := range p.res {

@@ -8,25 +8,33 @@
 //   - tracker.go: the Tracker, its streams and their locks, and the entry
 //     point of every frame; state.go, summary.go and resources_state.go read
 //     it for the pages and CSDS.
-//   - What happens to a type on a stream, as methods of its typeState or
-//     stream: push.go (a push sent, answered, expired or closed), detect.go
-//     (the detectors), resources.go (the resources table kept up), round.go
-//     (push rounds), diff.go (a push against what the client acknowledged),
-//     hold.go (what a push keeps for its NACK) and request.go (a request's
-//     kind and the subscription it changes).
-//   - stream.go: one stream, its types, its full sync and its push round.
-//   - typestate.go: typeState, one type on one stream, whose fields the files
-//     above share out.
-//   - The pieces of that state, each a type with its methods: kept.go (the
-//     latest push's kept bytes and how an answer hands them over),
-//     inflight.go (the push awaiting its answer: its resources, where each
-//     is in the acknowledged state, its content), recent.go (the ring of
-//     recent pushes), lease.go (accepted pushes and their leases to takers),
-//     keep.go (the keeper: the bound on kept bytes and their compact form;
-//     Rejected and Changed), share.go (kept bytes, once for every stream),
-//     restable.go (the resources one by one), episode.go (the detectors'
-//     windows and episodes) and names.go (interned names, their sets and the
-//     stream's scratch space).
+//   - What goes from room to room of a type on a stream, as methods of its
+//     typeState: push.go (a push sent, answered, expired or closed),
+//     request.go (a request's kind and the subscription it changes) and
+//     hold.go (what a push keeps for its NACK); and resources.go, which keeps
+//     the type's resources table up from its requests and answers.
+//   - stream.go: one stream, its types and its full sync.
+//   - typestate.go: typeState, one type on one stream: who it is, and its
+//     rooms, a field each.
+//   - The rooms, each a type declared with its methods in the one file that
+//     owns it. A room's methods change that room alone, and read another
+//     only when it is handed to them and listed after it: outcome.go (outcome: what came of the
+//     pushes, the counts, the timeline's record), round.go (asking: the
+//     question a push round answers; and the stream's push rounds),
+//     detect.go (nackWatch: what the NACK detectors follow of a type; and
+//     the tap-wide detectors), kept.go (holding: what a type holds for a
+//     NACK, the latest push's kept bytes and how an answer hands them over),
+//     diff.go (acknowledged: what the client accepted, and a push's diff
+//     against it), subscription.go (subscription: what the client asks
+//     for), inflight.go (push: the push awaiting its answer, its resources,
+//     where each is in the acknowledged state, its content) and restable.go
+//     (resTable: the resources one by one).
+//   - What the rooms are made of: recent.go (the ring of recent pushes),
+//     lease.go (accepted pushes and their leases to takers), keep.go (the
+//     keeper: the bound on kept bytes and their compact form; Rejected and
+//     Changed), share.go (kept bytes, once for every stream), episode.go (the
+//     detectors' windows and episodes) and names.go (interned names, their
+//     sets and the stream's scratch space).
 //   - The vocabulary: event.go, streamref.go, gap.go, config.go, states.go
 //     and sink.go.
 package track

@@ -9,18 +9,18 @@ import (
 	"github.com/adstap/adstap/codec"
 )
 
-// hold keeps what a NACK of resp, the type's push that send has just diffed
-// against the acknowledged state, would need, letting go of what the
-// previous push left. data are the bytes resp was decoded from; nil (the
-// caller has no bytes to give) keeps nothing.
-func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
-	k, slot := ts.keep, &ts.held
+// hold keeps what a NACK of resp, the type's push on stream s that send has
+// just diffed against the acknowledged state, would need, letting go of
+// what the previous push left. data are the bytes resp was decoded from;
+// nil (the caller has no bytes to give) keeps nothing.
+func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice) {
+	k, sc, slot := s.keep, s.sc, &ts.nack.held
 	accepts := ts.acceptTakers != 0
 	switch {
 	case slot.pending:
 		// Superseded unanswered: send assumed it applied.
 		slot.unsure = true
-	case slot.fullSync && !ts.nacked && ts.acks > 0:
+	case slot.fullSync && !ts.out.nacked && ts.out.acks > 0:
 		// The previous push carried everything and was acknowledged.
 		slot.unsure = false
 	}
@@ -29,26 +29,26 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 	if data == nil || k.limit < 0 {
 		return
 	}
-	trust := !slot.unsure && ts.p.gen == ts.gen
+	trust := !slot.unsure && ts.p.gen == ts.acked.gen
 	whole := int64(data.Len())
 	// The changed resources' indexes, in scratch space the diff is done
 	// with, and a floor on the size of their compact form, which reads no
 	// resource's body: a first push of 10 MB is not walked through again.
-	changed := ts.sc.fresh[:0]
+	changed := sc.fresh[:0]
 	least, unchanged := int64(compactEnvelopeSize(resp)), 0
 	for i := range resp.Resources {
 		r := &resp.Resources[i]
 		switch {
 		case r.Heartbeat:
 			// Nothing to reject: it carries no resource.
-		case trust && ts.unchangedAt(resp, i):
+		case trust && ts.acked.unchangedAt(&ts.p, resp, i):
 			unchanged++
 		default:
 			changed = append(changed, int32(i))
 			least += int64(fieldSize(2, anySize(r)))
 		}
 	}
-	ts.sc.fresh = changed[:0]
+	sc.fresh = changed[:0]
 	size := whole
 	if least*compactShare <= whole {
 		exact := int64(compactEnvelopeSize(resp))
@@ -137,9 +137,9 @@ func (ts *typeState) hold(resp *codec.Response, data mem.BufferSlice) {
 		switch {
 		case own == 0 && share.views != nil:
 			// Another stream's push made the views, which read alike.
-			slot.views, slot.removed = share.views, ts.droppedNames()
+			slot.views, slot.removed = share.views, ts.acked.droppedNames(&ts.p)
 		case partial:
-			slot.views, slot.removed = ts.changedViews(resp, changed), ts.droppedNames()
+			slot.views, slot.removed = ts.changedViews(resp, changed), ts.acked.droppedNames(&ts.p)
 		default:
 			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
 		}
@@ -182,7 +182,7 @@ func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact b
 			i = int(changed[j])
 		}
 		r := &resp.Resources[i]
-		hashes[j], names[j] = r.Hash, ts.nameAt(resp, i)
+		hashes[j], names[j] = r.Hash, ts.p.nameAt(resp, i)
 		sum = mix(sum + r.Hash + uint64(len(names[j])))
 	}
 	key := shareKey{typeURL: resp.TypeURL, sum: sum, n: n, whole: whole, compact: compact, delta: resp.Delta}
@@ -221,20 +221,6 @@ func sharedBodies(views []AcceptedResource, bodies [][]byte, changed []int32, co
 	}
 }
 
-// unchangedAt reports whether resp.Resources[i] is, byte for byte, what the
-// client acknowledged under its name. It reads what send's load found: the
-// resource's position in the acknowledged state and its hash. A resource
-// send did not load at that index (a re-sent push whose diff was reused
-// may list its resources in another order) counts as changed.
-func (ts *typeState) unchangedAt(resp *codec.Response, i int) bool {
-	p, a := &ts.p, &ts.acked
-	if i >= len(p.res) {
-		return false
-	}
-	r, h := &p.res[i], resp.Resources[i].Hash
-	return !r.heartbeat && r.hash == h && r.pos >= 0 && int(r.pos) < len(a.hashes) && a.hashes[r.pos] == h
-}
-
 // acceptedViews are the views of resp's resources for an Accepted, but for
 // the bodies of a push kept compact (compactViews), changed being the
 // indexes of those it added or changed.
@@ -243,7 +229,7 @@ func (ts *typeState) acceptedViews(resp *codec.Response, changed []int32) []Acce
 	next := 0 // in changed
 	for i := range resp.Resources {
 		r, v := &resp.Resources[i], &views[i]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, i), resp.TypeURL, r.Hash
+		v.Name, v.TypeURL, v.Hash = ts.p.nameAt(resp, i), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
@@ -267,47 +253,11 @@ func (ts *typeState) changedViews(resp *codec.Response, changed []int32) []Accep
 	views := make([]AcceptedResource, len(changed))
 	for j, i := range changed {
 		r, v := &resp.Resources[i], &views[j]
-		v.Name, v.TypeURL, v.Hash = ts.nameAt(resp, int(i)), resp.TypeURL, r.Hash
+		v.Name, v.TypeURL, v.Hash = ts.p.nameAt(resp, int(i)), resp.TypeURL, r.Hash
 		if string(r.TypeURL) != resp.TypeURL {
 			v.TypeURL = codec.InternTypeURL(r.TypeURL)
 		}
 		v.Body = r.Body[:len(r.Body):len(r.Body)]
 	}
 	return views
-}
-
-// droppedNames are the acknowledged names the latest push, which replaces
-// its type, no longer carries (what its ACK removes), for a partial
-// Accepted; nil when it carries every one. It reads the positions load
-// found, which the caller trusts.
-func (ts *typeState) droppedNames() []string {
-	p, a := &ts.p, &ts.acked
-	if !p.replace || p.ev.Diff.Removed == 0 || len(a.names) == 0 {
-		return nil
-	}
-	seen := make([]uint64, (len(a.names)+63)/64)
-	for i := range p.res {
-		if pos := p.res[i].pos; pos >= 0 && int(pos) < len(a.names) {
-			seen[pos/64] |= 1 << (pos % 64)
-		}
-	}
-	var out []string
-	for k, n := range a.names {
-		if seen[k/64]&(1<<(k%64)) == 0 {
-			out = append(out, n.Value())
-		}
-	}
-	return out
-}
-
-// nameAt is the name of resp.Resources[i] as a string: the one the push's
-// load found or interned when it is there.
-func (ts *typeState) nameAt(resp *codec.Response, i int) string {
-	name := resp.Resources[i].Name
-	if i < len(ts.p.res) {
-		if n := ts.p.res[i].name.Value(); n == string(name) {
-			return n
-		}
-	}
-	return intern(name).Value()
 }

@@ -35,18 +35,48 @@ type push struct {
 	// content identifies what was pushed regardless of version, nonce and
 	// order: a NACK loop re-sends the same content under new versions.
 	content uint64
-	gen     uint64 // typeState.gen the diff was computed against
+	gen     uint64 // acknowledged.gen the diff was computed against
 	delta   bool
 	// replace is set when the push is the whole set of the type (SotW LDS,
 	// CDS and wildcard subscriptions), so what it lacks is removed.
 	replace bool
 }
 
+// pending reports whether the push still awaits its answer (including one
+// that timed out).
+func (p *push) pending() bool { return p.state == pushOpen || p.state == pushTimedOut }
+
+// dropApplied lets go of what an acknowledged push no longer needs, so that
+// an idle stream holds its resources once: they are in the acknowledged state
+// now, and the diff's names were reported. A large push's slice is kept all
+// the same, since allocating it again would make garbage the size of the
+// push at every push.
+func (p *push) dropApplied() {
+	if p.buf != nil {
+		p.buf.giveBack(p.res)
+		p.res, p.buf = nil, nil
+	}
+	d := &p.ev.Diff
+	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
+}
+
+// nameAt is the name of resp.Resources[i] as a string: the one the push's
+// load found or interned when it is there.
+func (p *push) nameAt(resp *codec.Response, i int) string {
+	name := resp.Resources[i].Name
+	if i < len(p.res) {
+		if n := p.res[i].name.Value(); n == string(name) {
+			return n
+		}
+	}
+	return intern(name).Value()
+}
+
 type pushedRes struct {
 	name name
 	hash uint64
 	// pos is where the resource is in the acknowledged state as it was when
-	// the push was loaded (while push.gen is typeState.gen), -1 if absent.
+	// the push was loaded (while push.gen is acknowledged.gen), -1 if absent.
 	pos       int32
 	heartbeat bool // a TTL refresh without a body: it keeps what the client has
 }

@@ -1,6 +1,7 @@
 package track
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
@@ -49,6 +50,97 @@ type kept struct {
 	// full-sync push vouches for the whole state, every resource counts as
 	// changed.
 	unsure bool
+}
+
+// holding is what a type holds for a NACK of its latest push: the push's
+// bytes while it awaits its answer (held, which hold.go fills), what the
+// latest NACK rejected, and what NACKs were found to name.
+type holding struct {
+	held kept
+	// rejection is what the latest NACK rejected, until an ACK; a NACK of
+	// the same content with the same message shares it, so a NACK loop
+	// decodes its push once (memo says which content and message).
+	rejection *Rejected
+	// memo is what the latest NACKs were found to name and reject; nil
+	// until the type's first NACK, since most types never see one.
+	memo *nackMemo
+}
+
+// accepted lets go of what the type held for a NACK: its latest push was
+// acknowledged.
+func (h *holding) accepted(k *keeper) {
+	k.drop(&h.held)
+	h.rejection.discard()
+	h.rejection = nil
+}
+
+// closed lets go of what the type held, its stream gone.
+func (h *holding) closed(k *keeper) {
+	k.drop(&h.held)
+	h.rejection.discard()
+}
+
+// rejected returns the Rejection of the latest push, p, by a NACK with
+// message naming names. The same content rejected with the same message
+// again (a NACK loop) shares the previous one, which is decoded at most
+// once.
+func (h *holding) rejected(k *keeper, p *push, message string, names []string) *Rejected {
+	c := h.cache()
+	if h.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
+		k.drop(&h.held)
+		return h.rejection
+	}
+	h.rejection.discard()
+	h.rejection = k.reject(&h.held, p.delta, message, names)
+	c.rejContent, c.rejMessage = p.content, message
+	return h.rejection
+}
+
+// errorNames returns the names pushed in p, the latest push, that a NACK
+// message mentions. Envoy names
+// the rejected resources in its message; matching every pushed name against
+// it is linear in the push, so the result is kept for the loop case, where
+// the same content is rejected with the same message again and again.
+func (h *holding) errorNames(p *push, message string, maxNames int) []string {
+	c := h.cache()
+	if c.ok && c.content == p.content && c.n == len(p.res) && c.message == message {
+		return c.names
+	}
+	var names []string
+	for _, r := range p.res {
+		if len(names) == maxNames {
+			break
+		}
+		if name := r.name.Value(); name != "" && strings.Contains(message, name) {
+			names = append(names, name)
+		}
+	}
+	c.ok, c.content, c.n, c.message, c.names = true, p.content, len(p.res), message, names
+	return names
+}
+
+// nackMemo caches what NACKs name and reject, since a loop NACKs the same
+// content with the same message again and again.
+type nackMemo struct {
+	// errNames are the pushed names a NACK of content (n resources) with
+	// message mentions, once ok.
+	ok      bool
+	content uint64
+	n       int
+	message string
+	names   []string
+	// rejContent and rejMessage are the content and message of
+	// holding.rejection.
+	rejContent uint64
+	rejMessage string
+}
+
+// cache returns the type's nackMemo, made on first need.
+func (h *holding) cache() *nackMemo {
+	if h.memo == nil {
+		h.memo = new(nackMemo)
+	}
+	return h.memo
 }
 
 // drop lets go of what slot holds. What it knows of the acknowledged state

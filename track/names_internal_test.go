@@ -212,7 +212,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 					req.ResourceNames = append(req.ResourceNames, "*")
 				}
 			}
-			c := ts.classify(req)
+			c := ts.classify(req, s.sc)
 			changed, unsubscribed := ref.request(req)
 			if c.changed != changed || (c.kind == KindUnsubscribe) != unsubscribed {
 				t.Fatalf("%s: request %+v: changed %v unsubscribed %v, want %v %v",
@@ -252,7 +252,7 @@ func playAgainstReference(t *testing.T, seed uint64, url string, delta bool) {
 			} else {
 				ref.apply()
 			}
-			ts.answer(at, req, cfg.MaxNames, nil)
+			ts.answer(s, at, req, cfg.MaxNames, nil)
 			pending = false
 		}
 		compareStates(t, where, ts, ref)
@@ -323,7 +323,7 @@ func describeResp(resp *codec.Response) string {
 func compareStates(t *testing.T, where string, ts *typeState, ref *refState) {
 	t.Helper()
 	checkSet(t, where+": acked", &ts.acked.nameSet)
-	checkSet(t, where+": sub", &ts.sub)
+	checkSet(t, where+": sub", &ts.sub.nameSet)
 	if len(ts.acked.hashes) != len(ts.acked.names) {
 		t.Fatalf("%s: %d hashes for %d names", where, len(ts.acked.hashes), len(ts.acked.names))
 	}
@@ -349,7 +349,7 @@ func compareStates(t *testing.T, where string, ts *typeState, ref *refState) {
 	if diff := cmp.Diff(wantSub, sub); diff != "" {
 		t.Fatalf("%s: subscription (-want +got):\n%s", where, diff)
 	}
-	if ts.wildcard != ref.wildcard || ts.explicit != ref.explicit {
-		t.Fatalf("%s: wildcard %v explicit %v, want %v %v", where, ts.wildcard, ts.explicit, ref.wildcard, ref.explicit)
+	if ts.sub.wildcard != ref.wildcard || ts.sub.explicit != ref.explicit {
+		t.Fatalf("%s: wildcard %v explicit %v, want %v %v", where, ts.sub.wildcard, ts.sub.explicit, ref.wildcard, ref.explicit)
 	}
 }

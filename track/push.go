@@ -1,26 +1,10 @@
 package track
 
 import (
-	"strings"
 	"time"
 
 	"github.com/adstap/adstap/codec"
 )
-
-// dropApplied lets go of what an acknowledged push no longer needs, so that
-// an idle stream holds its resources once: they are in the acknowledged state
-// now, and the diff's names were reported. A large push's slice is kept all
-// the same, since allocating it again would make garbage the size of the
-// push at every push.
-func (ts *typeState) dropApplied() {
-	p := &ts.p
-	if p.buf != nil {
-		p.buf.giveBack(p.res)
-		p.res, p.buf = nil, nil
-	}
-	d := &p.ev.Diff
-	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
-}
 
 // send makes resp the type's latest push. A previous push still waiting for
 // its answer ends superseded; its changes are assumed applied, because the
@@ -32,32 +16,32 @@ func (ts *typeState) dropApplied() {
 // the push made that round a new full push.
 func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) ([]Event, bool) {
 	p := &ts.p
-	ts.unsure = false // the nonces that matter from now on are this push's and later ones
+	ts.out.unsure = false // the nonces that matter from now on are this push's and later ones
 	if p.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.supersedeTakers)
+			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.supersedeTakers)
 		} else {
-			e.Changed = ts.keep.handOver(&ts.held, p.delta)
+			e.Changed = s.keep.handOver(&ts.nack.held, p.delta)
 		}
 		evs = append(evs, e)
-		ts.recent.end(ts.seq, ResultSuperseded, at.Sub(p.ev.SentAt), "")
+		ts.out.end(ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
-	if ts.pending() {
-		ts.apply()
+	if p.pending() {
+		ts.acked.apply(p, &ts.sub, s.sc)
 	}
 	content := contentOf(resp)
-	replace := codec.Replaces(resp.Delta, ts.url, ts.wildcard, ts.requested)
+	replace := codec.Replaces(resp.Delta, ts.url, ts.sub.wildcard, ts.sub.requested)
 	// A control plane re-sending the same content against the same state
 	// (a NACK loop) gets the previous diff: it would come out the same.
-	same := p.state != pushNone && p.content == content && p.gen == ts.gen &&
+	same := p.state != pushNone && p.content == content && p.gen == ts.acked.gen &&
 		p.delta == resp.Delta && p.replace == replace &&
 		len(p.res) == len(resp.Resources) && len(p.removed) == len(resp.RemovedResources)
 	if !same {
-		ts.load(resp)
-		p.content, p.gen, p.delta, p.replace = content, ts.gen, resp.Delta, replace
-		p.ev.Diff, p.ev.FullSync = ts.diff(cfg.MaxNames)
-		p.ev.Redundant = ts.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
+		ts.acked.load(p, &ts.sub, resp)
+		p.content, p.gen, p.delta, p.replace = content, ts.acked.gen, resp.Delta, replace
+		p.ev.Diff, p.ev.FullSync = ts.acked.diff(p, &ts.sub, s.sc, cfg.MaxNames)
+		p.ev.Redundant = ts.acked.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
 	}
 	p.ev.StreamID = s.meta.ID
 	p.ev.Ref = s.ref
@@ -70,35 +54,27 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.Resources = len(resp.Resources)
 	p.ev.Bytes = size
 	p.ev.SentAt = at
-	p.ev.Initial = p.ev.FullSync && !ts.fullSynced
+	p.ev.Initial = p.ev.FullSync && !ts.out.fullSynced
 	p.ev.Content = content
 	p.state = pushOpen
 	p.ev.First = s.recent == nil
 	if s.recent == nil {
 		s.recent = new(pushRing)
 	}
-	ts.recent = s.recent
-	ts.seq = s.recent.add(&p.ev)
-	full := s.joinRound(ts, at, resp.VersionInfo)
+	ts.out.record(s.recent, &p.ev)
+	full := s.round.join(&ts.ask, &p.ev, at, resp.VersionInfo)
 
-	ts.pushes++
-	if p.ev.FullSync {
-		ts.fullSynced = true
-		ts.fullSyncs++
-	}
-	if p.ev.Redundant {
-		ts.redundant++
-	}
+	ts.out.sent(&p.ev)
 	evs = append(evs, PushSent{Push: p.ev})
 	if full {
-		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.fullPushes})
+		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.round.fullPushes})
 	}
 	return evs, full
 }
 
-// answer ends the latest push with the client's verdict. A push that had
-// timed out gets a LateAnswer instead of a second PushEnded.
-func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
+// answer ends the latest push with the client's verdict, on stream s. A
+// push that had timed out gets a LateAnswer instead of a second PushEnded.
+func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
 	p := &ts.p
 	result := ResultACK
 	if req.ErrorDetail != nil {
@@ -108,19 +84,19 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	var names []string
 	var rejected *Rejected
 	if result == ResultNACK {
-		names = ts.errorNames(req.ErrorDetail.Message, maxNames)
-		rejected = ts.rejected(req.ErrorDetail.Message, names)
+		names = ts.nack.errorNames(p, req.ErrorDetail.Message, maxNames)
+		rejected = ts.nack.rejected(s.keep, p, req.ErrorDetail.Message, names)
 	}
 	if p.state == pushTimedOut {
 		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
-			_, e.Accepted = ts.keep.accept(&ts.held, p, false, ts.acceptTakers)
+			_, e.Accepted = s.keep.accept(&ts.nack.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed, e.Accepted = ts.keep.accept(&ts.held, p, true, ts.acceptTakers)
+			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.acceptTakers)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
@@ -132,40 +108,16 @@ func (ts *typeState) answer(at time.Time, req *codec.Request, maxNames int, evs 
 	}
 	p.state = pushAnswered
 	if result == ResultACK {
-		ts.recent.end(ts.seq, result, latency, "")
-		ts.ackedAt = at
-		ts.keep.drop(&ts.held)
-		ts.rejection.discard()
-		ts.rejection = nil
-		ts.apply()
-		ts.dropApplied()
-		ts.acks++
-		ts.ackedVersion, ts.ackedNonce = p.ev.Version, p.ev.Nonce
-		ts.nacked = false
-		ts.lastError = ""
+		ts.out.end(result, latency, "")
+		ts.nack.accepted(s.keep)
+		ts.acked.apply(p, &ts.sub, s.sc)
+		p.dropApplied()
+		ts.out.acked(&p.ev, at)
 		return evs
 	}
-	ts.recent.end(ts.seq, result, latency, req.ErrorDetail.Message)
-	ts.nackedAt = at
-	ts.nacks++
-	ts.nacked = true
-	ts.lastError = req.ErrorDetail.Message
+	ts.out.end(result, latency, req.ErrorDetail.Message)
+	ts.out.nackedWith(req.ErrorDetail.Message, at)
 	return evs
-}
-
-// rejected returns the Rejection of the latest push by a NACK with message
-// naming names. The same content rejected with the same message again (a
-// NACK loop) shares the previous one, which is decoded at most once.
-func (ts *typeState) rejected(message string, names []string) *Rejected {
-	p, c := &ts.p, ts.nackCache()
-	if ts.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
-		ts.keep.drop(&ts.held)
-		return ts.rejection
-	}
-	ts.rejection.discard()
-	ts.rejection = ts.keep.reject(&ts.held, p.delta, message, names)
-	c.rejContent, c.rejMessage = p.content, message
-	return ts.rejection
 }
 
 // expire ends a push that has waited too long. It stays the latest push, so
@@ -176,40 +128,19 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 		return evs
 	}
 	p.state = pushTimedOut
-	ts.recent.end(ts.seq, ResultTimeout, now.Sub(p.ev.SentAt), "")
+	ts.out.end(ResultTimeout, now.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
-// closePush ends a push the stream's end left unanswered.
-func (ts *typeState) closePush(at time.Time, evs []Event) []Event {
+// closePush ends a push the stream's end left unanswered, k being the
+// tracker's keeper.
+func (ts *typeState) closePush(k *keeper, at time.Time, evs []Event) []Event {
 	p := &ts.p
 	if p.state != pushOpen {
 		return evs
 	}
 	p.state = pushAnswered
-	ts.recent.end(ts.seq, ResultClosed, at.Sub(p.ev.SentAt), "")
+	ts.out.end(ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
-		Changed: ts.keep.handOver(&ts.held, p.delta)})
-}
-
-// errorNames returns the pushed names a NACK message mentions. Envoy names
-// the rejected resources in its message; matching every pushed name against
-// it is linear in the push, so the result is kept for the loop case, where
-// the same content is rejected with the same message again and again.
-func (ts *typeState) errorNames(message string, maxNames int) []string {
-	c := ts.nackCache()
-	if c.ok && c.content == ts.p.content && c.n == len(ts.p.res) && c.message == message {
-		return c.names
-	}
-	var names []string
-	for _, r := range ts.p.res {
-		if len(names) == maxNames {
-			break
-		}
-		if name := r.name.Value(); name != "" && strings.Contains(message, name) {
-			names = append(names, name)
-		}
-	}
-	c.ok, c.content, c.n, c.message, c.names = true, ts.p.content, len(ts.p.res), message, names
-	return names
+		Changed: k.handOver(&ts.nack.held, p.delta)})
 }

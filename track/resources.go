@@ -56,7 +56,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 		if kept >= 0 {
 			continue
 		}
-		if st := t.ents[k].status; ts.wildcard && st != ClientRequested && st != ClientDoesNotExist {
+		if st := t.ents[k].status; ts.sub.wildcard && st != ClientRequested && st != ClientDoesNotExist {
 			continue // received under the wildcard
 		}
 		evs = t.remove(ts, s, k, at, evs)
@@ -88,9 +88,9 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	n0 := len(t.ents)
 	var seen []int32
 	if p.replace {
-		seen = ts.sc.marksFor(n0)
+		seen = s.sc.marksFor(n0)
 	}
-	if ts.wildcard {
+	if ts.sub.wildcard {
 		t.room(len(p.res)-len(t.ents), max)
 	}
 	var c cursor
@@ -99,7 +99,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 		k := t.names.findName(r.name, c.guess())
 		c.found(k)
 		if k < 0 {
-			if !ts.wildcard || r.heartbeat {
+			if !ts.sub.wildcard || r.heartbeat {
 				continue // not asked for: the client ignores it
 			}
 			if k = t.add(r.name, ClientUnknown, sent, max); k < 0 {
@@ -148,7 +148,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	for _, re := range t.errs {
 		k := t.names.findString(re.Name, -1)
 		if k < 0 {
-			if !ts.wildcard {
+			if !ts.sub.wildcard {
 				continue
 			}
 			if k = t.add(unique.Make(re.Name), ClientUnknown, sent, max); k < 0 {

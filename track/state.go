@@ -97,7 +97,7 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 		st := StreamState{
 			ID: s.meta.ID, ConnID: s.meta.ConnID, NodeID: s.node.ID, NodeCluster: s.node.Cluster,
 			UserAgent: s.node.UserAgent, IstioVersion: s.istioVersion, ControlPlane: s.controlPlane, Peer: s.meta.Peer, Method: s.meta.Method, Protocol: s.meta.Protocol,
-			OpenedAt: s.meta.OpenedAt, FullPushes: s.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
+			OpenedAt: s.meta.OpenedAt, FullPushes: s.round.fullPushes, Types: make(map[string]*TypeState, len(s.order)),
 		}
 		if s.sync.done {
 			secs := s.sync.elapsed.Seconds()
@@ -114,23 +114,23 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 
 func (ts *typeState) state(maxNames int) *TypeState {
 	return &TypeState{
-		State:            ts.stateName(),
+		State:            ts.out.state(&ts.p),
 		Type:             ts.short,
 		LastSentVersion:  ts.p.ev.Version,
 		LastSentNonce:    ts.p.ev.Nonce,
-		LastAckedVersion: ts.ackedVersion,
-		LastAckedNonce:   ts.ackedNonce,
-		LastError:        ts.lastError,
+		LastAckedVersion: ts.out.ackedVersion,
+		LastAckedNonce:   ts.out.ackedNonce,
+		LastError:        ts.out.lastError,
 		LastSentAt:       ts.p.ev.SentAt,
-		LastACKAt:        ts.ackedAt,
-		LastNACKAt:       ts.nackedAt,
-		LastRejected:     ts.rejection,
-		Pushes:           ts.pushes,
-		ACKs:             ts.acks,
-		NACKs:            ts.nacks,
-		StaleNonces:      ts.staleNonces,
-		RedundantPushes:  ts.redundant,
-		FullSyncs:        ts.fullSyncs,
+		LastACKAt:        ts.out.ackedAt,
+		LastNACKAt:       ts.out.nackedAt,
+		LastRejected:     ts.nack.rejection,
+		Pushes:           ts.out.pushes,
+		ACKs:             ts.out.acks,
+		NACKs:            ts.out.nacks,
+		StaleNonces:      ts.out.staleNonces,
+		RedundantPushes:  ts.out.redundant,
+		FullSyncs:        ts.out.fullSyncs,
 		Subscribed:       ts.subscribedNames(maxNames),
 		Resources:        len(ts.acked.names),
 	}
@@ -142,7 +142,7 @@ func (ts *typeState) subscribedNames(maxNames int) []string {
 		names = append(names, n.Value())
 	}
 	slices.Sort(names)
-	if ts.wildcard {
+	if ts.sub.wildcard {
 		names = slices.Insert(names, 0, "*")
 	}
 	return capList(names, maxNames)

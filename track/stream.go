@@ -28,17 +28,13 @@ type stream struct {
 	types       map[string]*typeState
 	order       []*typeState // in the order the types appeared, for stable event order
 	sync        fullSyncClock
-	// round is the push round of the latest response (round.go).
-	round pushRound
-	// fullPushes counts the stream's full pushes, the last of which had
-	// lastFullVersion.
-	fullPushes      int
-	fullCounted     bool
-	lastFullVersion string
-	sc              *scratch // pooled space, borrowed while the stream is locked
-	keep            *keeper  // the tracker's
+	// round is the push round of the latest response, and the full
+	// pushes counted (round.go).
+	round pushRounds
+	sc    *scratch // pooled space, borrowed while the stream is locked
+	keep  *keeper  // the tracker's
 	// unsure: frames of the stream went unobserved; a type first seen after
-	// that starts unsure too (see typeState.unsure).
+	// that starts unsure too (see outcome.unsure).
 	unsure bool
 	// controlPlane is the control_plane.identifier of the latest response
 	// that carried one: the control-plane replica serving the stream.
@@ -63,45 +59,6 @@ type fullSyncClock struct {
 	types     []string
 }
 
-// A push round is what a control plane sends a stream for one change: istiod
-// sends every type a push touches, one response each, under one version,
-// within moments (CDS, EDS, LDS, RDS, ... in that order). Rounds are told
-// apart on the wire, with nothing but the responses and the requests between
-// them:
-//
-//   - a response under another version_info than the round's starts a new
-//     round (istiod: a new push context; go-control-plane: a new snapshot);
-//   - so does a response more than roundGap after the round's previous one:
-//     a control plane sends the responses of one push back to back, and
-//     released istiod versions send an incremental push under the version
-//     of the last full push;
-//   - and a second response of a type the round already sent, unless the
-//     client asked for it (istiod answers a changed EDS or RDS subscription
-//     during a push with the push's version). When the client's request
-//     crossed the tap before the push's own response of the type, that
-//     response took the ask: a second one within roundGap is the answer.
-//
-// A big push whose generation pauses longer than roundGap between two types
-// splits into two rounds of one version; that costs nothing, since a full
-// push is counted once per version and identified by its version.
-//
-// A round is a full push when it resends configuration the client did not
-// ask for: a response of a type other than EDS and SDS (and istioctl's
-// syncz) that answers no request of the client. istiod's full pushes reach
-// a SotW client as CDS and LDS whole, plus RDS and the EDS of changed
-// clusters, and a Delta client as CDS and LDS with what changed: neither
-// sends every subscribed type whole again, so a full push is recognised by
-// this shape, not by completeness. Its endpoint-only pushes are EDS alone:
-// incremental, never full. The initial sync of a stream answers the
-// client's requests, so it is no full push either: a reconnect is expected
-// (istiod closes every stream every 30 minutes).
-type pushRound struct {
-	seq     uint64 // 1 for the stream's first round
-	version string
-	last    time.Time // the round's latest response
-	full    bool
-}
-
 func newStream(m StreamMeta, keep *keeper) *stream {
 	return &stream{meta: m, ref: NewStreamRef(m), defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: new(scratch), keep: keep}
 }
@@ -118,8 +75,8 @@ func (s *stream) typeFor(url string) *typeState {
 	if len(s.order) >= maxTypesPerStream {
 		return nil
 	}
-	ts := newTypeState(url, s.sc, s.keep)
-	ts.unsure = s.unsure
+	ts := newTypeState(url, s.keep)
+	ts.out.unsure = s.unsure
 	s.types[url] = ts
 	s.order = append(s.order, ts)
 	return ts
@@ -184,13 +141,13 @@ func (s *stream) syncedTypes() []string {
 		if !inFullSync(ts.url) {
 			continue
 		}
-		if ts.pending() {
+		if ts.p.pending() {
 			return nil
 		}
-		if !ts.requested || ts.empty() {
+		if !ts.sub.requested || ts.sub.empty() {
 			continue
 		}
-		if ts.ackedNonce == "" {
+		if ts.out.ackedNonce == "" {
 			return nil
 		}
 		n++
@@ -200,7 +157,7 @@ func (s *stream) syncedTypes() []string {
 	}
 	types := make([]string, 0, n)
 	for _, ts := range s.order {
-		if inFullSync(ts.url) && ts.requested && !ts.empty() {
+		if inFullSync(ts.url) && ts.sub.requested && !ts.sub.empty() {
 			types = append(types, ts.url)
 		}
 	}

@@ -150,7 +150,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	if ts == nil {
 		return evs
 	}
-	c := ts.classify(req)
+	c := ts.classify(req, s.sc)
 	rt := ts.resources(&t.cfg)
 	if rt != nil && (c.changed || c.newType || req.InitialVersions != nil) {
 		evs = rt.subscribed(ts, s, req, at, t.cfg.MaxResources, evs)
@@ -161,8 +161,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 	// the latest nonce. istiod and go-control-plane ignore a request with a
 	// stale nonce, its subscription change included.
 	if c.newType || c.kind == KindInitial || c.kind == KindSubscription || (c.changed && c.kind != KindStale) {
-		ts.asked = c.kind != KindUnsubscribe
-		ts.askVersion, ts.askAny = s.round.version, s.round.seq == 0
+		ts.ask.ask(c.kind != KindUnsubscribe, &s.round.pushRound)
 	}
 	evs = append(evs, RequestSeen{
 		StreamID: streamID, Ref: s.ref, Node: s.node, TypeURL: ts.url, Kind: c.kind,
@@ -172,10 +171,10 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 		if rt != nil {
 			evs = rt.answered(ts, s, req.ErrorDetail, at, t.cfg.MaxResources, evs)
 		}
-		evs = ts.answer(at, req, t.cfg.MaxNames, evs)
-		evs = t.det.answered(s, ts, at, req.ErrorDetail != nil, evs)
+		evs = ts.answer(s, at, req, t.cfg.MaxNames, evs)
+		evs = t.det.answered(&ts.det, &ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
 	} else {
-		evs = t.det.checkStorm(ts, at, evs)
+		evs = t.det.checkStorm(&ts.det, at, evs)
 	}
 	s.requested(at, ts, c.newType)
 	return evs
@@ -212,15 +211,15 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	}
 	s.lastPushType = ts.url
 	rt := ts.resources(&t.cfg)
-	if rt != nil && ts.pending() {
+	if rt != nil && ts.p.pending() {
 		evs = rt.answered(ts, s, nil, at, t.cfg.MaxResources, evs) // superseded: assumed applied
 	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
 	if rt != nil {
 		rt.pushed(resp)
 	}
-	ts.hold(resp, data)
-	return t.det.pushed(s, ts, at, full, evs)
+	ts.hold(s, resp, data)
+	return t.det.pushed(&ts.det, &ts.p, s.node.ID, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
@@ -239,12 +238,11 @@ func (t *Tracker) CloseStream(streamID uint64, at time.Time, code uint32, messag
 func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message string, evs []Event) []Event {
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
-		evs = ts.closePush(at, evs)
-		ts.keep.drop(&ts.held)
-		ts.rejection.discard()
+		evs = ts.closePush(s.keep, at, evs)
+		ts.nack.closed(s.keep)
 	}
 	for _, ts := range s.order {
-		evs = t.det.closed(ts, at, evs)
+		evs = t.det.closed(&ts.det, at, evs)
 	}
 	s.closed = true
 	t.streams.CompareAndDelete(s.meta.ID, s)
@@ -259,7 +257,7 @@ func (t *Tracker) Gap(streamID uint64, at time.Time, skipped int) []Event {
 	e := ObservationGap{StreamID: streamID, Skipped: skipped, At: at}
 	if s := t.lock(streamID); s != nil {
 		for _, ts := range s.order {
-			ts.unsure = true
+			ts.out.unsure = true
 		}
 		s.unsure = true
 		e.Ref = s.ref
@@ -295,7 +293,7 @@ func (t *Tracker) Tick(now time.Time) []Event {
 				if ts.res != nil {
 					evs = ts.res.expire(ts, s, now, t.cfg.InitialFetchTimeout, evs)
 				}
-				evs = t.det.checkStorm(ts, now, evs)
+				evs = t.det.checkStorm(&ts.det, now, evs)
 			}
 			s.sc.giveBack()
 		}

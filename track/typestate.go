@@ -1,193 +1,48 @@
 package track
 
-import (
-	"time"
-
-	"github.com/adstap/adstap/codec"
-)
+import "github.com/adstap/adstap/codec"
 
 // typeState is what the tracker knows of one type on one stream. Its size is
 // bounded by the resources of the type: the acknowledged names and hashes, the
 // subscription, and the latest push; nothing here grows with the number of
 // pushes.
 //
-// The files above it follow its fields by concern: request.go the
-// subscription (requested, wildcard, explicit, sub); diff.go the
-// acknowledged state (acked, baseline, gen); push.go the push awaiting its
-// answer and what came of the latest one (p, ackedVersion and the rest,
-// the counts, recent); round.go the question a push round answers (asked
-// and the rest); detect.go the detectors' episodes; hold.go and push.go
-// the bytes held for a NACK (held, rejection); resources.go res.
+// Past who the type is, each field is a room: a piece of the state whose
+// type is declared, with its methods, in the one file that owns it, below
+// this one. A room's methods change that room alone, and read another only
+// when they are handed it; what goes from room to room (a push sent or
+// answered, a request classified, a push kept for its NACK) is a method of
+// typeState in the files above: push.go, request.go, hold.go.
 type typeState struct {
 	url, short string
-	// replaceType marks LDS and CDS, whose SotW responses always carry the
-	// whole set the client needs, so a name missing from one is removed.
-	replaceType bool
 	// acceptTakers are the takers (lease.go) of the type's accepted
 	// pushes, a bit each; supersedeTakers those of them that take a
 	// push superseded before its answer too.
 	acceptTakers, supersedeTakers takerSet
 
-	requested bool // the client asked for the type on this stream
-	wildcard  bool
-	// explicit is set once the client named resources of the type: from then
-	// on, in SotW, an empty name list for a non-LDS/CDS type is an
-	// unsubscribe rather than the legacy wildcard.
-	explicit bool
-	// sub holds the explicitly subscribed names.
-	sub nameSet
-
-	// acked is the client's acknowledged state: names and content hashes.
-	acked ackedSet
-	// baseline is set once acked means something: a push of the type was
-	// acknowledged (or assumed applied), so an empty set is a known empty state.
-	baseline bool
-	// gen changes whenever acked or sub change, so a push identical to the
-	// previous one can reuse its diff, and the positions load found in acked
-	// are known to be stale.
-	gen uint64
-	sc  *scratch // its stream's
-
-	// The latest push's version and nonce are p.ev's.
-	ackedVersion, ackedNonce string
-	nacked                   bool // the latest answered push was rejected
-	// unsure is set when frames of the stream went unobserved, until the
-	// next push of the type is observed: a nonce the tap does not know may
-	// then be that of a push it did not see.
-	unsure     bool
-	lastError  string
-	fullSynced bool // the type has had its initial full sync on this stream
-	// asked is set by a request that wants an answer (initial, re-request,
-	// subscription change) until the next response of the type, which
-	// answers it if it carries askVersion, the version of the stream's
-	// push round when the client asked (any version before the first).
-	asked      bool
-	askVersion string
-	askAny     bool
-	// roundSeq is the push round of the type's latest response;
-	// askedRound the latest round in which a response of the type
-	// answered a request.
-	roundSeq, askedRound uint64
-
-	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
-
-	p push // the latest push; p.state says whether there is one
-	// recent is the stream's ring of latest pushes (nil before the type's
-	// first push), and seq the number of p in it.
-	recent *pushRing
-	seq    uint64
-	// ackedAt and nackedAt are when the latest ACK and NACK arrived, for
-	// the ages the pages show (the latest push's is p.ev.SentAt).
-	ackedAt, nackedAt time.Time
-
-	// NACK storm: the last NACK times, enough to tell a storm from a burst;
-	// allocated on the first NACK, since most types never see one.
-	nackTimes window
-	storm     *episode
-	// NACK loop: the content of the NACKed push and how many times in a row
-	// it was NACKed.
-	loopContent uint64
-	loopRun     int
-	loop        *episode
-	// nackMemo is what the latest NACKs were found to name and reject; nil
-	// until the type's first NACK, since most types never see one.
-	nackMemo *nackMemo
-
-	// held is the latest push's bytes while it awaits its answer (keeper).
-	held kept
-	keep *keeper // the tracker's
-	// rejection is what the latest NACK rejected, until an ACK; a NACK of
-	// the same content with the same message shares it, so a NACK loop
-	// decodes its push once (nackNames says which content and message).
-	rejection *Rejected
-	// res is the type's resources one by one (restable.go), with
-	// Config.Resources; nil otherwise.
+	sub   subscription // what the client asks for (subscription.go)
+	acked acknowledged // what the client accepted (diff.go)
+	// p is the latest push, in flight until its answer (inflight.go);
+	// p.state says whether there is one.
+	p    push
+	out  outcome   // what came of the pushes (outcome.go)
+	ask  asking    // the question a push round answers (round.go)
+	det  nackWatch // what the NACK detectors follow (detect.go)
+	nack holding   // what is held for a NACK of the latest push (kept.go)
+	// res is the type's resources one by one (restable.go, kept up by
+	// resources.go), with Config.Resources; nil otherwise.
 	res *resTable
 }
 
-func newTypeState(url string, sc *scratch, keep *keeper) *typeState {
+// newTypeState returns the state of type url on a stream, keep being the
+// tracker's keeper, which knows the takers of the type's accepted pushes.
+func newTypeState(url string, keep *keeper) *typeState {
 	return &typeState{
-		url:         url,
-		short:       codec.ShortType(url),
-		replaceType: codec.WholeType(url),
-		sc:          sc,
-		keep:        keep,
+		url:   url,
+		short: codec.ShortType(url),
+		sub:   subscription{replaceType: codec.WholeType(url)},
 
 		acceptTakers:    keep.takersOf(url, false),
 		supersedeTakers: keep.takersOf(url, true),
 	}
-}
-
-// empty reports whether the client wants nothing of the type.
-func (ts *typeState) empty() bool { return !ts.wildcard && len(ts.sub.names) == 0 }
-
-// pending reports whether the latest push still awaits its answer (including
-// one that timed out).
-func (ts *typeState) pending() bool { return ts.p.state == pushOpen || ts.p.state == pushTimedOut }
-
-// stateName follows istioctl proxy-status, with the rejection taken from the
-// latest answered push.
-func (ts *typeState) stateName() State {
-	switch {
-	case ts.pushes == 0:
-		return StateNotSent
-	case ts.nacked:
-		return StateNACKed
-	case ts.ackedNonce == ts.p.ev.Nonce:
-		return StateSynced
-	}
-	return StateStale
-}
-
-// pruneUnsubscribed drops acknowledged resources the client no longer wants:
-// an unsubscribed resource leaves the client, so it must not count as
-// removed (or unchanged) in the next push.
-// It is called on every subscription change, which also invalidates the
-// diff a repeated push could otherwise reuse. What remains keeps its order,
-// which the next push most likely follows.
-func (ts *typeState) pruneUnsubscribed() {
-	ts.gen++
-	if ts.wildcard {
-		return
-	}
-	a := &ts.acked
-	keep := 0
-	var c cursor
-	for i, n := range a.names {
-		k := ts.sub.findName(n, c.guess())
-		c.found(k)
-		if k < 0 {
-			continue
-		}
-		a.names[keep], a.hashes[keep] = n, a.hashes[i]
-		keep++
-	}
-	if keep < len(a.names) {
-		clear(a.names[keep:])
-		a.reset(a.names[:keep], a.hashes[:keep])
-	}
-}
-
-// nackMemo caches what NACKs name and reject, since a loop NACKs the same
-// content with the same message again and again.
-type nackMemo struct {
-	// errNames are the pushed names a NACK of content (n resources) with
-	// message mentions, once ok.
-	ok      bool
-	content uint64
-	n       int
-	message string
-	names   []string
-	// rejContent and rejMessage are the content and message of
-	// typeState.rejection.
-	rejContent uint64
-	rejMessage string
-}
-
-// nackCache returns the type's nackMemo, made on first need.
-func (ts *typeState) nackCache() *nackMemo {
-	if ts.nackMemo == nil {
-		ts.nackMemo = new(nackMemo)
-	}
-	return ts.nackMemo
 }
