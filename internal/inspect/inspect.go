@@ -5,12 +5,13 @@
 // and field-level diff of the pushes of one version, and every NACK.
 //
 // Its files are in layers, each using only what the files below it declare
-// (test/layers' TestFilesCallDown keeps them so), but for serve.go and
-// bisect.go, a replay session and the bisection it runs: inspect.go (Run)
-// and serve.go (Serve) at the top; the reports (summary.go, push.go,
-// nacks.go), sent.go and bootstrap.go; files.go (reading captures),
-// filter.go and timeline.go; replay.go (the replayer every report reads
-// through); words.go, resources.go and types.go at the bottom.
+// (test/layers' TestFilesCallDown keeps them so): inspect.go (Run) and
+// serve.go (Serve, and the session that replays to one client) at the top;
+// bisect.go (the bisection a session runs: it says what to push each round
+// and what it found, and the session pushes); the reports (summary.go,
+// push.go, nacks.go), sent.go and bootstrap.go; files.go (reading
+// captures), filter.go and timeline.go; replay.go (the replayer every
+// report reads through); words.go, resources.go and types.go at the bottom.
 package inspect
 
 import (

@@ -74,23 +74,6 @@ type Rejected struct {
 	Source                    string   // the Istio objects in words (origin)
 }
 
-// Bisection is what a bisection found.
-type Bisection struct {
-	TypeURL string
-	Of      int // the resources of the rejected push
-	Rounds  int
-	// Culprit is the smallest set of resources the client still rejects,
-	// Objects the Istio objects they record, Message what the client said
-	// of them alone.
-	Culprit []string
-	Objects []origin.Object
-	Source  string
-	Message string
-	// Inconsistent is set when the client accepted, in the end, what it
-	// had rejected: its verdicts depend on more than the resources.
-	Inconsistent bool
-}
-
 // Serve serves what cfg.Sent holds on cfg.Listener to the first ADS client
 // that connects, prints each push and answer, and returns once the client
 // has answered everything (and the bisection, if asked for, is done). A
@@ -234,7 +217,7 @@ type session struct {
 	// unanswered are the types the client asks for that the capture
 	// asked for and never got.
 	unanswered map[string]bool
-	bis        *activeBisection
+	bis        *bisection
 	result     *Bisection
 	// restoring is the nonce of the push that gives the client the whole
 	// set back after a bisection.
@@ -433,7 +416,7 @@ func (s *session) gone(err error) error {
 	if b := s.bis; b != nil {
 		names := b.names(b.candidates())
 		return fmt.Errorf("%w left during round %d of the %s bisection (%s); the fault is among these %s: %s",
-			errClient, b.b.rounds, typeLabel(b.ts.st.TypeURL), what, plural(len(names), "resource", "resources"), listSome(names))
+			errClient, b.b.rounds, typeLabel(b.st.TypeURL), what, plural(len(names), "resource", "resources"), listSome(names))
 	}
 	return fmt.Errorf("%w left before answering every push (%s)", errClient, what)
 }
@@ -491,7 +474,7 @@ func (s *session) request(b []byte) (done bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	if b := s.bis; b != nil && b.ts == ts {
+	if b := s.bis; b != nil && b.st == ts.st {
 		s.log.Info(fmt.Sprintf("the client changed its %s subscription: the bisection starts over from the push that answers it", typeLabel(ts.st.TypeURL)))
 		b.b.stop()
 		s.bis = nil
@@ -656,8 +639,8 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		return false, nil
 	}
 	ts.pending = ""
-	if b := s.bis; b != nil && b.ts == ts && e.Push.Nonce == b.nonce {
-		return s.round(b, e)
+	if b := s.bis; b != nil && b.st == ts.st && e.Push.Nonce == b.nonce {
+		return s.round(ts, b, e)
 	}
 	if e.Result != track.ResultACK && e.Result != track.ResultNACK {
 		return false, nil
@@ -677,6 +660,62 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		return s.startBisection(ts, e)
 	}
 	return false, nil
+}
+
+// startBisection bisects what the NACK e of ts's latest push rejected;
+// done says there was nothing to bisect: the push held one resource.
+func (s *session) startBisection(ts *typeServe, e track.PushEnded) (done bool, err error) {
+	a, res := newBisection(s.log, ts.st, ts.last, s.delta, e)
+	if res != nil {
+		s.bisected(res)
+		return true, nil
+	}
+	s.bis = a
+	return s.nextRound(ts, a)
+}
+
+// nextRound pushes the bisection's next part or, once it is over, the
+// whole set again.
+func (s *session) nextRound(ts *typeServe, a *bisection) (done bool, err error) {
+	r, res := a.next()
+	if res != nil {
+		s.bisected(res)
+		// The client holds a part: give it back the whole set, as the
+		// capture has it (an Envoy's config dump then shows that, and a
+		// grpc-go client does not take every cluster it lost for gone
+		// when the replay ends).
+		nonce, err := s.push(ts, ts.st.Version, a.set, nil)
+		if err != nil {
+			return false, err
+		}
+		s.quiet[nonce] = true
+		s.restoring = nonce
+		return false, nil
+	}
+	nonce, err := s.push(ts, r.version, r.idx, r.removed)
+	if err != nil {
+		return false, err
+	}
+	s.quiet[nonce] = true
+	a.nonce = nonce
+	return false, nil
+}
+
+// round takes the client's answer to a bisection's round.
+func (s *session) round(ts *typeServe, a *bisection, e track.PushEnded) (done bool, err error) {
+	if e.Result != track.ResultACK && e.Result != track.ResultNACK {
+		return false, fmt.Errorf("%w ended round %d of the %s bisection as %s", errClient, a.b.rounds, typeLabel(ts.st.TypeURL), e.Result)
+	}
+	a.answer(e)
+	return s.nextRound(ts, a)
+}
+
+// bisected keeps what the bisection found for the outcome.
+func (s *session) bisected(res *Bisection) {
+	s.mu.Lock()
+	s.result = res
+	s.mu.Unlock()
+	s.bis = nil
 }
 
 // emit writes the live log's lines for evs, but for a bisection's rounds,
