@@ -1,4 +1,4 @@
-package inspect
+package replay
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -182,7 +183,7 @@ type Bisection struct {
 // hands it the client's answer.
 type bisection struct {
 	log   *slog.Logger
-	st    *SentType
+	st    *inspect.SentType
 	delta bool
 	// set is the rejected push's resources, as indexes into st's.
 	set []int
@@ -206,7 +207,7 @@ type round struct {
 // newBisection bisects the resources set (indexes into st's) of the push
 // the NACK e rejected. With one resource or none there is nothing to
 // bisect: it returns no bisection and, at once, what it found.
-func newBisection(log *slog.Logger, st *SentType, set []int, delta bool, e track.PushEnded) (*bisection, *Bisection) {
+func newBisection(log *slog.Logger, st *inspect.SentType, set []int, delta bool, e track.PushEnded) (*bisection, *Bisection) {
 	a := &bisection{log: log, st: st, delta: delta, set: set, first: origin.Of(e.Rejected)}
 	label := typeLabel(st.TypeURL)
 	if len(a.set) <= 1 {

@@ -1,4 +1,4 @@
-package inspect
+package replay
 
 import (
 	"context"
@@ -26,13 +26,14 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/internal/feed"
+	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
 // ServeConfig says what adstap replay serves, and how.
 type ServeConfig struct {
-	Sent     *Sent
+	Sent     *inspect.Sent
 	Listener net.Listener
 	// Bisect is the type to bisect on a NACK (cds, or a type URL); empty
 	// for none.
@@ -148,7 +149,7 @@ func (r *replayServer) announce() {
 	if s.Delta {
 		proto = "Delta"
 	}
-	r.log.Info(fmt.Sprintf("replaying what node %s had been sent as of %s (%s, %s)", s.Node, s.At, fileList(s.Files), proto))
+	r.log.Info(fmt.Sprintf("replaying what node %s had been sent as of %s (%s, %s)", s.Node, s.At, fileNames(s), proto))
 	for _, t := range s.Types {
 		captured := "unanswered when the capture ends"
 		switch t.Result {
@@ -166,7 +167,7 @@ func (r *replayServer) announce() {
 		}
 		r.log.Info(fmt.Sprintf("  %s v=%s %s, %s", typeLabel(t.TypeURL), t.Version, plural(len(t.Resources), "resource", "resources"), captured))
 	}
-	if red := s.redactedNames(); len(red) > 0 {
+	if red := redactedNames(s); len(red) > 0 {
 		r.log.Warn(fmt.Sprintf("the capture replaced secrets in %s: they are served as captured, with fingerprints for keys, so the client cannot be given what it was: %s",
 			plural(len(red), "resource", "resources"), listSome(red)))
 	}
@@ -201,7 +202,7 @@ func (r *replayServer) handle(_ any, stream grpc.ServerStream) error {
 // session is the replay to one client.
 type session struct {
 	cfg    ServeConfig
-	sent   *Sent
+	sent   *inspect.Sent
 	log    *slog.Logger
 	live   *livelog.Log
 	stream grpc.ServerStream
@@ -229,7 +230,7 @@ type session struct {
 
 // typeServe is one type of the capture, as served to the client.
 type typeServe struct {
-	st *SentType
+	st *inspect.SentType
 	// asked: the client asked for the type; its subscription is names,
 	// or everything with wildcard.
 	asked    bool
@@ -772,7 +773,7 @@ func printOutcome(log *slog.Logger, o *Outcome) {
 	}
 }
 
-func typeURLOf(s *Sent, name string) (string, bool) {
+func typeURLOf(s *inspect.Sent, name string) (string, bool) {
 	for _, t := range s.Types {
 		if t.TypeURL == name || codec.ShortType(t.TypeURL) == strings.ToLower(name) {
 			return t.TypeURL, true
@@ -781,7 +782,7 @@ func typeURLOf(s *Sent, name string) (string, bool) {
 	return "", false
 }
 
-func typeList(s *Sent) string {
+func typeList(s *inspect.Sent) string {
 	var out []string
 	for _, t := range s.Types {
 		out = append(out, typeLabel(t.TypeURL))
