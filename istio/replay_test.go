@@ -18,6 +18,7 @@ import (
 	"istio.io/istio/tests/util/leak"
 
 	"github.com/adstap/adstap/internal/inspect"
+	"github.com/adstap/adstap/internal/replay"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/istio/internal/mesh"
 	"github.com/adstap/adstap/track"
@@ -40,7 +41,7 @@ func captureMaglevNACK(t *testing.T) (string, track.PushEnded) {
 
 // replayTo serves sent on a loopback port to the client connect starts,
 // and returns the outcome and what the replay printed.
-func replayTo(t *testing.T, sent *inspect.Sent, connect func(addr string)) (*inspect.Outcome, string) {
+func replayTo(t *testing.T, sent *inspect.Sent, connect func(addr string)) (*replay.Outcome, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,12 +49,12 @@ func replayTo(t *testing.T, sent *inspect.Sent, connect func(addr string)) (*ins
 	}
 	var out syncbuf.Buffer
 	type result struct {
-		o   *inspect.Outcome
+		o   *replay.Outcome
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		o, err := inspect.Serve(context.Background(), inspect.ServeConfig{Sent: sent, Listener: lis, Settle: 2 * time.Second, Out: &out})
+		o, err := replay.Serve(context.Background(), replay.ServeConfig{Sent: sent, Listener: lis, Settle: 2 * time.Second, Out: &out})
 		done <- result{o, err}
 	}()
 	connect(lis.Addr().String())
@@ -96,7 +97,7 @@ func TestReplayReproducesTheDestinationRuleNACK(t *testing.T) {
 		o, out := replayTo(t, sent, func(addr string) {
 			mesh.Delta(t, addr, "productpage", "10.0.0.7", rejectMaglev)
 		})
-		var got *inspect.Rejected
+		var got *replay.Rejected
 		for i, r := range o.Rejected {
 			if r.TypeURL == v3.ClusterType {
 				got = &o.Rejected[i]

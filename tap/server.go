@@ -87,11 +87,10 @@ type Server struct {
 	observe  *observePool // nil without an observer
 
 	nextStream atomic.Uint64
-	nextConn   atomic.Uint64
 	counters   [len(protocols)]relayCounters
+	conns      downstreamConns
 
 	mu       sync.Mutex
-	conns    map[*downstreamConn]struct{}
 	streams  map[*context.CancelCauseFunc]struct{}
 	draining bool
 
@@ -137,8 +136,15 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		budget:   byteBudget{limit: cfg.ObserveQueueBytes},
 		abandon:  make(chan struct{}),
-		conns:    make(map[*downstreamConn]struct{}),
 		streams:  make(map[*context.CancelCauseFunc]struct{}),
+	}
+	s.conns.open = make(map[*downstreamConn]struct{})
+	s.conns.upstream = upstreamConfig{
+		addr:           cfg.Upstream,
+		tls:            cfg.UpstreamTLS,
+		maxMessageSize: cfg.MaxMessageSize,
+		keepalive:      cfg.UpstreamKeepalive,
+		report:         s.reportConnect,
 	}
 	if cfg.Observer != nil {
 		s.observe = newObservePool(cfg.Observer, &s.budget, cfg.ObserveQueueFrames, cfg.ObserveWorkers, s.abandon, &s.workers)
@@ -148,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ForceServerCodecV2(codec.Passthrough{}),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
-		grpc.StatsHandler(downstreamStats{srv: s}),
+		grpc.StatsHandler(&s.conns),
 		// Envoy and istio-agent ping every 30 s or so; accept far more often
 		// than that, idle or not, so no client is ever sent too_many_pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -212,15 +218,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		<-stopped
 	}
 
-	s.mu.Lock()
-	conns := make([]*downstreamConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.close()
-	}
+	s.conns.closeAll()
 	// Every handler has returned, so every stream's end is queued for the
 	// observer: the observation workers end once they have told it.
 	if s.observe != nil {
@@ -241,6 +239,20 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.abandonOnce.Do(func() { close(s.abandon) })
 	}
 	s.connects.close(ctx)
+}
+
+// reportConnect queues the report of how an upstream connection came up
+// for the observer; it never waits on the observer (or on the log).
+func (s *Server) reportConnect(c codec.UpstreamConnect) {
+	s.connects.queue(c, s.deliverConnect)
+}
+
+func (s *Server) deliverConnect(c codec.UpstreamConnect) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.OnUpstreamConnect(c)
+	} else if c.Err != nil {
+		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
+	}
 }
 
 // DroppedConnectReports counts the upstream connect reports dropped because

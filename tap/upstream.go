@@ -2,10 +2,12 @@ package tap
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,12 +24,76 @@ import (
 // connection has gone.
 var errConnClosed = errors.New("downstream connection closed")
 
+// upstreamConfig is what a downstream connection needs of its tap to open
+// its upstream connection and report how it came up. New sets it once, and
+// every connection shares it.
+type upstreamConfig struct {
+	addr           Address
+	tls            *tls.Config // nil: plaintext
+	maxMessageSize int
+	keepalive      time.Duration
+	// report queues how an upstream connection came up for the observer;
+	// it runs inside gRPC's dial and handshake, so it never waits.
+	report func(codec.UpstreamConnect)
+}
+
+// downstreamConns is a tap's open downstream connections. As the stats
+// handler of the tap's gRPC server it gives every downstream connection
+// its own upstream and closes that upstream when the connection ends.
+type downstreamConns struct {
+	upstream upstreamConfig
+	next     atomic.Uint64
+
+	mu   sync.Mutex
+	open map[*downstreamConn]struct{}
+}
+
+type downstreamConnKey struct{}
+
+func (cs *downstreamConns) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	d := &downstreamConn{id: cs.next.Add(1), up: &cs.upstream}
+	cs.mu.Lock()
+	cs.open[d] = struct{}{}
+	cs.mu.Unlock()
+	return context.WithValue(ctx, downstreamConnKey{}, d)
+}
+
+func (cs *downstreamConns) HandleConn(ctx context.Context, st stats.ConnStats) {
+	if _, ok := st.(*stats.ConnEnd); !ok {
+		return
+	}
+	d, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
+	if d == nil {
+		return
+	}
+	cs.mu.Lock()
+	delete(cs.open, d)
+	cs.mu.Unlock()
+	d.close()
+}
+
+func (*downstreamConns) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (*downstreamConns) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+// closeAll closes the upstream of every connection open now.
+func (cs *downstreamConns) closeAll() {
+	cs.mu.Lock()
+	conns := make([]*downstreamConn, 0, len(cs.open))
+	for c := range cs.open {
+		conns = append(conns, c)
+	}
+	cs.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
 // downstreamConn is one client connection to the tap. It owns the one upstream
 // connection that serves all its streams, so the control plane sees each
 // client on a connection of its own, as it would without the tap.
 type downstreamConn struct {
-	id  uint64
-	srv *Server
+	id uint64
+	up *upstreamConfig
 
 	mu          sync.Mutex
 	cc          *grpc.ClientConn
@@ -72,7 +138,7 @@ func (d *downstreamConn) upstream(userAgent string) (*grpc.ClientConn, error) {
 	if d.cc != nil {
 		return d.cc, nil
 	}
-	cc, err := d.srv.newUpstreamConn(d, userAgent)
+	cc, err := d.newClientConn(userAgent)
 	if err != nil {
 		return nil, err
 	}
@@ -91,19 +157,22 @@ func (d *downstreamConn) close() {
 	}
 }
 
-func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.ClientConn, error) {
+// newClientConn creates the connection's upstream, which dials through
+// d.dialer and times its handshake, so that d learns how it came up.
+func (d *downstreamConn) newClientConn(userAgent string) (*grpc.ClientConn, error) {
+	u := d.up
 	creds := insecure.NewCredentials()
-	if s.cfg.UpstreamTLS != nil {
-		creds = credentials.NewTLS(s.cfg.UpstreamTLS)
+	if u.tls != nil {
+		creds = credentials.NewTLS(u.tls)
 	}
-	target := "passthrough:///" + s.upstream.Addr
+	target := "passthrough:///" + u.addr.Addr
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(timedCreds{TransportCredentials: creds, conn: d}),
 		grpc.WithContextDialer(d.dialer()),
 		grpc.WithStatsHandler(upstreamStats{}),
 		grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(s.cfg.MaxMessageSize),
-			grpc.MaxCallSendMsgSize(s.cfg.MaxMessageSize),
+			grpc.MaxCallRecvMsgSize(u.maxMessageSize),
+			grpc.MaxCallSendMsgSize(u.maxMessageSize),
 		),
 		// A retried stream would replay requests the control plane has
 		// already seen; the client retries on its own, as it would without us.
@@ -115,7 +184,7 @@ func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.Cli
 			MinConnectTimeout: 20 * time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time:                s.cfg.UpstreamKeepalive,
+			Time:                u.keepalive,
 			Timeout:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
@@ -123,57 +192,26 @@ func (s *Server) newUpstreamConn(d *downstreamConn, userAgent string) (*grpc.Cli
 	if userAgent != "" {
 		opts = append(opts, grpc.WithUserAgent(userAgent))
 	}
-	if s.upstream.Network == "unix" {
+	if u.addr.Network == "unix" {
 		target = "passthrough:///localhost"
 		opts = append(opts, grpc.WithAuthority("localhost"))
 	}
 	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("creating upstream connection to %s: %w", s.upstream, err)
+		return nil, fmt.Errorf("creating upstream connection to %s: %w", u.addr, err)
 	}
 	return cc, nil
 }
-
-// downstreamStats gives every downstream connection its own upstream and
-// closes that upstream when the connection ends.
-type downstreamStats struct{ srv *Server }
-
-type downstreamConnKey struct{}
-
-func (h downstreamStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	d := &downstreamConn{id: h.srv.nextConn.Add(1), srv: h.srv}
-	h.srv.mu.Lock()
-	h.srv.conns[d] = struct{}{}
-	h.srv.mu.Unlock()
-	return context.WithValue(ctx, downstreamConnKey{}, d)
-}
-
-func (h downstreamStats) HandleConn(ctx context.Context, st stats.ConnStats) {
-	if _, ok := st.(*stats.ConnEnd); !ok {
-		return
-	}
-	d, _ := ctx.Value(downstreamConnKey{}).(*downstreamConn)
-	if d == nil {
-		return
-	}
-	h.srv.mu.Lock()
-	delete(h.srv.conns, d)
-	h.srv.mu.Unlock()
-	d.close()
-}
-
-func (downstreamStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (downstreamStats) HandleRPC(context.Context, stats.RPCStats)                       {}
 
 // dialer returns the context dialer of one downstream connection's upstream.
 // It resolves and connects in steps of its own, so each phase is timed.
 func (d *downstreamConn) dialer() func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, _ string) (net.Conn, error) {
-		up := d.srv.upstream
+		up := d.up.addr
 		t := &connectTiming{c: codec.UpstreamConnect{ConnID: d.id, Upstream: up.String(), Start: time.Now()}}
 		conn, err := dialTimed(ctx, up, t)
 		if err != nil {
-			d.srv.reportConnect(d, t.c)
+			d.reportConnect(t.c)
 			return nil, err
 		}
 		return &timedConn{Conn: conn, timing: t}, nil
@@ -201,7 +239,7 @@ func (c timedCreds) ClientHandshake(ctx context.Context, authority string, raw n
 	if err != nil {
 		rec.FailedPhase, rec.Err = "tls", err
 	}
-	c.conn.srv.reportConnect(c.conn, rec)
+	c.conn.reportConnect(rec)
 	return conn, info, err
 }
 
@@ -212,17 +250,9 @@ func (c timedCreds) Clone() credentials.TransportCredentials {
 // reportConnect records how d's upstream connection came up and queues the
 // report for the observer. It runs inside gRPC's dial and handshake, so it
 // never waits on the observer (or on the log).
-func (s *Server) reportConnect(d *downstreamConn, c codec.UpstreamConnect) {
+func (d *downstreamConn) reportConnect(c codec.UpstreamConnect) {
 	d.mu.Lock()
 	d.lastConnect = &c
 	d.mu.Unlock()
-	s.connects.queue(c, s.deliverConnect)
-}
-
-func (s *Server) deliverConnect(c codec.UpstreamConnect) {
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.OnUpstreamConnect(c)
-	} else if c.Err != nil {
-		s.log.Warn("upstream connection failed", "upstream", c.Upstream, "phase", c.FailedPhase, "err", c.Err)
-	}
+	d.up.report(c)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/adstap/adstap/internal/inspect"
+	"github.com/adstap/adstap/internal/replay"
 	"github.com/adstap/adstap/internal/runconfig"
 	"github.com/adstap/adstap/tap"
 )
@@ -35,7 +36,7 @@ func replayCommand(f *replayFlags) *command {
 	c.String(&f.at.PushID, "push", "", "as of the last push of this push `id` (xds.push_id)")
 	c.Var(timeValue{&f.at.Time}, "time", "as of this `time`: RFC 3339 (2026-11-30T10:20:00Z) or a duration before now (15m)")
 	c.group("How")
-	f.settle, f.answerTimeout = inspect.DefaultSettle, inspect.DefaultAnswerTimeout
+	f.settle, f.answerTimeout = replay.DefaultSettle, replay.DefaultAnswerTimeout
 	c.String(&f.bisect, "bisect", "", "on a NACK of this `type` (cds, lds, rds, eds, ... or a type URL), push halves of the rejected resources until the smallest set the client still rejects")
 	c.Bool(&f.printBootstrap, "print-bootstrap", false, "print an Envoy bootstrap (YAML) with the captured node's id, cluster and metadata and --listen as its ADS server, and exit: envoy -c it while adstap replay serves")
 	c.Var(runconfig.Duration(&f.settle), "settle", "once the client has answered every push, wait this `duration` for it to ask for the types it has not asked for yet")
@@ -90,7 +91,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "adstap replay: --listen: %v\n", err)
 		return exitUsage
 	}
-	outcome, err := inspect.Serve(ctx, inspect.ServeConfig{
+	outcome, err := replay.Serve(ctx, replay.ServeConfig{
 		Sent: sent, Listener: lis, Bisect: f.bisect,
 		Settle: f.settle, AnswerTimeout: f.answerTimeout,
 		Out: stdout,

@@ -2,15 +2,17 @@
 // back: it replays every record through a fresh track.Tracker at the
 // recorded times and reports what the tap would have said, and more — a
 // summary per stream and type, the live log's timeline, the resource-level
-// and field-level diff of the pushes of one version, and every NACK.
+// and field-level diff of the pushes of one version, and every NACK. For
+// adstap replay it reads what a captured node had been sent as of a point
+// (ReadSent) and writes an Envoy bootstrap of that node (Bootstrap);
+// serving it to a client is internal/replay's.
 //
 // Its files are in layers, each using only what the files below it declare
-// (test/layers' TestFilesCallDown keeps them so), but for serve.go and
-// bisect.go, a replay session and the bisection it runs: inspect.go (Run)
-// and serve.go (Serve) at the top; the reports (summary.go, push.go,
-// nacks.go), sent.go and bootstrap.go; files.go (reading captures),
-// filter.go and timeline.go; replay.go (the replayer every report reads
-// through); words.go, resources.go and types.go at the bottom.
+// (test/layers' TestFilesCallDown keeps them so): inspect.go (Run) at the
+// top; the reports (summary.go, push.go, nacks.go), sent.go and
+// bootstrap.go; files.go (reading captures), filter.go and timeline.go;
+// replay.go (the replayer every report reads through); words.go,
+// resources.go and types.go at the bottom.
 package inspect
 
 import (

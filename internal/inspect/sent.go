@@ -84,20 +84,6 @@ type SentResource struct {
 	Redacted bool
 }
 
-// redactedNames lists the resources whose secrets the capture replaced, as
-// "type name".
-func (s *Sent) redactedNames() []string {
-	var out []string
-	for _, t := range s.Types {
-		for _, r := range t.Resources {
-			if r.Redacted {
-				out = append(out, typeLabel(t.TypeURL)+" "+r.Name)
-			}
-		}
-	}
-	return out
-}
-
 // Type returns what the node held of typeURL, nil if nothing.
 func (s *Sent) Type(typeURL string) *SentType {
 	for _, t := range s.Types {

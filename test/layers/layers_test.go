@@ -59,12 +59,13 @@ var mayImport = map[string][]string{
 	"internal/gctune":        {},
 	"internal/rollout":       {"origin"},
 	"internal/inspect":       {"codec", "track", "origin", "capture", "redact", "export", "export/livelog", "refgraph", "internal/feed"},
+	"internal/replay":        {"codec", "track", "origin", "export", "export/livelog", "internal/feed", "internal/inspect"},
 	"internal/pipeline":      {"codec", "tap", "track", "origin", "capture", "redact", "export", "export/recorder", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream", "export/livelog", "refgraph", "internal/feed"},
 	"internal/runconfig":     {"codec", "tap", "track", "origin", "capture", "redact", "export", "export/tracing", "export/references", "export/retained", "export/metrics", "refgraph", "internal/feed", "internal/gctune", "internal/pipeline"},
 	"internal/xdsconfig":     {},
 	"internal/controlplane":  {},
 	"internal/demo":          {"internal/xdsconfig", "internal/controlplane"},
-	"cmd/adstap":             {"codec", "tap", "track", "origin", "capture", "export", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream", "refgraph", "internal/feed", "internal/gctune", "internal/inspect", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo"},
+	"cmd/adstap":             {"codec", "tap", "track", "origin", "capture", "export", "export/tracing", "export/references", "export/page", "export/retained", "export/csds", "export/metrics", "export/upstream", "refgraph", "internal/feed", "internal/gctune", "internal/inspect", "internal/replay", "internal/pipeline", "internal/runconfig", "internal/rollout", "internal/demo"},
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

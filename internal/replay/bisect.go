@@ -1,12 +1,14 @@
-package inspect
+package replay
 
 import (
 	"fmt"
 	"iter"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
 
+	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
@@ -158,10 +160,32 @@ func union(a, b []int) []int {
 	return slices.Compact(out)
 }
 
-// activeBisection is a bisection under way with a client.
-type activeBisection struct {
-	ts *typeServe
-	// set is the rejected push's resources, as indexes into ts's.
+// Bisection is what a bisection found.
+type Bisection struct {
+	TypeURL string
+	Of      int // the resources of the rejected push
+	Rounds  int
+	// Culprit is the smallest set of resources the client still rejects,
+	// Objects the Istio objects they record, Message what the client said
+	// of them alone.
+	Culprit []string
+	Objects []origin.Object
+	Source  string
+	Message string
+	// Inconsistent is set when the client accepted, in the end, what it
+	// had rejected: its verdicts depend on more than the resources.
+	Inconsistent bool
+}
+
+// bisection is a bisection under way with a client, of the latest push of
+// one type, which the client rejected: it says what to push each round and
+// what it found, and says so in the log; the session pushes each round and
+// hands it the client's answer.
+type bisection struct {
+	log   *slog.Logger
+	st    *inspect.SentType
+	delta bool
+	// set is the rejected push's resources, as indexes into st's.
 	set []int
 	b   *bisector
 	// nonce is the push of the round under way.
@@ -171,38 +195,38 @@ type activeBisection struct {
 	first, last *origin.Rejection
 }
 
-// names are the names of the resources at idx, indexes into set.
-func (a *activeBisection) names(idx []int) []string {
-	out := make([]string, len(idx))
-	for i, j := range idx {
-		out[i] = a.ts.st.Resources[a.set[j]].Name
-	}
-	return out
+// round is what to push in one round of a bisection: the resources idx
+// (indexes into the type's) as version, and in Delta the removal of the
+// names in removed.
+type round struct {
+	version string
+	idx     []int
+	removed []string
 }
 
-// startBisection bisects what the NACK e rejected; done says there was
-// nothing to bisect: the push held one resource.
-func (s *session) startBisection(ts *typeServe, e track.PushEnded) (done bool, err error) {
-	a := &activeBisection{ts: ts, set: ts.last, first: origin.Of(e.Rejected)}
-	label := typeLabel(ts.st.TypeURL)
+// newBisection bisects the resources set (indexes into st's) of the push
+// the NACK e rejected. With one resource or none there is nothing to
+// bisect: it returns no bisection and, at once, what it found.
+func newBisection(log *slog.Logger, st *inspect.SentType, set []int, delta bool, e track.PushEnded) (*bisection, *Bisection) {
+	a := &bisection{log: log, st: st, delta: delta, set: set, first: origin.Of(e.Rejected)}
+	label := typeLabel(st.TypeURL)
 	if len(a.set) <= 1 {
-		s.log.Info(fmt.Sprintf("bisect %s: the rejected push holds %s: nothing to bisect", label, plural(len(a.set), "resource", "resources")))
+		log.Info(fmt.Sprintf("bisect %s: the rejected push holds %s: nothing to bisect", label, plural(len(a.set), "resource", "resources")))
 		all := make([]int, len(a.set))
 		for i := range all {
 			all[i] = i
 		}
-		s.finishBisection(a, all, e.Error, a.first, 0, false)
-		return true, nil
+		return nil, a.finish(all, e.Error, a.first, 0, false)
 	}
 	most := int(math.Ceil(math.Log2(float64(len(a.set))))) + 1
-	s.log.Info(fmt.Sprintf("bisect %s: pushing parts of the %d resources the client rejected, at most %d rounds for one bad resource", label, len(a.set), most))
+	log.Info(fmt.Sprintf("bisect %s: pushing parts of the %d resources the client rejected, at most %d rounds for one bad resource", label, len(a.set), most))
 	a.b = newBisector(len(a.set), e.Error)
-	s.bis = a
-	return s.nextRound(a)
+	return a, nil
 }
 
-// nextRound pushes the bisection's next part, or ends it.
-func (s *session) nextRound(a *activeBisection) (done bool, err error) {
+// next is the round to push next or, once the bisection is over, what it
+// found (non-nil), and the round is not to be pushed.
+func (a *bisection) next() (round, *Bisection) {
 	part, ok := a.b.next()
 	if !ok {
 		found := a.b.culprit
@@ -210,49 +234,29 @@ func (s *session) nextRound(a *activeBisection) (done bool, err error) {
 		if len(found) < len(a.set) {
 			rejection = a.last
 		}
-		s.finishBisection(a, found, a.b.message, rejection, a.b.rounds, a.b.inconsistent)
-		// The client holds a part: give it back the whole set, as the
-		// capture has it (an Envoy's config dump then shows that, and a
-		// grpc-go client does not take every cluster it lost for gone
-		// when the replay ends).
-		nonce, err := s.push(a.ts, a.ts.st.Version, a.set, nil)
-		if err != nil {
-			return false, err
-		}
-		s.quiet[nonce] = true
-		s.restoring = nonce
-		return false, nil
+		return round{}, a.finish(found, a.b.message, rejection, a.b.rounds, a.b.inconsistent)
 	}
-	idx := make([]int, len(part))
+	r := round{version: fmt.Sprintf("%s/bisect-%d", a.st.Version, a.b.rounds), idx: make([]int, len(part))}
 	in := map[int]bool{}
 	for i, j := range part {
-		idx[i] = a.set[j]
+		r.idx[i] = a.set[j]
 		in[j] = true
 	}
-	var removed []string
-	if s.delta {
+	if a.delta {
 		// The client keeps in Delta what a push does not name: the rest
 		// of the rejected set goes, so that it holds this part alone.
 		for j := range a.set {
 			if !in[j] {
-				removed = append(removed, a.ts.st.Resources[a.set[j]].Name)
+				r.removed = append(r.removed, a.st.Resources[a.set[j]].Name)
 			}
 		}
 	}
-	nonce, err := s.push(a.ts, fmt.Sprintf("%s/bisect-%d", a.ts.st.Version, a.b.rounds), idx, removed)
-	if err != nil {
-		return false, err
-	}
-	s.quiet[nonce] = true
-	a.nonce = nonce
-	return false, nil
+	return r, nil
 }
 
-// round takes the client's answer to a bisection's round.
-func (s *session) round(a *activeBisection, e track.PushEnded) (done bool, err error) {
-	if e.Result != track.ResultACK && e.Result != track.ResultNACK {
-		return false, fmt.Errorf("%w ended round %d of the %s bisection as %s", errClient, a.b.rounds, typeLabel(a.ts.st.TypeURL), e.Result)
-	}
+// answer takes the client's answer to the round under way: an ACK or a
+// NACK.
+func (a *bisection) answer(e track.PushEnded) {
 	rejected := e.Result == track.ResultNACK
 	a.b.answer = verdict{rejected: rejected, message: e.Error}
 	if rejected {
@@ -263,38 +267,43 @@ func (s *session) round(a *activeBisection, e track.PushEnded) (done bool, err e
 	if len(names) > 1 {
 		span += " … " + names[len(names)-1]
 	}
-	s.log.Info(fmt.Sprintf("bisect %s round %d: %d of %d resources (%s): %s", typeLabel(a.ts.st.TypeURL), a.b.rounds, len(names), len(a.set), span, strings.ToUpper(string(e.Result))))
-	return s.nextRound(a)
+	a.log.Info(fmt.Sprintf("bisect %s round %d: %d of %d resources (%s): %s", typeLabel(a.st.TypeURL), a.b.rounds, len(names), len(a.set), span, strings.ToUpper(string(e.Result))))
 }
 
-// finishBisection says what the bisection found and keeps it for the outcome.
-func (s *session) finishBisection(a *activeBisection, found []int, message string, rejection *origin.Rejection, rounds int, inconsistent bool) {
-	label := typeLabel(a.ts.st.TypeURL)
-	res := &Bisection{TypeURL: a.ts.st.TypeURL, Of: len(a.set), Rounds: rounds, Culprit: a.names(found), Message: message, Inconsistent: inconsistent}
+// finish says what the bisection found, and returns it.
+func (a *bisection) finish(found []int, message string, rejection *origin.Rejection, rounds int, inconsistent bool) *Bisection {
+	label := typeLabel(a.st.TypeURL)
+	res := &Bisection{TypeURL: a.st.TypeURL, Of: len(a.set), Rounds: rounds, Culprit: a.names(found), Message: message, Inconsistent: inconsistent}
 	if rejection != nil {
 		res.Objects = rejection.Objects()
 		res.Source = rejection.Summary()
 	}
 	if inconsistent {
-		s.log.Warn(fmt.Sprintf("bisect %s: after %d rounds the client takes every part it rejected before: its verdicts depend on more than these resources (its own state, or the order of pushes); the last part it rejected: %s",
+		a.log.Warn(fmt.Sprintf("bisect %s: after %d rounds the client takes every part it rejected before: its verdicts depend on more than these resources (its own state, or the order of pushes); the last part it rejected: %s",
 			label, rounds, listSome(res.Culprit)))
 	} else {
-		s.log.Warn(fmt.Sprintf("bisect %s: after %d rounds, the client rejects %d of the %d resources on %s: %s",
+		a.log.Warn(fmt.Sprintf("bisect %s: after %d rounds, the client rejects %d of the %d resources on %s: %s",
 			label, rounds, len(found), len(a.set), map[bool]string{true: "its own", false: "their own"}[len(found) == 1], listSome(res.Culprit)))
 	}
 	if res.Source != "" {
-		s.log.Warn("  source: " + res.Source)
+		a.log.Warn("  source: " + res.Source)
 	}
 	for _, o := range res.Objects {
-		s.log.Warn("    " + o.Kubectl())
+		a.log.Warn("    " + o.Kubectl())
 	}
-	s.log.Warn("  message: " + message)
-	s.mu.Lock()
-	s.result = res
-	s.mu.Unlock()
-	s.bis = nil
+	a.log.Warn("  message: " + message)
+	return res
+}
+
+// names are the names of the resources at idx, indexes into set.
+func (a *bisection) names(idx []int) []string {
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = a.st.Resources[a.set[j]].Name
+	}
+	return out
 }
 
 // candidates are the resources the fault is known to be among so far, as
 // indexes into the set.
-func (a *activeBisection) candidates() []int { return a.b.suspects }
+func (a *bisection) candidates() []int { return a.b.suspects }

@@ -1,10 +1,9 @@
-package inspect
+package replay
 
 import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -18,17 +17,21 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"go.uber.org/goleak"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/internal/testutil/inspecttest"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/syncbuf"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
 	"github.com/adstap/adstap/internal/xdsconfig"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	grpcNode = "grpc-replay-node"
@@ -81,7 +84,7 @@ func recordGRPC(t *testing.T, target string, bad, fixed map[resource.Type][]type
 // replay serves sent on a loopback port, calls connect with its address,
 // and returns what Serve returned and printed. A replay that does not end
 // fails the test: it never hangs.
-func replay(t *testing.T, sent *Sent, bisect string, connect func(addr string)) (*Outcome, string, error) {
+func replay(t *testing.T, sent *inspect.Sent, bisect string, connect func(addr string)) (*Outcome, string, error) {
 	t.Helper()
 	lis := xdstest.ListenTCP(t)
 	var out syncbuf.Buffer
@@ -120,14 +123,14 @@ func TestReplayReproducesGRPCGoNACK(t *testing.T) {
 	backend := xdstest.StartBackend(t)
 	path, captured := recordGRPC(t, "svc", xdsconfig.ResolverResourcesMaglev("svc", backend), xdsconfig.ResolverResources("svc", backend))
 
-	latest, err := ReadSent(context.Background(), []string{path}, "", Point{}, nil)
+	latest, err := inspect.ReadSent(context.Background(), []string{path}, "", inspect.Point{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cds := latest.Type(resource.ClusterType); cds == nil || cds.Version != "v2" || cds.Result != "ack" {
 		t.Fatalf("as of the end, CDS is %+v, want v2 ACKed", cds)
 	}
-	sent, err := ReadSent(context.Background(), []string{path}, grpcNode, Point{Version: "v1"}, nil)
+	sent, err := inspect.ReadSent(context.Background(), []string{path}, grpcNode, inspect.Point{Version: "v1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +167,7 @@ func TestReplayBisectsAThousandClustersToTheBadOne(t *testing.T) {
 	bad[resource.ClusterType][badIndex].(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_MAGLEV
 	path, captured := recordGRPC(t, "fleet", bad, xdsconfig.ManyClusterResources("fleet", n))
 
-	sent, err := ReadSent(context.Background(), []string{path}, grpcNode, Point{Version: "v1"}, nil)
+	sent, err := inspect.ReadSent(context.Background(), []string{path}, grpcNode, inspect.Point{Version: "v1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +204,10 @@ func rawSotW(t *testing.T, addr string) (discovery.AggregatedDiscoveryService_St
 	return xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, addr)), cancel
 }
 
-func scenarioSent(t *testing.T, node string, at Point) *Sent {
+func scenarioSent(t *testing.T, node string, at inspect.Point) *inspect.Sent {
 	t.Helper()
-	sc := record(t, inspecttest.Options{})
-	sent, err := ReadSent(context.Background(), []string{sc.Path}, node, at, nil)
+	sc := inspecttest.Record(t, filepath.Join(t.TempDir(), "capture.jsonl"), inspecttest.Options{})
+	sent, err := inspect.ReadSent(context.Background(), []string{sc.Path}, node, at, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +216,7 @@ func scenarioSent(t *testing.T, node string, at Point) *Sent {
 
 func TestReplayEndsWithOneLineWhenTheClientLeavesMidBisection(t *testing.T) {
 	leakcheck.Check(t)
-	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v3"})
+	sent := scenarioSent(t, inspecttest.CDSNode, inspect.Point{Version: "v3"})
 	_, out, err := replay(t, sent, "cds", func(addr string) {
 		s, cancel := rawSotW(t, addr)
 		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: inspecttest.CDSNode}, TypeUrl: resource.ClusterType}); err != nil {
@@ -240,7 +243,7 @@ func TestReplayEndsWithOneLineWhenTheClientLeavesMidBisection(t *testing.T) {
 
 func TestReplayRefusesAClientOfAnotherKind(t *testing.T) {
 	leakcheck.Check(t)
-	sent := scenarioSent(t, inspecttest.CDSNode, Point{})
+	sent := scenarioSent(t, inspecttest.CDSNode, inspect.Point{})
 	tests := []struct {
 		name string
 		req  *discovery.DiscoveryRequest
@@ -262,7 +265,7 @@ func TestReplayRefusesAClientOfAnotherKind(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			if !errors.As(err, new(*InputError)) || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+			if !errors.As(err, new(*inspect.InputError)) || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("err = %v, want an input error saying %q", err, tt.want)
 			}
 		})
@@ -273,7 +276,7 @@ func TestReplayRefusesAClientOfAnotherKind(t *testing.T) {
 // client, in Delta envelopes around the same resource bytes.
 func TestReplayServesACaptureToADeltaClient(t *testing.T) {
 	leakcheck.Check(t)
-	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v4"})
+	sent := scenarioSent(t, inspecttest.CDSNode, inspect.Point{Version: "v4"})
 	o, out, err := replay(t, sent, "", func(addr string) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -301,8 +304,8 @@ func TestReplayServesACaptureToADeltaClient(t *testing.T) {
 
 func TestReplaySaysWhichResourcesHadSecretsReplaced(t *testing.T) {
 	leakcheck.Check(t)
-	sent := scenarioSent(t, inspecttest.SDSNode, Point{})
-	if got := sent.redactedNames(); len(got) != 1 || got[0] != "SDS "+inspecttest.SecretName {
+	sent := scenarioSent(t, inspecttest.SDSNode, inspect.Point{})
+	if got := redactedNames(sent); len(got) != 1 || got[0] != "SDS "+inspecttest.SecretName {
 		t.Fatalf("Redacted() = %v, want the secret", got)
 	}
 	o, out, err := replay(t, sent, "", func(addr string) {
@@ -316,76 +319,6 @@ func TestReplaySaysWhichResourcesHadSecretsReplaced(t *testing.T) {
 	}
 	if !strings.Contains(out, "the capture replaced secrets in 1 resource") || !strings.Contains(out, "SDS "+inspecttest.SecretName) {
 		t.Errorf("the replay does not say the secret was replaced:\n%s", out)
-	}
-}
-
-func TestReadSentSaysWhatTheCaptureHas(t *testing.T) {
-	leakcheck.Check(t)
-	sc := record(t, inspecttest.Options{})
-	files := []string{sc.Path}
-	tests := []struct {
-		name string
-		node string
-		at   Point
-		want string
-	}{
-		{"two nodes", "", Point{}, "pushed to 2 nodes; choose one with --node: " + inspecttest.CDSNode + ", " + inspecttest.SDSNode},
-		{"no such node", "nobody", Point{}, `no push to node "nobody"`},
-		{"no such version", inspecttest.CDSNode, Point{Version: "v9"}, `no push of version "v9" to node ` + inspecttest.CDSNode + "; the versions pushed to it: v1, v2, v3, v4"},
-		{"no such push", inspecttest.CDSNode, Point{PushID: "p9"}, `no push of push "p9"`},
-		{"before the first push", inspecttest.CDSNode, Point{Time: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}, "at or before 2000-01-01T00:00:00Z: its first push was at"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ReadSent(context.Background(), files, tt.node, tt.at, nil)
-			if !errors.As(err, new(*InputError)) || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("err = %v, want one line with %q", err, tt.want)
-			}
-		})
-	}
-	// As of each version, the clusters the script pushed.
-	for v, want := range map[string]int{"v1": 3, "v2": 4, "v3": 5, "v4": 5} {
-		sent, err := ReadSent(context.Background(), files, inspecttest.CDSNode, Point{Version: v}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cds := sent.Type(resource.ClusterType); len(cds.Resources) != want || cds.Version != v {
-			t.Errorf("as of %s: %d clusters of version %s, want %d", v, len(cds.Resources), cds.Version, want)
-		}
-	}
-}
-
-func TestReadSentNamesTheFileAndRecordOfBadInput(t *testing.T) {
-	leakcheck.Check(t)
-	sc := record(t, inspecttest.Options{})
-	b, err := os.ReadFile(sc.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string // the file's records
-	for _, r := range splitRecords(t, b) {
-		lines = append(lines, string(r))
-	}
-	dir := t.TempDir()
-
-	corrupt := filepath.Join(dir, "corrupt.jsonl")
-	bad := append(append([]string{}, lines[:4]...), "{not a record\n")
-	os.WriteFile(corrupt, []byte(strings.Join(append(bad, lines[4:]...), "")), 0o600)
-	_, err = ReadSent(context.Background(), []string{corrupt}, inspecttest.CDSNode, Point{}, nil)
-	if !errors.As(err, new(*InputError)) || !strings.Contains(err.Error(), corrupt+" is corrupt at record 5") || strings.Contains(err.Error(), "\n") {
-		t.Errorf("corrupt: err = %v, want one line naming %s and record 5", err, corrupt)
-	}
-
-	cut := filepath.Join(dir, "cut.jsonl")
-	whole := strings.Join(lines[:6], "")
-	os.WriteFile(cut, []byte(whole+lines[6][:len(lines[6])/2]), 0o600)
-	var warn syncbuf.Buffer
-	_, err = ReadSent(context.Background(), []string{cut}, inspecttest.CDSNode, Point{Version: "v4"}, &warn)
-	if !errors.As(err, new(*InputError)) || !strings.Contains(err.Error(), `no push of version "v4"`) {
-		t.Errorf("cut: err = %v, want the version missing", err)
-	}
-	if w := warn.String(); !strings.Contains(w, "adstap replay: warning: "+cut+" ends in an incomplete record (record 7") || strings.Count(w, "\n") != 1 {
-		t.Errorf("cut: warning %q, want one line naming the file and record 7", w)
 	}
 }
 
@@ -403,7 +336,7 @@ func mustAnyOf(t *testing.T, b []byte) *anypb.Any {
 // push did not decode rather than go on as if it had not been sent.
 func TestReplayReportsAPushItCannotDecode(t *testing.T) {
 	leakcheck.Check(t)
-	sent := scenarioSent(t, inspecttest.CDSNode, Point{Version: "v3"})
+	sent := scenarioSent(t, inspecttest.CDSNode, inspect.Point{Version: "v3"})
 	clusters := sent.Type(resource.ClusterType)
 	clusters.Resources[0].Any = []byte{0x12, 0x05, 0x01} // an Any's value cut short
 	_, out, err := replay(t, sent, "", func(addr string) {

@@ -1,4 +1,4 @@
-package inspect
+package replay
 
 import (
 	"context"
@@ -26,13 +26,14 @@ import (
 	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/export/livelog"
 	"github.com/adstap/adstap/internal/feed"
+	"github.com/adstap/adstap/internal/inspect"
 	"github.com/adstap/adstap/origin"
 	"github.com/adstap/adstap/track"
 )
 
 // ServeConfig says what adstap replay serves, and how.
 type ServeConfig struct {
-	Sent     *Sent
+	Sent     *inspect.Sent
 	Listener net.Listener
 	// Bisect is the type to bisect on a NACK (cds, or a type URL); empty
 	// for none.
@@ -72,23 +73,6 @@ type Rejected struct {
 	TypeURL, Version, Message string
 	Names                     []string // the pushed resources the message names
 	Source                    string   // the Istio objects in words (origin)
-}
-
-// Bisection is what a bisection found.
-type Bisection struct {
-	TypeURL string
-	Of      int // the resources of the rejected push
-	Rounds  int
-	// Culprit is the smallest set of resources the client still rejects,
-	// Objects the Istio objects they record, Message what the client said
-	// of them alone.
-	Culprit []string
-	Objects []origin.Object
-	Source  string
-	Message string
-	// Inconsistent is set when the client accepted, in the end, what it
-	// had rejected: its verdicts depend on more than the resources.
-	Inconsistent bool
 }
 
 // Serve serves what cfg.Sent holds on cfg.Listener to the first ADS client
@@ -165,7 +149,7 @@ func (r *replayServer) announce() {
 	if s.Delta {
 		proto = "Delta"
 	}
-	r.log.Info(fmt.Sprintf("replaying what node %s had been sent as of %s (%s, %s)", s.Node, s.At, fileList(s.Files), proto))
+	r.log.Info(fmt.Sprintf("replaying what node %s had been sent as of %s (%s, %s)", s.Node, s.At, fileNames(s), proto))
 	for _, t := range s.Types {
 		captured := "unanswered when the capture ends"
 		switch t.Result {
@@ -183,7 +167,7 @@ func (r *replayServer) announce() {
 		}
 		r.log.Info(fmt.Sprintf("  %s v=%s %s, %s", typeLabel(t.TypeURL), t.Version, plural(len(t.Resources), "resource", "resources"), captured))
 	}
-	if red := s.redactedNames(); len(red) > 0 {
+	if red := redactedNames(s); len(red) > 0 {
 		r.log.Warn(fmt.Sprintf("the capture replaced secrets in %s: they are served as captured, with fingerprints for keys, so the client cannot be given what it was: %s",
 			plural(len(red), "resource", "resources"), listSome(red)))
 	}
@@ -218,7 +202,7 @@ func (r *replayServer) handle(_ any, stream grpc.ServerStream) error {
 // session is the replay to one client.
 type session struct {
 	cfg    ServeConfig
-	sent   *Sent
+	sent   *inspect.Sent
 	log    *slog.Logger
 	live   *livelog.Log
 	stream grpc.ServerStream
@@ -234,7 +218,7 @@ type session struct {
 	// unanswered are the types the client asks for that the capture
 	// asked for and never got.
 	unanswered map[string]bool
-	bis        *activeBisection
+	bis        *bisection
 	result     *Bisection
 	// restoring is the nonce of the push that gives the client the whole
 	// set back after a bisection.
@@ -246,7 +230,7 @@ type session struct {
 
 // typeServe is one type of the capture, as served to the client.
 type typeServe struct {
-	st *SentType
+	st *inspect.SentType
 	// asked: the client asked for the type; its subscription is names,
 	// or everything with wildcard.
 	asked    bool
@@ -433,7 +417,7 @@ func (s *session) gone(err error) error {
 	if b := s.bis; b != nil {
 		names := b.names(b.candidates())
 		return fmt.Errorf("%w left during round %d of the %s bisection (%s); the fault is among these %s: %s",
-			errClient, b.b.rounds, typeLabel(b.ts.st.TypeURL), what, plural(len(names), "resource", "resources"), listSome(names))
+			errClient, b.b.rounds, typeLabel(b.st.TypeURL), what, plural(len(names), "resource", "resources"), listSome(names))
 	}
 	return fmt.Errorf("%w left before answering every push (%s)", errClient, what)
 }
@@ -491,7 +475,7 @@ func (s *session) request(b []byte) (done bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	if b := s.bis; b != nil && b.ts == ts {
+	if b := s.bis; b != nil && b.st == ts.st {
 		s.log.Info(fmt.Sprintf("the client changed its %s subscription: the bisection starts over from the push that answers it", typeLabel(ts.st.TypeURL)))
 		b.b.stop()
 		s.bis = nil
@@ -656,8 +640,8 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		return false, nil
 	}
 	ts.pending = ""
-	if b := s.bis; b != nil && b.ts == ts && e.Push.Nonce == b.nonce {
-		return s.round(b, e)
+	if b := s.bis; b != nil && b.st == ts.st && e.Push.Nonce == b.nonce {
+		return s.round(ts, b, e)
 	}
 	if e.Result != track.ResultACK && e.Result != track.ResultNACK {
 		return false, nil
@@ -677,6 +661,62 @@ func (s *session) answered(e track.PushEnded) (done bool, err error) {
 		return s.startBisection(ts, e)
 	}
 	return false, nil
+}
+
+// startBisection bisects what the NACK e of ts's latest push rejected;
+// done says there was nothing to bisect: the push held one resource.
+func (s *session) startBisection(ts *typeServe, e track.PushEnded) (done bool, err error) {
+	a, res := newBisection(s.log, ts.st, ts.last, s.delta, e)
+	if res != nil {
+		s.bisected(res)
+		return true, nil
+	}
+	s.bis = a
+	return s.nextRound(ts, a)
+}
+
+// nextRound pushes the bisection's next part or, once it is over, the
+// whole set again.
+func (s *session) nextRound(ts *typeServe, a *bisection) (done bool, err error) {
+	r, res := a.next()
+	if res != nil {
+		s.bisected(res)
+		// The client holds a part: give it back the whole set, as the
+		// capture has it (an Envoy's config dump then shows that, and a
+		// grpc-go client does not take every cluster it lost for gone
+		// when the replay ends).
+		nonce, err := s.push(ts, ts.st.Version, a.set, nil)
+		if err != nil {
+			return false, err
+		}
+		s.quiet[nonce] = true
+		s.restoring = nonce
+		return false, nil
+	}
+	nonce, err := s.push(ts, r.version, r.idx, r.removed)
+	if err != nil {
+		return false, err
+	}
+	s.quiet[nonce] = true
+	a.nonce = nonce
+	return false, nil
+}
+
+// round takes the client's answer to a bisection's round.
+func (s *session) round(ts *typeServe, a *bisection, e track.PushEnded) (done bool, err error) {
+	if e.Result != track.ResultACK && e.Result != track.ResultNACK {
+		return false, fmt.Errorf("%w ended round %d of the %s bisection as %s", errClient, a.b.rounds, typeLabel(ts.st.TypeURL), e.Result)
+	}
+	a.answer(e)
+	return s.nextRound(ts, a)
+}
+
+// bisected keeps what the bisection found for the outcome.
+func (s *session) bisected(res *Bisection) {
+	s.mu.Lock()
+	s.result = res
+	s.mu.Unlock()
+	s.bis = nil
 }
 
 // emit writes the live log's lines for evs, but for a bisection's rounds,
@@ -733,7 +773,7 @@ func printOutcome(log *slog.Logger, o *Outcome) {
 	}
 }
 
-func typeURLOf(s *Sent, name string) (string, bool) {
+func typeURLOf(s *inspect.Sent, name string) (string, bool) {
 	for _, t := range s.Types {
 		if t.TypeURL == name || codec.ShortType(t.TypeURL) == strings.ToLower(name) {
 			return t.TypeURL, true
@@ -742,7 +782,7 @@ func typeURLOf(s *Sent, name string) (string, bool) {
 	return "", false
 }
 
-func typeList(s *Sent) string {
+func typeList(s *inspect.Sent) string {
 	var out []string
 	for _, t := range s.Types {
 		out = append(out, typeLabel(t.TypeURL))
