@@ -203,3 +203,21 @@ func (t *Tracker) RecentPushes(streamID uint64) ([]PushRecord, bool) {
 	defer s.unlock()
 	return s.recent.records(), true
 }
+
+// Awaiting reports the push of a type on a stream that awaits its answer
+// (one that timed out still does): its nonce and when it was sent. ok is
+// false when none does: nothing was sent, or the latest push was answered,
+// or the stream is gone. The tracker is the one judge of which push awaits
+// its answer; whoever serves pushes asks it rather than keeping its own.
+func (t *Tracker) Awaiting(streamID uint64, typeURL string) (nonce string, sentAt time.Time, ok bool) {
+	s := t.lock(streamID)
+	if s == nil {
+		return "", time.Time{}, false
+	}
+	defer s.unlock()
+	ts := s.types[typeURL]
+	if ts == nil || !ts.p.pending() {
+		return "", time.Time{}, false
+	}
+	return ts.p.ev.Nonce, ts.p.ev.SentAt, true
+}

@@ -223,3 +223,49 @@ func TestParseState(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitingSaysWhichPushWaitsForItsAnswer: the push of a type that
+// awaits its answer, as whoever serves pushes (adstap replay) reads it.
+func TestAwaitingSaysWhichPushWaitsForItsAnswer(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{})
+	type awaiting struct {
+		Nonce string
+		Since time.Duration
+		OK    bool
+	}
+	read := func(id uint64, typeURL string) awaiting {
+		n, since, ok := tr.Awaiting(id, typeURL)
+		a := awaiting{Nonce: n, OK: ok}
+		if ok {
+			a.Since = since.Sub(t0)
+		}
+		return a
+	}
+	for i, tc := range []struct {
+		at      time.Duration
+		do      action
+		typeURL string
+		want    awaiting
+	}{
+		{0, open(1, adsSotW), codec.TypeCluster, awaiting{}},
+		{0, frame(1, initial(codec.TypeCluster)), codec.TypeCluster, awaiting{}},
+		{time.Second, frame(1, push(codec.TypeCluster, 1, cluster(reviews))), codec.TypeCluster, awaiting{nonce(1), time.Second, true}},
+		{time.Second, nil, codec.TypeListener, awaiting{}},
+		{2 * time.Second, frame(1, ack(codec.TypeCluster, 1)), codec.TypeCluster, awaiting{}},
+		{3 * time.Second, frame(1, push(codec.TypeCluster, 2, cluster(ratings))), codec.TypeCluster, awaiting{nonce(2), 3 * time.Second, true}},
+		{4 * time.Second, frame(1, nack(codec.TypeCluster, 2, 1, "rejected")), codec.TypeCluster, awaiting{}},
+		{5 * time.Second, frame(1, push(codec.TypeCluster, 3, cluster(details))), codec.TypeCluster, awaiting{nonce(3), 5 * time.Second, true}},
+		{6 * time.Second, closeStream(1, 0, ""), codec.TypeCluster, awaiting{}},
+	} {
+		if tc.do != nil {
+			tc.do(t, tr, t0.Add(tc.at))
+		}
+		if got := read(1, tc.typeURL); got != tc.want {
+			t.Errorf("step %d: Awaiting = %+v, want %+v", i, got, tc.want)
+		}
+	}
+	if got := read(9, codec.TypeCluster); got != (awaiting{}) {
+		t.Errorf("a stream never opened: Awaiting = %+v, want none", got)
+	}
+}

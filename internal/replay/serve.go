@@ -238,9 +238,9 @@ type typeServe struct {
 	names    map[string]bool
 	// given is what a Delta client has been sent, by name.
 	given map[string]bool
-	// pending is the nonce of the push waiting for its answer.
-	pending      string
-	pendingSince time.Time
+	// sent is the nonce of the latest push served. Whether it still
+	// awaits its answer is the tracker's to say (awaiting).
+	sent string
 	// last holds the resources (indexes into st.Resources) of the latest
 	// push that was not a bisection round, which a bisection starts from.
 	last      []int
@@ -348,18 +348,29 @@ func (s *session) loop(reqs <-chan []byte, recvErr <-chan error, timer *time.Tim
 // verdict is in).
 func (s *session) deadline() (time.Time, string) {
 	var oldest *typeServe
+	var oldestSince time.Time
 	for _, t := range s.types {
-		if t.pending != "" && (oldest == nil || t.pendingSince.Before(oldest.pendingSince)) {
-			oldest = t
+		if since, ok := s.awaiting(t); ok && (oldest == nil || since.Before(oldestSince)) {
+			oldest, oldestSince = t, since
 		}
 	}
 	if oldest != nil {
-		return oldest.pendingSince.Add(s.cfg.AnswerTimeout), fmt.Sprintf("did not answer the %s push (nonce %s) within %s", typeLabel(oldest.st.TypeURL), oldest.pending, s.cfg.AnswerTimeout)
+		return oldestSince.Add(s.cfg.AnswerTimeout), fmt.Sprintf("did not answer the %s push (nonce %s) within %s", typeLabel(oldest.st.TypeURL), oldest.sent, s.cfg.AnswerTimeout)
 	}
 	if !s.anyAsked() {
 		return s.lastSeen.Add(s.cfg.AnswerTimeout), fmt.Sprintf("asked for nothing within %s", s.cfg.AnswerTimeout)
 	}
 	return s.lastSeen.Add(s.cfg.Settle), ""
+}
+
+// awaiting reports whether the latest push of a type served still awaits
+// its answer, as the session's tracker judges it, and since when.
+func (s *session) awaiting(t *typeServe) (time.Time, bool) {
+	if t.sent == "" {
+		return time.Time{}, false
+	}
+	nonce, since, ok := s.tr.Awaiting(s.id, t.st.TypeURL)
+	return since, ok && nonce == t.sent
 }
 
 func (s *session) anyAsked() bool {
@@ -378,7 +389,7 @@ func (s *session) finished() bool {
 		return false
 	}
 	for _, t := range s.types {
-		if !t.asked || t.pending != "" || t.result == "" {
+		if _, waits := s.awaiting(t); !t.asked || waits || t.result == "" {
 			return false
 		}
 	}
@@ -389,7 +400,7 @@ func (s *session) finished() bool {
 func (s *session) answeredAll() bool {
 	answered := false
 	for _, t := range s.types {
-		if t.pending != "" {
+		if _, waits := s.awaiting(t); waits {
 			return false
 		}
 		answered = answered || t.result != ""
@@ -624,7 +635,7 @@ func (s *session) push(ts *typeServe, version string, part []int, removed []stri
 	evs, _ := feed.Track(s.tr, &s.resp, feed.Frame{Stream: s.id, At: now, Response: true, Delta: s.delta, Data: mem.BufferSlice{mem.SliceBuffer(b)}, Size: len(b)})
 	s.emit(evs)
 	s.resp.Reset()
-	ts.pending, ts.pendingSince = nonce, now
+	ts.sent = nonce
 	if err := s.stream.SendMsg(&codec.RawMessage{Data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
 		return "", fmt.Errorf("%w could not be sent the %s push: %v", errClient, typeLabel(ts.st.TypeURL), err)
 	}
@@ -636,10 +647,9 @@ func (s *session) push(ts *typeServe, version string, part []int, removed []stri
 // parts now, not the configuration.
 func (s *session) answered(e track.PushEnded) (done bool, err error) {
 	ts := s.types[e.Push.TypeURL]
-	if ts == nil || e.Push.Nonce != ts.pending {
-		return false, nil
+	if ts == nil || e.Push.Nonce != ts.sent {
+		return false, nil // an answer to a push served before the latest
 	}
-	ts.pending = ""
 	if b := s.bis; b != nil && b.st == ts.st && e.Push.Nonce == b.nonce {
 		return s.round(ts, b, e)
 	}
