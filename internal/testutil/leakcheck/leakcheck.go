@@ -11,10 +11,11 @@ import (
 
 // Check, called first in a test, fails the test if goroutines it started
 // still run once it and its cleanups are done. Goroutines running before
-// the test are not its own and are ignored; opts ignore more.
+// the test are not its own and are ignored, and so is the runtime's
+// (RuntimeGoroutines); opts ignore more.
 func Check(t testing.TB, opts ...goleak.Option) {
 	t.Helper()
-	opts = append([]goleak.Option{goleak.IgnoreCurrent()}, opts...)
+	opts = append([]goleak.Option{goleak.IgnoreCurrent(), RuntimeGoroutines}, opts...)
 	// Registered first, so it runs last: after the test's own cleanups
 	// have stopped its servers and clients.
 	t.Cleanup(func() {
@@ -23,6 +24,13 @@ func Check(t testing.TB, opts ...goleak.Option) {
 		}
 	})
 }
+
+// RuntimeGoroutines ignores the runtime's goroutine that runs cleanups
+// (runtime.AddCleanup): idle, the runtime hides it, but while it runs the
+// cleanups of names interned with unique.Make — thousands after a test of
+// a large push — it shows, in whichever test is then checked. For a
+// package's goleak.VerifyTestMain too.
+var RuntimeGoroutines = goleak.IgnoreTopFunction("runtime.runCleanups")
 
 // Count returns how many goroutines have every one of parts in their
 // stack, for tests that wait for goroutines to park somewhere or to end.
