@@ -1,0 +1,38 @@
+package benchmark
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+)
+
+// TestProcessUsageReadsCPU: another process's CPU is read from /proc in
+// clock ticks, so a middle that did little in a tiny run may read 0
+// (TestBinaryPaths accepts it); a process that burned a tenth of a second
+// must read more than nothing, and no more than it used in all.
+func TestProcessUsageReadsCPU(t *testing.T) {
+	leakcheck.Check(t)
+	before, err := selfUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for self, _ := selfUsage(); self.CPU-before.CPU < 100*time.Millisecond; self, _ = selfUsage() {
+		for i := range 1 << 16 {
+			x += i
+		}
+	}
+	u, err := processUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := selfUsage()
+	if u.CPU <= 0 || u.CPU > self.CPU+2*time.Second/userHZ {
+		t.Errorf("processUsage(self).CPU = %v, want more than 0 and at most getrusage's %v (%d)", u.CPU, self.CPU, x%2)
+	}
+	if u.RSS <= 0 || u.PeakRSS <= 0 || u.FDs <= 0 {
+		t.Errorf("processUsage(self) = %+v: memory or files not read", u)
+	}
+}
