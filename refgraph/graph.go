@@ -248,9 +248,9 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	if !Reads(p.TypeURL) {
 		return nil
 	}
-	typeURL, n := p.TypeURL, 0
+	typeURL, count := p.TypeURL, 0
 	if p.Resources != nil {
-		n = p.Resources.Len()
+		count = p.Resources.Len()
 	}
 	first := !g.accepted[typeURL]
 	var ch changeSet
@@ -259,15 +259,15 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		// A type now checked for the first time: every reference to it.
 		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
 	}
-	if n > smallPush {
+	if count > smallPush {
 		// Grown once rather than by doubling at the push's peak. A first
 		// push checks every cluster anyway (allClusters), without a mark
 		// for each.
 		if !first {
-			ch.owners = make(map[owner]bool, n)
+			ch.owners = make(map[owner]bool, count)
 		}
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
-			g.nodes = make(map[name]node, n)
+			g.nodes = make(map[name]node, count)
 		}
 	}
 	if len(p.Removed) > 0 {
@@ -282,9 +282,9 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	// first time.
 	var keep map[name]bool
 	if p.Replace && !first {
-		keep = make(map[name]bool, n)
+		keep = make(map[name]bool, count)
 	}
-	for i := range n {
+	for i := range count {
 		r := p.Resources.Resource(i)
 		if r.Name == "" {
 			continue
