@@ -213,7 +213,8 @@ func BenchmarkTrackDeltaEDSPush(b *testing.B) {
 // synced with CDS of 100 clusters and EDS of the same 100 names, both ACKed,
 // then idle. Every stream decodes its frames from bytes of its own, as the
 // tap does, so nothing is shared between streams unless the tracker shares
-// it. B/stream is the live heap each stream holds.
+// it. B/stream is the live heap each stream holds, with each resource
+// followed (Config.Resources, as adstap run ships) and without.
 func BenchmarkTrackIdleStreams(b *testing.B) {
 	const streams, resources = 1_000, 100
 	names := meshClusters(resources)
@@ -270,23 +271,34 @@ func BenchmarkTrackIdleStreams(b *testing.B) {
 		}
 		tr.Tick(at.Add(10 * time.Second)) // settles the full sync
 	}
-	var perStream float64
-	b.ReportAllocs()
-	for b.Loop() {
-		grown := heapbench.Grown(b, func() *track.Tracker {
-			tr := track.New(track.Config{})
-			for id := range uint64(streams) {
-				syncStream(tr, id+1)
+	for _, bc := range []struct {
+		name string
+		cfg  track.Config
+	}{
+		// As adstap run ships it: each resource followed for CSDS.
+		{"resources", track.Config{Resources: true}},
+		{"types-only", track.Config{}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var perStream float64
+			b.ReportAllocs()
+			for b.Loop() {
+				grown := heapbench.Grown(b, func() *track.Tracker {
+					tr := track.New(bc.cfg)
+					for id := range uint64(streams) {
+						syncStream(tr, id+1)
+					}
+					return tr
+				}, func(tr *track.Tracker) {
+					if got := len(tr.Streams("")); got != streams {
+						b.Fatalf("%d streams tracked, want %d", got, streams)
+					}
+				})
+				perStream += float64(grown) / streams
 			}
-			return tr
-		}, func(tr *track.Tracker) {
-			if got := len(tr.Streams("")); got != streams {
-				b.Fatalf("%d streams tracked, want %d", got, streams)
-			}
+			b.ReportMetric(perStream/float64(b.N), "B/stream")
 		})
-		perStream += float64(grown) / streams
 	}
-	b.ReportMetric(perStream/float64(b.N), "B/stream")
 }
 
 // BenchmarkTrackFanOut is W6's tracker share: 1,000 streams synced on a CDS

@@ -129,6 +129,23 @@ func (s *nameSet) findName(n name, guess int) int {
 	return s.findString(n.Value(), -1)
 }
 
+// indexKeptFrom is the fewest names whose set keeps its index between
+// passes. A smaller set lets go of it once a pass is over (idle): its
+// index was the largest part of an idle stream's state — 2 KB for a type
+// of 100 resources, half the size of the names it indexes, for each of
+// the stream's tables of them — and the next pass that needs it builds it
+// again from at most this many hashes, where most passes need none: a
+// control plane lists resources in the same order push after push.
+const indexKeptFrom = 1024
+
+// idle lets go of the index of a set smaller than indexKeptFrom, once a
+// pass over it is over.
+func (s *nameSet) idle() {
+	if len(s.names) < indexKeptFrom {
+		s.slots = nil
+	}
+}
+
 // index builds the index if there is none.
 func (s *nameSet) index() {
 	if s.slots != nil {

@@ -70,6 +70,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 			t.add(n, ClientRequested, now, max)
 		}
 	}
+	t.names.idle()
 	return evs
 }
 
@@ -160,6 +161,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	}
 	clear(t.versions)
 	t.versions, t.errs = t.versions[:0], t.errs[:0]
+	t.names.idle()
 	return evs
 }
 

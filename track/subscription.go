@@ -112,6 +112,7 @@ func (sub *subscription) setNames(names []string, sc *scratch) {
 		out = append(out, n)
 	}
 	sub.reset(out)
+	sub.idle()
 }
 
 // subscribeDelta applies a Delta request's subscribe and unsubscribe lists.
