@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/adstap/adstap/codec"
@@ -361,13 +360,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// listSome names up to 20 items, and how many more there are.
-func listSome(items []string) string {
-	const most = 20
-	if len(items) <= most {
-		return strings.Join(items, ", ")
-	}
-	return strings.Join(items[:most], ", ") + fmt.Sprintf(" and %d more", len(items)-most)
 }

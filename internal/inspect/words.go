@@ -2,38 +2,28 @@ package inspect
 
 import (
 	"cmp"
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 )
 
 func indent(s, prefix string) string {
 	return strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
+// The words adstap replay shares too, from export.
+var (
+	plural    = export.Plural
+	typeLabel = export.TypeLabel
+	listSome  = export.ListSome
+)
 
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
 	return s
-}
-
-// typeLabel is the short name operators use (CDS, EDS...), or the message
-// name for types without one.
-func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
-		return strings.ToUpper(s)
-	}
-	return codec.TypeName(typeURL)
 }
 
 // stamp formats a recorded time with its date.

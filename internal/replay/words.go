@@ -4,36 +4,17 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/export"
 	"github.com/adstap/adstap/internal/inspect"
 )
 
 // The words of the replay's lines, as adstap inspect says them.
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// typeLabel is the short name operators use (CDS, EDS...), or the message
-// name for types without one.
-func typeLabel(typeURL string) string {
-	if s := codec.ShortType(typeURL); s != codec.ShortTypeOther {
-		return strings.ToUpper(s)
-	}
-	return codec.TypeName(typeURL)
-}
-
-// listSome names up to 20 items, and how many more there are.
-func listSome(items []string) string {
-	const most = 20
-	if len(items) <= most {
-		return strings.Join(items, ", ")
-	}
-	return strings.Join(items[:most], ", ") + fmt.Sprintf(" and %d more", len(items)-most)
-}
+var (
+	plural    = export.Plural
+	typeLabel = export.TypeLabel
+	listSome  = export.ListSome
+)
 
 // inputErrorf is a problem with what the replay was given or asked: the
 // command exits 2 for it, as for adstap inspect's.
