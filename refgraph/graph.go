@@ -264,14 +264,15 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		// push checks every cluster anyway (allClusters), without a mark
 		// for each.
 		if !first {
-			ch.owners = make(map[owner]bool, count)
+			ch.owners = borrowOwners(count)
 		}
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
 			g.nodes = make(map[name]node, count)
 		}
 	}
 	if len(p.Removed) > 0 {
-		gone := make(map[name]bool, len(p.Removed))
+		gone := borrowNames(len(p.Removed))
+		defer giveNames(gone)
 		for _, n := range p.Removed {
 			gone[unique1(n)] = true
 		}
@@ -282,7 +283,8 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	// first time.
 	var keep map[name]bool
 	if p.Replace && !first {
-		keep = make(map[name]bool, count)
+		keep = borrowNames(count)
+		defer giveNames(keep)
 	}
 	for i := range count {
 		r := p.Resources.Resource(i)
@@ -372,7 +374,8 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 		if len(req.Unsubscribe) == 0 {
 			return nil
 		}
-		gone := map[name]bool{}
+		gone := borrowNames(len(req.Unsubscribe))
+		defer giveNames(gone)
 		for _, n := range req.Unsubscribe {
 			gone[unique1(n)] = true
 		}
@@ -385,7 +388,8 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 		if wildcard {
 			return nil
 		}
-		want := make(map[name]bool, len(req.ResourceNames))
+		want := borrowNames(len(req.ResourceNames))
+		defer giveNames(want)
 		for _, n := range req.ResourceNames {
 			want[unique1(n)] = true
 		}
@@ -411,7 +415,7 @@ type changeSet struct {
 
 func (c *changeSet) touch(o owner) {
 	if c.owners == nil {
-		c.owners = map[owner]bool{}
+		c.owners = borrowOwners(0)
 	}
 	c.owners[o] = true
 }
@@ -605,6 +609,11 @@ func (g *Graph) recheck(ch *changeSet, at time.Time, round uint64) {
 	}
 	clear(*found)
 	foundPool.Put(found)
+	if ch.owners != nil {
+		clear(ch.owners)
+		ownerPool.Put(ch.owners)
+		ch.owners = nil
+	}
 	g.compactWaits()
 	g.openPeak = max(g.openPeak, len(g.open))
 	if len(g.open) == 0 && g.openPeak > 64 {
@@ -1048,4 +1057,29 @@ func compareFindings(a, b Finding) int {
 		}
 	}
 	return 0
+}
+
+// The sets of names and owners one change gathers are borrowed and given
+// back: a sync of many streams would otherwise leave them as holes between
+// the graphs' long-lived maps, which the heap cannot give back.
+var namePool, ownerPool sync.Pool
+
+// borrowNames returns a pooled set, or a new one sized for hint names.
+func borrowNames(hint int) map[name]bool {
+	if m, ok := namePool.Get().(map[name]bool); ok {
+		return m
+	}
+	return make(map[name]bool, hint)
+}
+
+func giveNames(m map[name]bool) {
+	clear(m)
+	namePool.Put(m)
+}
+
+func borrowOwners(hint int) map[owner]bool {
+	if m, ok := ownerPool.Get().(map[owner]bool); ok {
+		return m
+	}
+	return make(map[owner]bool, hint)
 }

@@ -2,6 +2,7 @@ package track
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"slices"
 	"sync"
 	"unique"
@@ -142,7 +143,38 @@ const indexKeptFrom = 1024
 // pass over it is over.
 func (s *nameSet) idle() {
 	if len(s.names) < indexKeptFrom {
+		giveSlots(s.slots)
 		s.slots = nil
+	}
+}
+
+// slotPools hold the indexes sets let go of, by size (16 << i slots), for
+// the next set that needs one. A sync of many streams builds and lets go
+// of an index per set; allocated afresh, each would leave a hole between
+// the streams' long-lived state that the heap cannot give back.
+var slotPools [8]sync.Pool // *[]uint64
+
+func slotPool(size int) *sync.Pool {
+	i := bits.Len(uint(size)) - 5 // 16 -> 0
+	if i < 0 || i >= len(slotPools) || size != 16<<i {
+		return nil
+	}
+	return &slotPools[i]
+}
+
+func borrowSlots(size int) []uint64 {
+	if p := slotPool(size); p != nil {
+		if b, ok := p.Get().(*[]uint64); ok {
+			return *b
+		}
+	}
+	return make([]uint64, size)
+}
+
+func giveSlots(slots []uint64) {
+	if p := slotPool(len(slots)); p != nil {
+		clear(slots)
+		p.Put(&slots)
 	}
 }
 
@@ -155,7 +187,7 @@ func (s *nameSet) index() {
 	for size < 2*len(s.names) {
 		size *= 2
 	}
-	s.slots = make([]uint64, size)
+	s.slots = borrowSlots(size)
 	for i, n := range s.names {
 		s.insertSlot(uint32(nameKeyString(n.Value())), i)
 	}

@@ -353,3 +353,29 @@ func compareStates(t *testing.T, where string, ts *typeState, ref *refState) {
 		t.Fatalf("%s: wildcard %v explicit %v, want %v %v", where, ts.sub.wildcard, ts.sub.explicit, ref.wildcard, ref.explicit)
 	}
 }
+
+// TestIndexGivenBackServesAnotherSet holds a set's index to what a set
+// finds after another set gave back an index of the same size: the pooled
+// index must come back empty.
+func TestIndexGivenBackServesAnotherSet(t *testing.T) {
+	leakcheck.Check(t)
+	var a, b nameSet
+	for i := range 100 {
+		a.add(intern(fmt.Appendf(nil, "outbound|80||a%d.default.svc.cluster.local", i)))
+		b.add(intern(fmt.Appendf(nil, "outbound|80||b%d.default.svc.cluster.local", i)))
+	}
+	for round := range 3 {
+		a.index()
+		checkSet(t, fmt.Sprintf("round %d, a", round), &a)
+		a.idle()
+		if a.slots != nil {
+			t.Fatalf("round %d: a set of %d names kept its index after its pass", round, len(a.names))
+		}
+		b.index()
+		checkSet(t, fmt.Sprintf("round %d, b", round), &b)
+		if got := b.findString("outbound|80||a1.default.svc.cluster.local", -1); got != -1 {
+			t.Fatalf("round %d: b finds a's name at %d", round, got)
+		}
+		b.idle()
+	}
+}
