@@ -26,6 +26,7 @@ func (t *resTable) remove(ts *typeState, s *stream, k int, at time.Time, evs []E
 	evs = t.clearNotSent(ts, s, k, at, false, evs)
 	t.set(k, ClientUnknown, 0)
 	t.setFail(k, nil)
+	t.stamp(k, name{}, 0)
 	last := len(t.ents) - 1
 	t.names.removeAt(k)
 	t.ents[k] = t.ents[last]
@@ -45,7 +46,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 			continue
 		}
 		if k := t.add(unique.Make(n), ClientACKed, now, max); k >= 0 {
-			t.ents[k].version = unique.Make(v)
+			t.stamp(k, unique.Make(v), now)
 		}
 	}
 	var c cursor
@@ -121,13 +122,13 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 		if msg, ok := rejected[r.name.Value()]; ok {
 			t.setFail(k, &resFailure{version: v.Value(), message: msg, at: sent})
 			if e.status == ClientRequested || e.status == ClientDoesNotExist {
-				e.at = sent
+				t.stamp(k, t.stampOf(k).version, sent)
 			}
 			t.set(k, ClientNACKed, sent)
 			evs = t.clearNotSent(ts, s, k, at, true, evs)
 			continue
 		}
-		e.version, e.at = v, sent
+		t.stamp(k, v, sent)
 		t.setFail(k, nil)
 		t.set(k, ClientACKed, sent)
 		evs = t.clearNotSent(ts, s, k, at, true, evs)
@@ -173,8 +174,7 @@ func (t *resTable) gone(ts *typeState, s *stream, k int, sent int64, at time.Tim
 		return t.remove(ts, s, k, at, evs)
 	}
 	t.setFail(k, nil)
-	e := &t.ents[k]
-	e.version, e.at = name{}, sent
+	t.stamp(k, name{}, sent)
 	t.set(k, ClientDoesNotExist, sent)
 	return t.reportNotSent(ts, s, k, at, true, evs)
 }
@@ -189,17 +189,17 @@ func (t *resTable) expire(ts *typeState, s *stream, now time.Time, timeout time.
 	}
 	oldest := int64(0)
 	for k := range t.ents {
-		e := &t.ents[k]
-		if e.status != ClientRequested {
+		if t.ents[k].status != ClientRequested {
 			continue
 		}
-		if now.UnixNano()-e.at < int64(timeout) {
-			if oldest == 0 || e.at < oldest {
-				oldest = e.at
+		since := t.stampOf(k).at
+		if now.UnixNano()-since < int64(timeout) {
+			if oldest == 0 || since < oldest {
+				oldest = since
 			}
 			continue
 		}
-		t.set(k, ClientDoesNotExist, e.at)
+		t.set(k, ClientDoesNotExist, since)
 		evs = t.reportNotSent(ts, s, k, now, false, evs)
 	}
 	t.oldest = oldest
@@ -214,7 +214,7 @@ func (t *resTable) reportNotSent(ts *typeState, s *stream, k int, at time.Time, 
 	e.notSent = true
 	t.notSent++
 	return append(evs, ResourceNotSent{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, TypeURL: ts.url,
-		Name: t.names.names[k].Value(), Since: time.Unix(0, e.at), At: at, Removed: removed})
+		Name: t.names.names[k].Value(), Since: time.Unix(0, t.stampOf(k).at), At: at, Removed: removed})
 }
 
 func (t *resTable) clearNotSent(ts *typeState, s *stream, k int, at time.Time, arrived bool, evs []Event) []Event {

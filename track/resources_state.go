@@ -96,13 +96,13 @@ func (t *Tracker) ClientResources(match func(Node) bool, resources bool) []Clien
 
 func (t *resTable) appendStatus(url string, out []ResourceStatus) []ResourceStatus {
 	for k, n := range t.names.names {
-		e := &t.ents[k]
+		e, st := &t.ents[k], t.stampOf(k)
 		r := ResourceStatus{TypeURL: url, Name: n.Value(), Status: e.status, NotSent: e.notSent}
-		if e.version != (name{}) {
-			r.Version = e.version.Value()
+		if st.version != (name{}) {
+			r.Version = st.version.Value()
 		}
-		if e.at != 0 {
-			r.Updated = time.Unix(0, e.at)
+		if st.at != 0 {
+			r.Updated = time.Unix(0, st.at)
 		}
 		if e.failed {
 			f := t.fails[n]

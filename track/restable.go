@@ -54,14 +54,13 @@ func (s ClientStatus) Problem() bool {
 }
 
 // resEntry is one resource of a type on a stream, at the position of its
-// name in resTable.names. It is 24 bytes: a stream of 10,000 clusters holds
-// them in one slice, its names shared tap-wide.
+// name in resTable.names. It is 8 bytes: what the entries of one push have
+// in common, the version and when it arrived, is a stamp they share
+// (resTable.stamps), and a stream of 10,000 clusters holds its entries in
+// one slice, its names shared tap-wide.
 type resEntry struct {
-	// version is the accepted version (the zero handle for none).
-	version name
-	// at is, in Unix nanoseconds, when the accepted version arrived, or,
-	// REQUESTED and DOES_NOT_EXIST, since when the resource was asked for.
-	at     int64
+	// stamp is the entry's resStamp in resTable.stamps, 0 for none.
+	stamp  uint32
 	status ClientStatus
 	// failed says resTable.fails holds the latest rejection or
 	// control-plane error of the resource, until it is accepted again.
@@ -69,6 +68,17 @@ type resEntry struct {
 	// notSent is set once the resource was reported ResourceNotSent, until
 	// ResourceNotSentEnded.
 	notSent bool
+}
+
+// resStamp is an entry's accepted version (the zero handle for none) and,
+// in Unix nanoseconds, when it arrived, or, REQUESTED and DOES_NOT_EXIST,
+// since when the resource was asked for. A push's entries, or a request's,
+// share one; uses counts the entries that hold it, and a stamp none holds
+// is reused.
+type resStamp struct {
+	version name
+	at      int64
+	uses    uint32
 }
 
 type resFailure struct {
@@ -86,6 +96,13 @@ type resFailure struct {
 type resTable struct {
 	names nameSet
 	ents  []resEntry
+	// stamps are the entries' versions and times; stamps[0], once there
+	// is any, is none. free are the stamps no entry holds, and recent the
+	// two stamps handed out last, which the next entry most likely shares:
+	// an answer adds an entry (since when) and accepts it (the version).
+	stamps []resStamp
+	free   []uint32
+	recent [2]uint32
 	// fails are the failures of the entries that have one (resEntry.failed).
 	fails map[name]resFailure
 	// requested counts the entries in ClientRequested, the oldest of which
@@ -115,7 +132,8 @@ func (t *resTable) add(n name, status ClientStatus, at int64, max int) int {
 		return -1
 	}
 	t.names.add(n)
-	t.ents = append(t.ents, resEntry{status: status, at: at})
+	t.ents = append(t.ents, resEntry{status: status})
+	t.stamp(len(t.ents)-1, name{}, at)
 	if status == ClientRequested {
 		t.countRequested(at)
 	}
@@ -188,7 +206,64 @@ func (t *resTable) pushed(resp *codec.Response) {
 func (t *resTable) received(k int) bool {
 	switch t.ents[k].status {
 	case ClientACKed, ClientNACKed:
-		return t.ents[k].version != (name{})
+		return t.stampOf(k).version != (name{})
 	}
 	return false
+}
+
+// stampOf returns entry k's version and time.
+func (t *resTable) stampOf(k int) resStamp {
+	if i := t.ents[k].stamp; i != 0 {
+		return t.stamps[i]
+	}
+	return resStamp{}
+}
+
+// stamp gives entry k version v at at, sharing the latest stamp when it is
+// the same.
+func (t *resTable) stamp(k int, v name, at int64) {
+	e := &t.ents[k]
+	var i uint32
+	if v != (name{}) || at != 0 {
+		i = t.stampFor(v, at)
+		t.stamps[i].uses++
+	}
+	t.release(e.stamp)
+	e.stamp = i
+}
+
+// stampFor returns a recent stamp of v at at, or a new one.
+func (t *resTable) stampFor(v name, at int64) uint32 {
+	for _, r := range t.recent {
+		if r != 0 && t.stamps[r].version == v && t.stamps[r].at == at {
+			return r
+		}
+	}
+	if len(t.stamps) == 0 {
+		t.stamps = append(t.stamps, resStamp{}) // none
+	}
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		i = uint32(len(t.stamps))
+		t.stamps = append(t.stamps, resStamp{})
+	}
+	t.stamps[i] = resStamp{version: v, at: at}
+	if t.recent[0] != i { // a stamp let go of and taken again is one
+		t.recent[0], t.recent[1] = i, t.recent[0]
+	}
+	return i
+}
+
+// release lets go of an entry's hold on stamp i.
+func (t *resTable) release(i uint32) {
+	if i == 0 {
+		return
+	}
+	s := &t.stamps[i]
+	if s.uses--; s.uses == 0 {
+		*s = resStamp{}
+		t.free = append(t.free, i)
+	}
 }
