@@ -304,9 +304,9 @@ func (s *nameSet) indexNew(pos int) {
 type ackedSet struct {
 	nameSet
 	hashes []uint64
-	// shared, when set, is the tap-wide state that names and hashes are,
+	// sharing, when set, is the tap-wide list that names and hashes are,
 	// read-only (sharedstate.go).
-	shared *sharedState
+	sharing[uint64]
 }
 
 func (a *ackedSet) add(n name, hash uint64) {
@@ -361,10 +361,10 @@ type scratchBufs struct {
 	names  []name
 	hashes []uint64
 	placed placedNames
-	// thawNames and thawHashes hold a shared state's copy while a pass
-	// changes it (ackedSet.thaw).
-	thawNames  []name
-	thawHashes []uint64
+	// ackedThaw and tableThaw hold a shared list's copy while a pass
+	// changes it (sharedstate.go).
+	ackedThaw thawBuf[uint64]
+	tableThaw thawBuf[resEntry]
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}

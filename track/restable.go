@@ -96,6 +96,9 @@ type resFailure struct {
 type resTable struct {
 	names nameSet
 	ents  []resEntry
+	// sharing, when set, is the tap-wide list that names.names and ents
+	// are, read-only (sharedstate.go).
+	sharing[resEntry]
 	// stamps are the entries' versions and times; stamps[0], once there
 	// is any, is none. free are the stamps no entry holds, and recent the
 	// two stamps handed out last, which the next entry most likely shares:

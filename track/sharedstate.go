@@ -9,81 +9,105 @@ import (
 	"weak"
 )
 
-// An acknowledged state is, more often than not, the same on many streams:
-// the sidecars of a namespace accepted the same clusters with the same
-// bodies, and a tap in front of istiod holds thousands of them. So once a
-// pass over a state is over, its names and hashes are looked up by content
-// tap-wide, and a stream whose state another stream holds already shares
-// that one: 1,000 streams of 200 resources hold 3.2 KB of them once rather
-// than 3.2 MB. A shared state is never written; the next pass that changes
-// it works on a copy in its scratch, and the result is looked up again, so
-// a fan-out of one push to every stream copies nothing once the first
-// stream stored it. The store holds its states weakly: one that no stream
-// holds any more is collected, and its entry with it.
+// A stream's state of a type is, more often than not, the same as many
+// other streams': the sidecars of a namespace accepted the same clusters
+// with the same bodies, and a tap in front of istiod holds thousands of
+// them. So once a pass over a list of names and what goes with them (the
+// acknowledged state's hashes, the CSDS table's entries) is over, the list
+// is looked up by content tap-wide, and a stream whose list another stream
+// holds already shares that one: 1,000 streams of 200 resources hold 3.2 KB
+// of acknowledged state once rather than 3.2 MB. A shared list is never
+// written; the next pass that changes it works on a copy in its scratch,
+// and the result is looked up again, so a fan-out of one push to every
+// stream copies nothing once the first stream stored it. The store holds
+// its lists weakly: one that no stream holds any more is collected, and its
+// entry with it. A stream's index of its names stays its own: a shared
+// list has its names at the same positions.
 
-// sharedFrom is the fewest names whose state is shared: a smaller one costs
+// sharedFrom is the fewest names whose list is shared: a smaller one costs
 // less than its lookup and its entry.
 const sharedFrom = 8
 
-// sharedState is a state held by every stream whose state it is, read-only.
-type sharedState struct {
-	names  []name
-	hashes []uint64
+// sharedList is a list held by every stream whose list it is, read-only.
+type sharedList[T comparable] struct {
+	names []name
+	vals  []T
 }
 
-type sharedShard struct {
+type sharedShard[T comparable] struct {
 	mu sync.Mutex
-	m  map[uint64][]weak.Pointer[sharedState]
+	m  map[uint64][]weak.Pointer[sharedList[T]]
 }
 
-// sharedStates are sharded by content, so that streams answered at once
-// seldom meet on a lock.
-var sharedStates [64]sharedShard
+// sharedStore is sharded by content, so that streams answered at once
+// seldom meet on a lock. key folds a value into the content's sum.
+type sharedStore[T comparable] struct {
+	shards [64]sharedShard[T]
+	key    func(T) uint64
+}
 
-// contentSum mixes a state's names (their interned strings' addresses,
-// which are equal exactly when the names are) and hashes.
-func contentSum(names []name, hashes []uint64) uint64 {
+var (
+	ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
+	tableStates = &sharedStore[resEntry]{key: func(e resEntry) uint64 {
+		k := uint64(e.stamp)<<16 | uint64(e.status)<<8
+		if e.failed {
+			k |= 2
+		}
+		if e.notSent {
+			k |= 1
+		}
+		return k
+	}}
+)
+
+// sum mixes a list's names (their interned strings' addresses, which are
+// equal exactly when the names are) and values.
+func (st *sharedStore[T]) sum(names []name, vals []T) uint64 {
 	x := uint64(len(names))
 	for i, n := range names {
 		p := uint64(uintptr(unsafe.Pointer(unsafe.StringData(n.Value()))))
-		x = bits.RotateLeft64(x^(hashes[i]+p*0x9e3779b97f4a7c15), 29) * 0x94d049bb133111eb
+		x = bits.RotateLeft64(x^(st.key(vals[i])+p*0x9e3779b97f4a7c15), 29) * 0x94d049bb133111eb
 	}
 	return x
 }
 
-// shareState returns the stored state with these names and hashes, or
-// stores one: these slices themselves when owned (the caller never writes
-// them again), else a copy.
-func shareState(names []name, hashes []uint64, owned bool) *sharedState {
-	sum := contentSum(names, hashes)
-	sh := &sharedStates[sum%uint64(len(sharedStates))]
+func (st *sharedStore[T]) shard(sum uint64) *sharedShard[T] {
+	return &st.shards[sum%uint64(len(st.shards))]
+}
+
+// share returns the stored list with these names and values, or stores
+// one: these slices themselves when owned (the caller never writes them
+// again), else a copy.
+func (st *sharedStore[T]) share(names []name, vals []T, owned bool) *sharedList[T] {
+	sum := st.sum(names, vals)
+	sh := st.shard(sum)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, w := range sh.m[sum] {
-		if s := w.Value(); s != nil && slices.Equal(s.hashes, hashes) && slices.Equal(s.names, names) {
-			return s
+		if l := w.Value(); l != nil && slices.Equal(l.vals, vals) && slices.Equal(l.names, names) {
+			return l
 		}
 	}
 	if owned {
-		names, hashes = slices.Clip(names), slices.Clip(hashes)
+		names, vals = slices.Clip(names), slices.Clip(vals)
 	} else {
-		names, hashes = slices.Clone(names), slices.Clone(hashes)
+		names, vals = slices.Clone(names), slices.Clone(vals)
 	}
-	s := &sharedState{names: names, hashes: hashes}
+	l := &sharedList[T]{names: names, vals: vals}
 	if sh.m == nil {
-		sh.m = make(map[uint64][]weak.Pointer[sharedState])
+		sh.m = make(map[uint64][]weak.Pointer[sharedList[T]])
 	}
-	sh.m[sum] = append(sh.m[sum], weak.Make(s))
-	runtime.AddCleanup(s, forgetState, sum)
-	return s
+	sh.m[sum] = append(sh.m[sum], weak.Make(l))
+	runtime.AddCleanup(l, st.forget, sum)
+	return l
 }
 
-// forgetState drops the entries of collected states under sum.
-func forgetState(sum uint64) {
-	sh := &sharedStates[sum%uint64(len(sharedStates))]
+// forget drops the entries of collected lists under sum.
+func (st *sharedStore[T]) forget(sum uint64) {
+	sh := st.shard(sum)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	live := slices.DeleteFunc(sh.m[sum], func(w weak.Pointer[sharedState]) bool { return w.Value() == nil })
+	live := slices.DeleteFunc(sh.m[sum], func(w weak.Pointer[sharedList[T]]) bool { return w.Value() == nil })
 	if len(live) == 0 {
 		delete(sh.m, sum)
 	} else {
@@ -91,31 +115,65 @@ func forgetState(sum uint64) {
 	}
 }
 
-// thaw makes the state writable for one pass: a shared state is copied
-// into the pass's scratch. freeze must end the pass.
-func (a *ackedSet) thaw(sc *scratch) {
-	if a.shared == nil {
-		return
-	}
-	a.names = append(sc.thawNames[:0], a.names...)
-	a.hashes = append(sc.thawHashes[:0], a.hashes...)
-	sc.thawNames, sc.thawHashes = a.names[:0], a.hashes[:0]
-	a.shared = nil
+// stored reports whether the store holds an entry under sum.
+func (st *sharedStore[T]) stored(sum uint64) bool {
+	sh := st.shard(sum)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.m[sum]) > 0
 }
 
-// freeze ends a pass over the state: it is looked up tap-wide and shared
-// (or kept as the stream's own when small). What it holds of the pass's
-// scratch is copied out; the scratch keeps no name.
-func (a *ackedSet) freeze(sc *scratch) {
-	inScratch := len(a.names) > 0 && cap(sc.thawNames) > 0 &&
-		(unsafe.SliceData(a.names) == unsafe.SliceData(sc.thawNames) || unsafe.SliceData(a.hashes) == unsafe.SliceData(sc.thawHashes))
-	switch {
-	case len(a.names) >= sharedFrom:
-		s := shareState(a.names, a.hashes, !inScratch)
-		a.names, a.hashes, a.shared = s.names, s.hashes, s
-	case inScratch:
-		a.names, a.hashes = slices.Clone(a.names), slices.Clone(a.hashes)
+// thawBuf holds a shared list's copy while a pass changes it: scratch.
+type thawBuf[T comparable] struct {
+	names []name
+	vals  []T
+	used  bool // by the pass under way
+}
+
+// sharing is a list's hold on the tap-wide list that it is, if any.
+type sharing[T comparable] struct {
+	shared *sharedList[T]
+}
+
+// thaw makes a list writable for one pass: a shared list is copied into
+// the pass's scratch. freeze must end the pass.
+func (s *sharing[T]) thaw(names *[]name, vals *[]T, buf *thawBuf[T]) {
+	if s.shared == nil {
+		return
 	}
-	clear(sc.thawNames[:cap(sc.thawNames)])
-	sc.thawNames, sc.thawHashes = sc.thawNames[:0], sc.thawHashes[:0]
+	*names = append(buf.names[:0], *names...)
+	*vals = append(buf.vals[:0], *vals...)
+	buf.names, buf.vals, buf.used = (*names)[:0], (*vals)[:0], true
+	s.shared = nil
+}
+
+// freeze ends a pass over a list: it is looked up tap-wide and shared (or
+// kept as the stream's own when small). What it holds of the pass's
+// scratch is copied out; the scratch keeps no name.
+func (s *sharing[T]) freeze(st *sharedStore[T], names *[]name, vals *[]T, buf *thawBuf[T]) {
+	inScratch := len(*names) > 0 && cap(buf.names) > 0 &&
+		(unsafe.SliceData(*names) == unsafe.SliceData(buf.names) || unsafe.SliceData(*vals) == unsafe.SliceData(buf.vals))
+	switch {
+	case len(*names) >= sharedFrom:
+		l := st.share(*names, *vals, !inScratch)
+		*names, *vals, s.shared = l.names, l.vals, l
+	case inScratch:
+		*names, *vals = slices.Clone(*names), slices.Clone(*vals)
+	}
+	if buf.used {
+		clear(buf.names[:cap(buf.names)])
+		buf.used = false
+	}
+}
+
+func (a *ackedSet) thaw(sc *scratch) { a.sharing.thaw(&a.names, &a.hashes, &sc.ackedThaw) }
+
+func (a *ackedSet) freeze(sc *scratch) {
+	a.sharing.freeze(ackedStates, &a.names, &a.hashes, &sc.ackedThaw)
+}
+
+func (t *resTable) thaw(sc *scratch) { t.sharing.thaw(&t.names.names, &t.ents, &sc.tableThaw) }
+
+func (t *resTable) freeze(sc *scratch) {
+	t.sharing.freeze(tableStates, &t.names.names, &t.ents, &sc.tableThaw)
 }

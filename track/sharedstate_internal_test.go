@@ -49,7 +49,7 @@ func TestAckedStatesAreSharedByContent(t *testing.T) {
 	if got := a.findString("outbound|80||new", -1); got != 100 || a.hashes[3] != 42 {
 		t.Fatalf("the changed state finds its new name at %d with hash 3 %d", got, a.hashes[3])
 	}
-	for i, n := range sc.thawNames[:cap(sc.thawNames)] {
+	for i, n := range sc.ackedThaw.names[:cap(sc.ackedThaw.names)] {
 		if n != (name{}) {
 			t.Fatalf("the scratch keeps %q at %d after the pass", n.Value(), i)
 		}
@@ -71,27 +71,20 @@ func TestSharedStatesGoWithTheirStreams(t *testing.T) {
 	sc.borrow()
 	defer sc.giveBack()
 	a := ackedOf(t, "gone-", 50)
-	sum := contentSum(a.names, a.hashes)
+	sum := ackedStates.sum(a.names, a.hashes)
 	a.freeze(&sc)
-	if !stored(sum) {
+	if !ackedStates.stored(sum) {
 		t.Fatal("a shared state is not in the store")
 	}
 	a = ackedSet{}
 	// The cleanup runs after a collection, on the runtime's goroutine:
 	// collect until it did, within a bound that only a lost entry reaches.
 	deadline := time.Now().Add(10 * time.Second)
-	for stored(sum) {
+	for ackedStates.stored(sum) {
 		if time.Now().After(deadline) {
 			t.Fatal("the store kept the entry of a state no stream holds")
 		}
 		runtime.GC()
 		runtime.Gosched()
 	}
-}
-
-func stored(sum uint64) bool {
-	sh := &sharedStates[sum%uint64(len(sharedStates))]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return len(sh.m[sum]) > 0
 }

@@ -1,0 +1,83 @@
+package track_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/adstap/adstap/internal/testutil/leakcheck"
+	"github.com/adstap/adstap/track"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestStreamsSharingAStateChangeAlone syncs three streams on the same
+// endpoints, which the tracker then holds once for all of them, and moves
+// each elsewhere: one rejects the next push, one accepts it, one is not
+// sent it. Each stream's CSDS view and its next diff are its own.
+func TestStreamsSharingAStateChangeAlone(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{Resources: true})
+	ns := names("outbound|80||svc", 20)
+	endpoints := func(ip string) []proto.Message {
+		var out []proto.Message
+		for _, n := range ns {
+			out = append(out, endpoint(n, ip))
+		}
+		return out
+	}
+	at := t0
+	do := func(a action) []track.Event {
+		at = at.Add(time.Millisecond)
+		return a(t, tr, at)
+	}
+	changed := func(evs []track.Event) string {
+		for _, e := range evs {
+			if p, ok := e.(track.PushSent); ok {
+				d := p.Push.Diff
+				return fmt.Sprintf("+%d -%d ~%d =%d", d.Added, d.Removed, d.Changed, d.Unchanged)
+			}
+		}
+		t.Fatalf("no push among %v", describeAll(evs, false))
+		return ""
+	}
+	for id := uint64(1); id <= 3; id++ {
+		do(open(id, adsSotW))
+		do(frame(id, withNode(initial(eds, ns...), sidecar)))
+		if got, want := changed(do(frame(id, push(eds, 1, endpoints("10.0.0.1")...)))), "+20 -0 ~0 =0"; got != want {
+			t.Fatalf("stream %d's first push: %s, want %s", id, got, want)
+		}
+		do(frame(id, ack(eds, 1, ns...)))
+	}
+	do(frame(1, push(eds, 2, endpoints("10.0.0.2")...)))
+	do(frame(1, nack(eds, 2, 1, "no", ns...)))
+	do(frame(2, push(eds, 2, endpoints("10.0.0.2")...)))
+	do(frame(2, ack(eds, 2, ns...)))
+
+	versions := map[uint64]map[string]int{}
+	for _, c := range tr.ClientResources(nil, true) {
+		versions[c.StreamID] = map[string]int{}
+		for _, r := range c.Resources {
+			line := fmt.Sprintf("%s v=%s", r.Status, short(r.Version))
+			if r.ErrorDetails != "" {
+				line += " err=" + short(r.ErrorVersion)
+			}
+			versions[c.StreamID][line]++
+		}
+	}
+	want := map[uint64]map[string]int{
+		1: {fmt.Sprintf("%s v=1 err=2", track.ClientNACKed): 20},
+		2: {fmt.Sprintf("%s v=2", track.ClientACKed): 20},
+		3: {fmt.Sprintf("%s v=1", track.ClientACKed): 20},
+	}
+	if diff := cmp.Diff(want, versions); diff != "" {
+		t.Fatalf("what each stream's client holds (-want +got):\n%s", diff)
+	}
+
+	// The next push's diff is against each stream's own state.
+	for id, want := range map[uint64]string{1: "+0 -0 ~20 =0", 2: "+0 -0 ~0 =20", 3: "+0 -0 ~20 =0"} {
+		if got := changed(do(frame(id, push(eds, 3, endpoints("10.0.0.2")...)))); got != want {
+			t.Errorf("stream %d: a push of what stream 2 accepted is %s, want %s", id, got, want)
+		}
+	}
+}
