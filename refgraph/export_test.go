@@ -5,3 +5,11 @@ package refgraph
 func (f Finding) ShareText() string { return f.shareText() }
 
 func (g *Graph) Reported() int { return g.reportedCount() }
+
+// ShareNodesFrom sets the fewest nodes that graphs share, and returns what
+// puts it back.
+func ShareNodesFrom(n int) (restore func()) {
+	old := sharedFrom
+	sharedFrom = n
+	return func() { sharedFrom = old }
+}

@@ -24,6 +24,9 @@ type Graph struct {
 	// each cluster's assignment bears its name, and one map entry for both
 	// is most of what a stream's graph holds.
 	nodes map[name]node
+	// nodesShared, when set, is the map nodes is, shared with other
+	// graphs: read-only (shared.go).
+	nodesShared *sharedNodes
 	// byService lists the clusters whose assignment bears another name
 	// (eds_cluster_config.service_name), by that name; rare.
 	byService map[name][]name
@@ -267,7 +270,7 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 			ch.owners = borrowOwners(count)
 		}
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
-			g.nodes = make(map[name]node, count)
+			g.nodes, g.nodesShared = make(map[name]node, count), nil
 		}
 	}
 	if len(p.Removed) > 0 {
@@ -310,6 +313,7 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		g.remove(typeURL, func(n name) bool { return !keep[n] }, &ch)
 	}
 	g.recheck(&ch, at, round)
+	g.shareNodes()
 	return ch.out
 }
 
@@ -398,6 +402,7 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 	var ch changeSet
 	g.remove(req.TypeURL, drop, &ch)
 	g.recheck(&ch, at, round)
+	g.shareNodes()
 	return ch.out
 }
 
@@ -447,6 +452,7 @@ func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
 				g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
 			}
 		}
+		g.ownNodes()
 		g.nodes[r.name] = n
 		if !ch.allClusters {
 			ch.touch(owner{'c', r.name})
@@ -472,6 +478,7 @@ func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
 			n.flags |= endpointsElsewhere
 		}
 		n.endpoints, n.healthy = r.assignment.endpoints, r.assignment.healthy
+		g.ownNodes()
 		g.nodes[r.name] = n
 		g.touchUsers(r.name, ch)
 	case codec.TypeSecret:
@@ -533,6 +540,7 @@ func (g *Graph) remove(typeURL string, drop func(name) bool, ch *changeSet) {
 // store keeps a node, or forgets it when it is neither cluster nor
 // assignment.
 func (g *Graph) store(n name, x node) {
+	g.ownNodes()
 	if x.flags&(isCluster|hasAssignment) == 0 {
 		g.endWait(&x)
 		delete(g.nodes, n)
@@ -874,6 +882,7 @@ func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Ti
 	if w >= 0 && !slices.ContainsFunc(old, func(p *openFinding) bool { return p.key == found[w].key }) {
 		if x, ok := g.nodes[n]; ok && x.wait == 0 {
 			g.startWait(&x, at.UnixNano(), round)
+			g.ownNodes()
 			g.nodes[n] = x
 			if d := at.Add(g.grace); g.due.IsZero() || d.Before(g.due) {
 				g.due = d
@@ -887,6 +896,7 @@ func (g *Graph) wait(n name, old []*openFinding, found []openFinding, at time.Ti
 	}
 	start := g.waits[x.wait-1]
 	g.endWait(&x)
+	g.ownNodes()
 	g.nodes[n] = x
 	for i := range found {
 		if f := &found[i]; f.Kind == ClusterUnhealthy {
@@ -946,6 +956,7 @@ func (g *Graph) compactWaits() {
 		}
 	}
 	g.waits = kept
+	g.ownNodes()
 	for n, x := range g.nodes {
 		if x.wait != 0 {
 			x.wait = renumber[x.wait-1]
@@ -987,6 +998,7 @@ func (g *Graph) Tick(now time.Time) []Change {
 	}
 	out, due = g.waitsDue(now, out, due)
 	g.due = due
+	g.shareNodes()
 	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 	return out
 }
@@ -1015,6 +1027,7 @@ func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, 
 		found = g.check(o, found[:0])
 		i := slices.IndexFunc(found, func(f openFinding) bool { return f.Kind == ClusterEndpoints })
 		g.endWait(&x)
+		g.ownNodes() // the walk goes on over the map it began with
 		g.nodes[n] = x
 		if i < 0 {
 			// Not waiting any more: a check ends a wait that ends.

@@ -167,30 +167,70 @@ func runAll(t *testing.T, delta bool, steps []step) (g *refgraph.Graph, last, al
 	t.Helper()
 	g = refgraph.New(delta, grace)
 	for i, s := range steps {
-		at := start.Add(s.at)
-		if s.at == 0 {
-			at = start.Add(time.Duration(i) * time.Millisecond)
-		}
-		switch {
-		case s.tick > 0:
-			last = g.Tick(start.Add(s.tick))
-		case s.request != nil:
-			req := &codec.Request{Delta: delta, TypeURL: s.typeURL}
-			if delta {
-				req.Unsubscribe = s.request
-			} else {
-				req.ResourceNames = s.request
-			}
-			last = g.Requested(req, at, s.round)
-		case s.nack:
-			last = nil // nothing accepted
-		default:
-			resp := response(t, delta, s.typeURL, "n", s.removed, s.res)
-			last = g.Accepted(push(s.typeURL, resourcesOf(resp), s.removed, replaces(delta, s.typeURL)), at, s.round)
-		}
+		last = applyStep(t, g, delta, i, s)
 		all = append(all, last...)
 	}
 	return g, last, all
+}
+
+// applyStep applies steps[i], s, to g.
+func applyStep(t *testing.T, g *refgraph.Graph, delta bool, i int, s step) []refgraph.Change {
+	t.Helper()
+	at := start.Add(s.at)
+	if s.at == 0 {
+		at = start.Add(time.Duration(i) * time.Millisecond)
+	}
+	switch {
+	case s.tick > 0:
+		return g.Tick(start.Add(s.tick))
+	case s.request != nil:
+		req := &codec.Request{Delta: delta, TypeURL: s.typeURL}
+		if delta {
+			req.Unsubscribe = s.request
+		} else {
+			req.ResourceNames = s.request
+		}
+		return g.Requested(req, at, s.round)
+	case s.nack:
+		return nil // nothing accepted
+	default:
+		resp := response(t, delta, s.typeURL, "n", s.removed, s.res)
+		return g.Accepted(push(s.typeURL, resourcesOf(resp), s.removed, replaces(delta, s.typeURL)), at, s.round)
+	}
+}
+
+// TestGraphsSharingTheirNodesChangeAlone runs every case of TestGraph on
+// two graphs in step, which share their nodes after every step, and on a
+// third that stops halfway, sharing them with the other two then: each
+// reports what the case alone reports, and the third holds the findings
+// of the first half alone once the other two have gone on.
+func TestGraphsSharingTheirNodesChangeAlone(t *testing.T) {
+	leakcheck.Check(t)
+	defer refgraph.ShareNodesFrom(1)()
+	for _, tt := range graphCases(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, wantAll := runAll(t, tt.delta, tt.steps)
+			half := len(tt.steps) / 2
+			alone, _, _ := runAll(t, tt.delta, tt.steps[:half])
+			a, b, c := refgraph.New(tt.delta, grace), refgraph.New(tt.delta, grace), refgraph.New(tt.delta, grace)
+			var gotA, gotB []refgraph.Change
+			for i, s := range tt.steps {
+				gotA = append(gotA, applyStep(t, a, tt.delta, i, s)...)
+				gotB = append(gotB, applyStep(t, b, tt.delta, i, s)...)
+				if i < half {
+					applyStep(t, c, tt.delta, i, s)
+				}
+			}
+			for name, got := range map[string][]refgraph.Change{"a": gotA, "b": gotB} {
+				if diff := cmp.Diff(briefs(wantAll), briefs(got)); diff != "" {
+					t.Errorf("graph %s, every step's changes (-alone +shared):\n%s", name, diff)
+				}
+			}
+			if diff := cmp.Diff(findingBriefs(alone.Findings()), findingBriefs(c.Findings())); diff != "" {
+				t.Errorf("the graph stopped halfway, open findings (-alone +shared):\n%s", diff)
+			}
+		})
+	}
 }
 
 // replaces is whether a push of typeURL replaces its type in these

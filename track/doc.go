@@ -33,8 +33,10 @@
 //     lease.go (accepted pushes and their leases to takers), keep.go (the
 //     keeper: the bound on kept bytes and their compact form; Rejected and
 //     Changed), share.go (kept bytes, once for every stream), episode.go (the
-//     detectors' windows and episodes) and names.go (interned names, their
-//     sets and the stream's scratch space).
+//     detectors' windows and episodes), names.go (interned names, their
+//     sets and the stream's scratch space) and sharedstate.go (lists of
+//     names shared tap-wide by content, read-only, copied while a pass
+//     changes them).
 //   - The vocabulary: event.go, streamref.go, gap.go, config.go, states.go
 //     and sink.go.
 package track

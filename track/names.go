@@ -309,6 +309,17 @@ type ackedSet struct {
 	sharing[uint64]
 }
 
+// ackedStates are the acknowledged states shared tap-wide.
+var ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
+
+// thaw makes the state writable for one pass; freeze must end it.
+func (a *ackedSet) thaw(sc *scratch) { a.sharing.thaw(&a.names, &a.hashes, &sc.ackedThaw) }
+
+// freeze ends a pass over the state: it is shared, or kept as its own.
+func (a *ackedSet) freeze(sc *scratch) {
+	a.sharing.freeze(ackedStates, &a.names, &a.hashes, &sc.ackedThaw)
+}
+
 func (a *ackedSet) add(n name, hash uint64) {
 	a.nameSet.add(n)
 	a.hashes = append(a.hashes, hash)
@@ -361,10 +372,9 @@ type scratchBufs struct {
 	names  []name
 	hashes []uint64
 	placed placedNames
-	// ackedThaw and tableThaw hold a shared list's copy while a pass
+	// ackedThaw holds a shared acknowledged state's copy while a pass
 	// changes it (sharedstate.go).
 	ackedThaw thawBuf[uint64]
-	tableThaw thawBuf[resEntry]
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}

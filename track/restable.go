@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -120,6 +121,40 @@ type resTable struct {
 	// errs are its resource_errors.
 	versions []name
 	errs     []codec.ResourceError
+}
+
+// tableStates are the tables shared tap-wide.
+var tableStates = &sharedStore[resEntry]{key: func(e resEntry) uint64 {
+	k := uint64(e.stamp)<<16 | uint64(e.status)<<8
+	if e.failed {
+		k |= 2
+	}
+	if e.notSent {
+		k |= 1
+	}
+	return k
+}}
+
+// tableThaws lend a shared table's copy to the pass that changes it.
+var tableThaws = sync.Pool{New: func() any { return new(thawBuf[resEntry]) }}
+
+// thaw makes the table writable for one pass, returning what freeze must
+// be handed to end it.
+func (t *resTable) thaw() *thawBuf[resEntry] {
+	if t.shared == nil {
+		return nil
+	}
+	buf := tableThaws.Get().(*thawBuf[resEntry])
+	t.sharing.thaw(&t.names.names, &t.ents, buf)
+	return buf
+}
+
+// freeze ends a pass over the table: it is shared, or kept as its own.
+func (t *resTable) freeze(buf *thawBuf[resEntry]) {
+	t.sharing.freeze(tableStates, &t.names.names, &t.ents, buf)
+	if buf != nil {
+		tableThaws.Put(buf)
+	}
 }
 
 // tracksResources reports whether a type's resources are followed one by

@@ -2,11 +2,11 @@ package track
 
 import (
 	"math/bits"
-	"runtime"
 	"slices"
-	"sync"
+	"unique"
 	"unsafe"
-	"weak"
+
+	"github.com/adstap/adstap/internal/weakintern"
 )
 
 // A stream's state of a type is, more often than not, the same as many
@@ -30,39 +30,20 @@ const sharedFrom = 8
 
 // sharedList is a list held by every stream whose list it is, read-only.
 type sharedList[T comparable] struct {
-	names []name
+	names []unique.Handle[string]
 	vals  []T
 }
 
-type sharedShard[T comparable] struct {
-	mu sync.Mutex
-	m  map[uint64][]weak.Pointer[sharedList[T]]
-}
-
-// sharedStore is sharded by content, so that streams answered at once
-// seldom meet on a lock. key folds a value into the content's sum.
+// sharedStore holds the lists by content; key folds a value into the
+// content's sum.
 type sharedStore[T comparable] struct {
-	shards [64]sharedShard[T]
-	key    func(T) uint64
+	lists weakintern.Store[sharedList[T]]
+	key   func(T) uint64
 }
-
-var (
-	ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
-	tableStates = &sharedStore[resEntry]{key: func(e resEntry) uint64 {
-		k := uint64(e.stamp)<<16 | uint64(e.status)<<8
-		if e.failed {
-			k |= 2
-		}
-		if e.notSent {
-			k |= 1
-		}
-		return k
-	}}
-)
 
 // sum mixes a list's names (their interned strings' addresses, which are
 // equal exactly when the names are) and values.
-func (st *sharedStore[T]) sum(names []name, vals []T) uint64 {
+func (st *sharedStore[T]) sum(names []unique.Handle[string], vals []T) uint64 {
 	x := uint64(len(names))
 	for i, n := range names {
 		p := uint64(uintptr(unsafe.Pointer(unsafe.StringData(n.Value()))))
@@ -71,61 +52,23 @@ func (st *sharedStore[T]) sum(names []name, vals []T) uint64 {
 	return x
 }
 
-func (st *sharedStore[T]) shard(sum uint64) *sharedShard[T] {
-	return &st.shards[sum%uint64(len(st.shards))]
-}
-
 // share returns the stored list with these names and values, or stores
 // one: these slices themselves when owned (the caller never writes them
 // again), else a copy.
-func (st *sharedStore[T]) share(names []name, vals []T, owned bool) *sharedList[T] {
-	sum := st.sum(names, vals)
-	sh := st.shard(sum)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, w := range sh.m[sum] {
-		if l := w.Value(); l != nil && slices.Equal(l.vals, vals) && slices.Equal(l.names, names) {
-			return l
-		}
-	}
-	if owned {
-		names, vals = slices.Clip(names), slices.Clip(vals)
-	} else {
-		names, vals = slices.Clone(names), slices.Clone(vals)
-	}
-	l := &sharedList[T]{names: names, vals: vals}
-	if sh.m == nil {
-		sh.m = make(map[uint64][]weak.Pointer[sharedList[T]])
-	}
-	sh.m[sum] = append(sh.m[sum], weak.Make(l))
-	runtime.AddCleanup(l, st.forget, sum)
-	return l
-}
-
-// forget drops the entries of collected lists under sum.
-func (st *sharedStore[T]) forget(sum uint64) {
-	sh := st.shard(sum)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	live := slices.DeleteFunc(sh.m[sum], func(w weak.Pointer[sharedList[T]]) bool { return w.Value() == nil })
-	if len(live) == 0 {
-		delete(sh.m, sum)
-	} else {
-		sh.m[sum] = live
-	}
-}
-
-// stored reports whether the store holds an entry under sum.
-func (st *sharedStore[T]) stored(sum uint64) bool {
-	sh := st.shard(sum)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return len(sh.m[sum]) > 0
+func (st *sharedStore[T]) share(names []unique.Handle[string], vals []T, owned bool) *sharedList[T] {
+	return st.lists.Get(st.sum(names, vals),
+		func(l *sharedList[T]) bool { return slices.Equal(l.vals, vals) && slices.Equal(l.names, names) },
+		func() *sharedList[T] {
+			if owned {
+				return &sharedList[T]{names: slices.Clip(names), vals: slices.Clip(vals)}
+			}
+			return &sharedList[T]{names: slices.Clone(names), vals: slices.Clone(vals)}
+		})
 }
 
 // thawBuf holds a shared list's copy while a pass changes it: scratch.
 type thawBuf[T comparable] struct {
-	names []name
+	names []unique.Handle[string]
 	vals  []T
 	used  bool // by the pass under way
 }
@@ -137,7 +80,7 @@ type sharing[T comparable] struct {
 
 // thaw makes a list writable for one pass: a shared list is copied into
 // the pass's scratch. freeze must end the pass.
-func (s *sharing[T]) thaw(names *[]name, vals *[]T, buf *thawBuf[T]) {
+func (s *sharing[T]) thaw(names *[]unique.Handle[string], vals *[]T, buf *thawBuf[T]) {
 	if s.shared == nil {
 		return
 	}
@@ -150,8 +93,8 @@ func (s *sharing[T]) thaw(names *[]name, vals *[]T, buf *thawBuf[T]) {
 // freeze ends a pass over a list: it is looked up tap-wide and shared (or
 // kept as the stream's own when small). What it holds of the pass's
 // scratch is copied out; the scratch keeps no name.
-func (s *sharing[T]) freeze(st *sharedStore[T], names *[]name, vals *[]T, buf *thawBuf[T]) {
-	inScratch := len(*names) > 0 && cap(buf.names) > 0 &&
+func (s *sharing[T]) freeze(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T, buf *thawBuf[T]) {
+	inScratch := buf != nil && len(*names) > 0 && cap(buf.names) > 0 &&
 		(unsafe.SliceData(*names) == unsafe.SliceData(buf.names) || unsafe.SliceData(*vals) == unsafe.SliceData(buf.vals))
 	switch {
 	case len(*names) >= sharedFrom:
@@ -160,20 +103,8 @@ func (s *sharing[T]) freeze(st *sharedStore[T], names *[]name, vals *[]T, buf *t
 	case inScratch:
 		*names, *vals = slices.Clone(*names), slices.Clone(*vals)
 	}
-	if buf.used {
+	if buf != nil && buf.used {
 		clear(buf.names[:cap(buf.names)])
 		buf.used = false
 	}
-}
-
-func (a *ackedSet) thaw(sc *scratch) { a.sharing.thaw(&a.names, &a.hashes, &sc.ackedThaw) }
-
-func (a *ackedSet) freeze(sc *scratch) {
-	a.sharing.freeze(ackedStates, &a.names, &a.hashes, &sc.ackedThaw)
-}
-
-func (t *resTable) thaw(sc *scratch) { t.sharing.thaw(&t.names.names, &t.ents, &sc.tableThaw) }
-
-func (t *resTable) freeze(sc *scratch) {
-	t.sharing.freeze(tableStates, &t.names.names, &t.ents, &sc.tableThaw)
 }

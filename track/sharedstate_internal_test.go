@@ -73,14 +73,14 @@ func TestSharedStatesGoWithTheirStreams(t *testing.T) {
 	a := ackedOf(t, "gone-", 50)
 	sum := ackedStates.sum(a.names, a.hashes)
 	a.freeze(&sc)
-	if !ackedStates.stored(sum) {
+	if !ackedStates.lists.Holds(sum) {
 		t.Fatal("a shared state is not in the store")
 	}
 	a = ackedSet{}
 	// The cleanup runs after a collection, on the runtime's goroutine:
 	// collect until it did, within a bound that only a lost entry reaches.
 	deadline := time.Now().Add(10 * time.Second)
-	for ackedStates.stored(sum) {
+	for ackedStates.lists.Holds(sum) {
 		if time.Now().After(deadline) {
 			t.Fatal("the store kept the entry of a state no stream holds")
 		}

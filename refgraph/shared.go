@@ -1,0 +1,65 @@
+package refgraph
+
+import (
+	"maps"
+	"math/bits"
+	"unsafe"
+
+	"github.com/adstap/adstap/internal/weakintern"
+)
+
+// The graphs of streams sent the same configuration hold the same nodes:
+// the sidecars of a namespace, a tap in front of istiod for thousands of
+// them. So once a change is over, a graph's nodes are looked up by content
+// tap-wide, and a graph whose nodes another holds already shares that map,
+// read-only; the next change to them copies it first. The store holds the
+// maps weakly: one no graph holds any more is collected.
+
+// sharedFrom is the fewest nodes that are shared: a smaller map costs less
+// than its lookup and its entry.
+var sharedFrom = 8
+
+// sharedNodes is a map of nodes that every graph holding it reads, and
+// none writes.
+type sharedNodes struct{ m map[name]node }
+
+var nodeMaps weakintern.Store[sharedNodes]
+
+// ownNodes makes the graph's nodes its own to write, copying them if they
+// are shared.
+func (g *Graph) ownNodes() {
+	if g.nodesShared != nil {
+		g.nodes = maps.Clone(g.nodes)
+		g.nodesShared = nil
+	}
+}
+
+// shareNodes ends a change to the graph's nodes: they are looked up by
+// content and shared, or stored for the graphs that come to hold the same.
+func (g *Graph) shareNodes() {
+	if g.nodesShared != nil || len(g.nodes) < sharedFrom {
+		return
+	}
+	var sum uint64
+	for n, x := range g.nodes {
+		sum += nodeSum(n, x) // in any order
+	}
+	mine := g.nodes
+	s := nodeMaps.Get(sum, func(s *sharedNodes) bool { return maps.Equal(s.m, mine) },
+		func() *sharedNodes { return &sharedNodes{m: mine} })
+	g.nodes, g.nodesShared = s.m, s
+}
+
+func nodeSum(n name, x node) uint64 {
+	var h uint64
+	if n != noName {
+		h = uint64(uintptr(unsafe.Pointer(unsafe.StringData(n.Value()))))
+	}
+	if x.config != noName {
+		h ^= bits.RotateLeft64(uint64(uintptr(unsafe.Pointer(unsafe.StringData(x.config.Value())))), 17)
+	}
+	h ^= uint64(uintptr(unsafe.Pointer(x.extra))) ^ uint64(uint32(x.endpoints))<<32 ^ uint64(uint32(x.healthy)) ^
+		uint64(x.flags)<<56 ^ uint64(x.wait)<<40
+	h *= 0x9e3779b97f4a7c15
+	return h ^ h>>29
+}
