@@ -24,7 +24,9 @@ func BenchmarkGrownCountsWhatBuildKeeps(b *testing.B) {
 		if !checked {
 			b.Fatal("check did not see what build returned")
 		}
-		if want := int64(n * size); grown < want || grown > want+want/8 {
+		// The rest of the heap may shrink by a few KB between the two
+		// collections (the runtime's and the testing package's own).
+		if want := int64(n * size); grown < want-want/64 || grown > want+want/8 {
 			b.Fatalf("live heap grew %d bytes, want about %d", grown, want)
 		}
 	}
