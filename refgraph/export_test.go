@@ -13,3 +13,6 @@ func ShareNodesFrom(n int) (restore func()) {
 	sharedFrom = n
 	return func() { sharedFrom = old }
 }
+
+// ShareNodes shares the graph's nodes, as a tick does.
+func (g *Graph) ShareNodes() { g.shareNodes() }

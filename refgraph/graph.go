@@ -313,7 +313,6 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		g.remove(typeURL, func(n name) bool { return !keep[n] }, &ch)
 	}
 	g.recheck(&ch, at, round)
-	g.shareNodes()
 	return ch.out
 }
 
@@ -402,7 +401,6 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 	var ch changeSet
 	g.remove(req.TypeURL, drop, &ch)
 	g.recheck(&ch, at, round)
-	g.shareNodes()
 	return ch.out
 }
 
@@ -977,6 +975,7 @@ var foundPool = sync.Pool{New: func() any { return new([]openFinding) }}
 // Tick reports the references that have waited for their target longer than
 // the grace by now.
 func (g *Graph) Tick(now time.Time) []Change {
+	defer g.shareNodes()
 	if g.due.IsZero() || now.Before(g.due) {
 		return nil
 	}
@@ -998,7 +997,6 @@ func (g *Graph) Tick(now time.Time) []Change {
 	}
 	out, due = g.waitsDue(now, out, due)
 	g.due = due
-	g.shareNodes()
 	slices.SortFunc(out, func(a, b Change) int { return compareFindings(a.Finding, b.Finding) })
 	return out
 }

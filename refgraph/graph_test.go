@@ -200,8 +200,9 @@ func applyStep(t *testing.T, g *refgraph.Graph, delta bool, i int, s step) []ref
 }
 
 // TestGraphsSharingTheirNodesChangeAlone runs every case of TestGraph on
-// two graphs in step, which share their nodes after every step, and on a
-// third that stops halfway, sharing them with the other two then: each
+// two graphs in step, which share their nodes after every step (as a tick
+// would), and on a third that stops halfway, sharing them with the other
+// two then: each
 // reports what the case alone reports, and the third holds the findings
 // of the first half alone once the other two have gone on.
 func TestGraphsSharingTheirNodesChangeAlone(t *testing.T) {
@@ -219,6 +220,9 @@ func TestGraphsSharingTheirNodesChangeAlone(t *testing.T) {
 				gotB = append(gotB, applyStep(t, b, tt.delta, i, s)...)
 				if i < half {
 					applyStep(t, c, tt.delta, i, s)
+				}
+				for _, g := range []*refgraph.Graph{a, b, c} {
+					g.ShareNodes()
 				}
 			}
 			for name, got := range map[string][]refgraph.Change{"a": gotA, "b": gotB} {

@@ -10,10 +10,13 @@ import (
 
 // The graphs of streams sent the same configuration hold the same nodes:
 // the sidecars of a namespace, a tap in front of istiod for thousands of
-// them. So once a change is over, a graph's nodes are looked up by content
-// tap-wide, and a graph whose nodes another holds already shares that map,
-// read-only; the next change to them copies it first. The store holds the
-// maps weakly: one no graph holds any more is collected.
+// them. So at a tick a graph's nodes that changed since the last are looked
+// up by content tap-wide, and a graph whose nodes another holds already
+// shares that map, read-only. The next change copies it first, and the
+// copy is the graph's own until a tick shares it again: a graph pays at
+// most one copy and one lookup a tick, however many pushes change it in
+// between, and an endpoint change costs what it touches. The store holds
+// the maps weakly: one no graph holds any more is collected.
 
 // sharedFrom is the fewest nodes that are shared: a smaller map costs less
 // than its lookup and its entry.
@@ -34,8 +37,9 @@ func (g *Graph) ownNodes() {
 	}
 }
 
-// shareNodes ends a change to the graph's nodes: they are looked up by
-// content and shared, or stored for the graphs that come to hold the same.
+// shareNodes looks the graph's own nodes up by content, at a tick: it
+// shares the map another graph holds, or stores its own for the graphs to
+// come.
 func (g *Graph) shareNodes() {
 	if g.nodesShared != nil || len(g.nodes) < sharedFrom {
 		return

@@ -30,13 +30,12 @@ type acknowledged struct {
 // It is called on every subscription change, which also invalidates the
 // diff a repeated push could otherwise reuse. What remains keeps its order,
 // which the next push most likely follows.
-func (a *acknowledged) prune(sub *subscription, sc *scratch) {
+func (a *acknowledged) prune(sub *subscription) {
 	a.gen++
 	if sub.wildcard {
 		return
 	}
-	a.thaw(sc)
-	defer a.freeze(sc)
+	a.own()
 	keep := 0
 	var c cursor
 	for i, n := range a.names {
@@ -218,8 +217,7 @@ func (a *acknowledged) apply(p *push, sub *subscription, sc *scratch) {
 	if p.gen != a.gen {
 		a.locate(p) // the state changed since the push was loaded
 	}
-	a.thaw(sc)
-	defer a.freeze(sc)
+	a.own()
 	if p.replace {
 		a.applyWhole(p, sub, sc)
 	} else {

@@ -9,3 +9,19 @@ func CollideNames() (undo func()) {
 	nameKeyString = func(s string) uint64 { return uint64(len(s) % 3) }
 	return func() { nameKey, nameKeyString = k, ks }
 }
+
+// SharedWith reports whether streams a and b hold one acknowledged state
+// and one resources table of typeURL, shared.
+func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
+	state := func(id uint64) *typeState {
+		v, _ := t.streams.Load(id)
+		s := v.(*stream)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.types[typeURL]
+	}
+	x, y := state(a), state(b)
+	acked = x.acked.shared != nil && x.acked.shared == y.acked.shared
+	table = x.res != nil && y.res != nil && x.res.shared != nil && x.res.shared == y.res.shared
+	return acked, table
+}

@@ -312,13 +312,11 @@ type ackedSet struct {
 // ackedStates are the acknowledged states shared tap-wide.
 var ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
 
-// thaw makes the state writable for one pass; freeze must end it.
-func (a *ackedSet) thaw(sc *scratch) { a.sharing.thaw(&a.names, &a.hashes, &sc.ackedThaw) }
+// own makes the state the stream's own to change (sharedstate.go).
+func (a *ackedSet) own() { a.sharing.own(&a.names, &a.hashes) }
 
-// freeze ends a pass over the state: it is shared, or kept as its own.
-func (a *ackedSet) freeze(sc *scratch) {
-	a.sharing.freeze(ackedStates, &a.names, &a.hashes, &sc.ackedThaw)
-}
+// share shares the state, at a tick (sharedstate.go).
+func (a *ackedSet) share() { a.sharing.share(ackedStates, &a.names, &a.hashes) }
 
 func (a *ackedSet) add(n name, hash uint64) {
 	a.nameSet.add(n)
@@ -372,9 +370,6 @@ type scratchBufs struct {
 	names  []name
 	hashes []uint64
 	placed placedNames
-	// ackedThaw holds a shared acknowledged state's copy while a pass
-	// changes it (sharedstate.go).
-	ackedThaw thawBuf[uint64]
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}

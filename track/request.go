@@ -48,7 +48,7 @@ func (ts *typeState) classify(req *codec.Request, sc *scratch) classified {
 		c.changed, unsubscribed = ts.sub.subscribeSotW(req.ResourceNames, c.newType, sc)
 	}
 	if c.changed {
-		ts.acked.prune(&ts.sub, sc)
+		ts.acked.prune(&ts.sub)
 	}
 	ts.sub.requested = true
 	if c.newType {

@@ -40,7 +40,7 @@ func (t *resTable) remove(ts *typeState, s *stream, k int, at time.Time, evs []E
 // initial_resource_versions), what it asks for now (REQUESTED until
 // answered), and what it no longer wants (dropped, as the client drops it).
 func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at time.Time, max int, evs []Event) []Event {
-	defer t.freeze(t.thaw())
+	t.own()
 	now := at.UnixNano()
 	for n, v := range req.InitialVersions {
 		if n == "*" || t.names.findString(n, -1) >= 0 {
@@ -81,7 +81,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 // superseded push (nack false) counts as accepted, as the tracker assumes.
 // It runs before the tracker applies the push to its own state.
 func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, at time.Time, max int, evs []Event) []Event {
-	defer t.freeze(t.thaw())
+	t.own()
 	p := &ts.p
 	sent := p.ev.SentAt.UnixNano()
 	pushVersion := unique.Make(p.ev.Version)
@@ -189,7 +189,7 @@ func (t *resTable) expire(ts *typeState, s *stream, now time.Time, timeout time.
 	if t.requested == 0 || now.UnixNano()-t.oldest < int64(timeout) {
 		return evs
 	}
-	defer t.freeze(t.thaw())
+	t.own()
 	oldest := int64(0)
 	for k := range t.ents {
 		if t.ents[k].status != ClientRequested {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/adstap/adstap/codec"
 )
@@ -135,27 +134,11 @@ var tableStates = &sharedStore[resEntry]{key: func(e resEntry) uint64 {
 	return k
 }}
 
-// tableThaws lend a shared table's copy to the pass that changes it.
-var tableThaws = sync.Pool{New: func() any { return new(thawBuf[resEntry]) }}
+// own makes the table the stream's own to change (sharedstate.go).
+func (t *resTable) own() { t.sharing.own(&t.names.names, &t.ents) }
 
-// thaw makes the table writable for one pass, returning what freeze must
-// be handed to end it.
-func (t *resTable) thaw() *thawBuf[resEntry] {
-	if t.shared == nil {
-		return nil
-	}
-	buf := tableThaws.Get().(*thawBuf[resEntry])
-	t.sharing.thaw(&t.names.names, &t.ents, buf)
-	return buf
-}
-
-// freeze ends a pass over the table: it is shared, or kept as its own.
-func (t *resTable) freeze(buf *thawBuf[resEntry]) {
-	t.sharing.freeze(tableStates, &t.names.names, &t.ents, buf)
-	if buf != nil {
-		tableThaws.Put(buf)
-	}
-}
+// share shares the table, at a tick (sharedstate.go).
+func (t *resTable) share() { t.sharing.share(tableStates, &t.names.names, &t.ents) }
 
 // tracksResources reports whether a type's resources are followed one by
 // one: not the questions istioctl and istio-agent ask on a stream.

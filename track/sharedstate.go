@@ -12,17 +12,19 @@ import (
 // A stream's state of a type is, more often than not, the same as many
 // other streams': the sidecars of a namespace accepted the same clusters
 // with the same bodies, and a tap in front of istiod holds thousands of
-// them. So once a pass over a list of names and what goes with them (the
-// acknowledged state's hashes, the CSDS table's entries) is over, the list
-// is looked up by content tap-wide, and a stream whose list another stream
-// holds already shares that one: 1,000 streams of 200 resources hold 3.2 KB
-// of acknowledged state once rather than 3.2 MB. A shared list is never
-// written; the next pass that changes it works on a copy in its scratch,
-// and the result is looked up again, so a fan-out of one push to every
-// stream copies nothing once the first stream stored it. The store holds
-// its lists weakly: one that no stream holds any more is collected, and its
-// entry with it. A stream's index of its names stays its own: a shared
-// list has its names at the same positions.
+// them. So a list of names and what goes with them (the acknowledged
+// state's hashes, the CSDS table's entries) that has not changed since
+// the last tick is looked up by content tap-wide at the tick, and a stream
+// whose list another stream holds already shares that one: 1,000 streams
+// of 200 resources hold 3.2 KB of acknowledged state once rather than
+// 3.2 MB. A shared list is never written: the next change copies it first
+// and the copy is the stream's own until a tick shares it again, so a
+// stream pays at most one copy and one lookup of its list a tick, however
+// many pushes change it in between, and a push that changes one resource
+// of 10,000 costs what it changes. The store holds its lists weakly: one
+// that no stream holds any more is collected, and its entry with it. A
+// stream's index of its names stays its own: a shared list has its names
+// at the same positions.
 
 // sharedFrom is the fewest names whose list is shared: a smaller one costs
 // less than its lookup and its entry.
@@ -66,45 +68,26 @@ func (st *sharedStore[T]) share(names []unique.Handle[string], vals []T, owned b
 		})
 }
 
-// thawBuf holds a shared list's copy while a pass changes it: scratch.
-type thawBuf[T comparable] struct {
-	names []unique.Handle[string]
-	vals  []T
-	used  bool // by the pass under way
-}
-
 // sharing is a list's hold on the tap-wide list that it is, if any.
 type sharing[T comparable] struct {
 	shared *sharedList[T]
 }
 
-// thaw makes a list writable for one pass: a shared list is copied into
-// the pass's scratch. freeze must end the pass.
-func (s *sharing[T]) thaw(names *[]unique.Handle[string], vals *[]T, buf *thawBuf[T]) {
+// own makes a list the stream's own to write, copying it if it is shared.
+func (s *sharing[T]) own(names *[]unique.Handle[string], vals *[]T) {
 	if s.shared == nil {
 		return
 	}
-	*names = append(buf.names[:0], *names...)
-	*vals = append(buf.vals[:0], *vals...)
-	buf.names, buf.vals, buf.used = (*names)[:0], (*vals)[:0], true
+	*names, *vals = slices.Clone(*names), slices.Clone(*vals)
 	s.shared = nil
 }
 
-// freeze ends a pass over a list: it is looked up tap-wide and shared (or
-// kept as the stream's own when small). What it holds of the pass's
-// scratch is copied out; the scratch keeps no name.
-func (s *sharing[T]) freeze(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T, buf *thawBuf[T]) {
-	inScratch := buf != nil && len(*names) > 0 && cap(buf.names) > 0 &&
-		(unsafe.SliceData(*names) == unsafe.SliceData(buf.names) || unsafe.SliceData(*vals) == unsafe.SliceData(buf.vals))
-	switch {
-	case len(*names) >= sharedFrom:
-		l := st.share(*names, *vals, !inScratch)
-		*names, *vals, s.shared = l.names, l.vals, l
-	case inScratch:
-		*names, *vals = slices.Clone(*names), slices.Clone(*vals)
+// share looks a list the stream owns up tap-wide, at a tick: it shares the
+// list another stream holds, or stores its own for the streams to come.
+func (s *sharing[T]) share(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+	if s.shared != nil || len(*names) < sharedFrom {
+		return
 	}
-	if buf != nil && buf.used {
-		clear(buf.names[:cap(buf.names)])
-		buf.used = false
-	}
+	l := st.share(*names, *vals, true)
+	*names, *vals, s.shared = l.names, l.vals, l
 }

@@ -12,9 +12,10 @@ import (
 )
 
 // TestStreamsSharingAStateChangeAlone syncs three streams on the same
-// endpoints, which the tracker then holds once for all of them, and moves
-// each elsewhere: one rejects the next push, one accepts it, one is not
-// sent it. Each stream's CSDS view and its next diff are its own.
+// endpoints, which the tracker holds once for all of them from the next
+// tick, and moves each elsewhere: one rejects the next push, one accepts
+// it, one is not sent it. Each stream's CSDS view and its next diff are its
+// own.
 func TestStreamsSharingAStateChangeAlone(t *testing.T) {
 	leakcheck.Check(t)
 	tr := track.New(track.Config{Resources: true})
@@ -49,10 +50,17 @@ func TestStreamsSharingAStateChangeAlone(t *testing.T) {
 		}
 		do(frame(id, ack(eds, 1, ns...)))
 	}
+	do(tick())
+	for id := uint64(2); id <= 3; id++ {
+		if acked, table := tr.SharedWith(1, id, eds); !acked || !table {
+			t.Fatalf("streams 1 and %d synced on the same endpoints share their acknowledged state %v, their table %v", id, acked, table)
+		}
+	}
 	do(frame(1, push(eds, 2, endpoints("10.0.0.2")...)))
 	do(frame(1, nack(eds, 2, 1, "no", ns...)))
 	do(frame(2, push(eds, 2, endpoints("10.0.0.2")...)))
 	do(frame(2, ack(eds, 2, ns...)))
+	do(tick())
 
 	versions := map[uint64]map[string]int{}
 	for _, c := range tr.ClientResources(nil, true) {

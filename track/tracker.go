@@ -294,6 +294,10 @@ func (t *Tracker) Tick(now time.Time) []Event {
 					evs = ts.res.expire(ts, s, now, t.cfg.InitialFetchTimeout, evs)
 				}
 				evs = t.det.checkStorm(&ts.det, now, evs)
+				ts.acked.share()
+				if ts.res != nil {
+					ts.res.share()
+				}
 			}
 			s.sc.giveBack()
 		}
