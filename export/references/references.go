@@ -79,8 +79,16 @@ type refStream struct {
 	off string
 	// answering is a request that answers the latest push of its type,
 	// applied once that push's answer is: the client applies the push
-	// before what its request changes of the subscription.
-	answering *refOp
+	// before what its request changes of the subscription. Held by value,
+	// so that an op, which holds a whole push, is not moved to the heap for it.
+	answering pendingRequest
+}
+
+// pendingRequest is a request held until the push it answers has ended;
+// req is nil when none is.
+type pendingRequest struct {
+	req *codec.Request
+	at  time.Time
 }
 
 type refOp struct {
@@ -314,14 +322,14 @@ func (r *References) do(op refOp) {
 	}
 	switch op.kind {
 	case refRequest:
-		if st.answering != nil {
+		if st.answering.req != nil {
 			r.requested(op.stream, st, st.answering)
 		}
 		if op.answers {
-			st.answering = &op
+			st.answering = pendingRequest{op.req, op.at}
 			return
 		}
-		r.requested(op.stream, st, &op)
+		r.requested(op.stream, st, pendingRequest{op.req, op.at})
 	case refAnswer:
 		if op.push.Node.ID != "" {
 			st.node = op.push.Node.ID
@@ -338,10 +346,14 @@ func (r *References) do(op refOp) {
 			st.graph.ShareScans(r.sharedScans())
 			changes := st.graph.Accepted(refgraph.Push{TypeURL: op.push.TypeURL, Resources: accepted{a},
 				Removed: a.Removed, Replace: a.Replace}, op.at, op.push.Round)
-			r.report(op.stream, st, &op.push, changes)
+			if len(changes) > 0 {
+				// A copy: the op's own address would move every op to the heap.
+				push := op.push
+				r.report(op.stream, st, &push, changes)
+			}
 		}
-		if req := st.answering; req != nil {
-			st.answering = nil
+		if req := st.answering; req.req != nil {
+			st.answering = pendingRequest{}
 			r.requested(op.stream, st, req)
 		}
 	case refLost:
@@ -391,13 +403,13 @@ func (r *References) ScanStats() (shared, scanned uint64) {
 
 // requested applies what a request says of the client's subscription.
 // r.mu is held.
-func (r *References) requested(id uint64, st *refStream, op *refOp) {
-	r.report(id, st, nil, st.graph.Requested(op.req, op.at, 0))
+func (r *References) requested(id uint64, st *refStream, pr pendingRequest) {
+	r.report(id, st, nil, st.graph.Requested(pr.req, pr.at, 0))
 }
 
 // stop stops checking a stream, for why. r.mu is held.
 func (r *References) stop(id uint64, st *refStream, why string) {
-	st.off, st.answering = why, nil
+	st.off, st.answering = why, pendingRequest{}
 	r.log.Warn(fmt.Sprintf("stream %d: references no longer checked: %s", id, st.off), "stream", id)
 	r.forget(st)
 }
