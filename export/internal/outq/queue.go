@@ -39,12 +39,12 @@ type Queue[T any] struct {
 	// is pushed on a lock-free stack that the queue's goroutine takes whole
 	// and reverses, which keeps each producer's order; the bound is a byte
 	// count reserved by compare-and-swap.
-	head       atomic.Pointer[queueNode[T]]
+	head atomic.Pointer[queueNode[T]]
 	// nodes holds the nodes the queue's goroutine has taken, for the next
 	// puts: a node a put allocated was ~10 % of what a tap allocated
 	// relaying small pushes, and so of how often it collected. Reusing a
 	// node is safe on this stack: it is only pushed onto, and taken whole.
-	nodes sync.Pool
+	nodes      sync.Pool
 	used       atomic.Int64
 	closed     atomic.Bool
 	putting    atomic.Int64 // puts between their look at closed and their push
