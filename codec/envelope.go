@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -107,7 +107,7 @@ type Resource struct {
 	// message, views like Name. The resource's size is len(Body): a field
 	// of its own was 8 bytes more for every resource of every push decoded.
 	TypeURL, Body []byte
-	// Hash is the xxhash64 of the serialized resource: equal hashes mean the
+	// Hash is the XXH3-64 of the serialized resource: equal hashes mean the
 	// control plane sent the same bytes again, whatever the version says.
 	Hash uint64
 	// Heartbeat is set for a Resource wrapper that carries no resource: under
@@ -715,7 +715,7 @@ func decodeAny(b []byte) (typeURL, value []byte, err error) {
 
 func (res *Resource) setBody(typeURL, value []byte) {
 	res.TypeURL, res.Body = typeURL, value
-	res.Hash = xxhash.Sum64(value)
+	res.Hash = xxh3.Hash(value)
 	if len(res.Name) == 0 && nameInField1(typeURL) {
 		res.Name = fieldOne(value)
 	}

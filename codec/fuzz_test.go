@@ -13,7 +13,7 @@ import (
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 	"github.com/adstap/adstap/internal/testutil/xdstest"
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
@@ -248,7 +248,7 @@ func wantResource(r *discoveryv3.Resource, got codec.Resource) codec.Resource {
 	if r.Resource == nil {
 		w.Heartbeat = true
 	} else {
-		w.Hash = xxhash.Sum64(r.Resource.Value)
+		w.Hash = xxh3.Hash(r.Resource.Value)
 	}
 	return w
 }
@@ -269,7 +269,7 @@ func checkResponse(t *testing.T, data []byte, got *codec.Response, err error) {
 		}
 		if a.TypeUrl != codec.TypeResource {
 			want.Resources = append(want.Resources, codec.Resource{
-				Name: g.Name, Hash: xxhash.Sum64(a.Value),
+				Name: g.Name, Hash: xxh3.Hash(a.Value),
 			})
 			continue
 		}

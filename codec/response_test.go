@@ -6,7 +6,7 @@ import (
 
 	"github.com/adstap/adstap/codec"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -24,7 +24,7 @@ func want(name, version string, a *anypb.Any) codec.Resource {
 	return codec.Resource{
 		Name:    []byte(name),
 		Version: []byte(version),
-		Hash:    xxhash.Sum64(a.GetValue()),
+		Hash:    xxh3.Hash(a.GetValue()),
 	}
 }
 
