@@ -225,6 +225,7 @@ func (a *acknowledged) apply(p *push, sub *subscription, sc *scratch) {
 	}
 	for _, name := range p.removed {
 		if k := a.findString(name, -1); k >= 0 {
+			a.own() // applyWhole may have shared the state it built
 			a.removeAt(k)
 		}
 	}
@@ -320,7 +321,12 @@ func (a *acknowledged) sameOrder(p *push) bool {
 // applyMerge applies a push that updates part of the state: new names are
 // appended, and what the push lacks is kept.
 func (a *acknowledged) applyMerge(p *push, sub *subscription, sc *scratch) {
-	if fresh := int(p.fresh); fresh > 1 {
+	// A stream's first push of the type: the state is built in scratch and
+	// adopted (ackedSet.adopt), as a rewrite that outgrows its slices is.
+	first := len(a.names) == 0 && int(p.fresh) >= sharedFrom
+	if first {
+		a.names, a.hashes, _ = sc.state(int(p.fresh))
+	} else if fresh := int(p.fresh); fresh > 1 {
 		// Grown once, to what the push may add, rather than by doubling.
 		a.names = slices.Grow(a.names, fresh)
 		a.hashes = slices.Grow(a.hashes, fresh)
@@ -346,6 +352,15 @@ func (a *acknowledged) applyMerge(p *push, sub *subscription, sc *scratch) {
 		}
 		placed.add(r.name, int32(len(a.names)))
 		a.add(r.name, r.hash)
+	}
+	if first {
+		names, hashes := a.names, a.hashes
+		if len(names) >= sharedFrom {
+			a.adopt(names, hashes)
+		} else {
+			a.names, a.hashes = slices.Clone(names), slices.Clone(hashes)
+		}
+		sc.done(names, hashes, sc.fresh)
 	}
 }
 

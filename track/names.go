@@ -315,6 +315,18 @@ var ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
 // own makes the state the stream's own to change (sharedstate.go).
 func (a *ackedSet) own() { a.sharing.own(&a.names, &a.hashes) }
 
+// adopt makes names and hashes, which the set outgrew its slices for, the
+// state: the list another stream holds already, or a copy that the
+// streams to come share. A state outgrows its slices on a stream's first
+// sync of a type, which the sidecars of a namespace go through with the
+// same resources; a copy of its own that the next tick swapped for the
+// shared list was garbage left between what the streams keep (W3's
+// holes). The next change copies it first, as after a tick.
+func (a *ackedSet) adopt(names []name, hashes []uint64) {
+	l := ackedStates.share(names, hashes, false)
+	a.names, a.hashes, a.shared = l.names, l.vals, l
+}
+
 // share shares the state, at a tick (sharedstate.go).
 func (a *ackedSet) share() { a.sharing.share(ackedStates, &a.names, &a.hashes) }
 
@@ -341,13 +353,16 @@ func (a *ackedSet) reset(names []name, hashes []uint64) {
 // set.
 func (a *ackedSet) rewrite(names []name, hashes []uint64, where, fresh []int32) {
 	a.remapIndex(where)
-	if cap(a.names) >= len(names) {
+	switch {
+	case cap(a.names) >= len(names):
 		if len(a.names) > len(names) {
 			clear(a.names[len(names):])
 		}
 		a.names = append(a.names[:0], names...)
 		a.hashes = append(a.hashes[:0], hashes...)
-	} else {
+	case len(names) >= sharedFrom:
+		a.adopt(names, hashes)
+	default:
 		a.names = slices.Clone(names)
 		a.hashes = slices.Clone(hashes)
 	}

@@ -110,11 +110,14 @@ func TestNameSet(t *testing.T) {
 						names = append(names, intern([]byte(str)))
 						hashes = append(hashes, uint64(step))
 					}
+					a.own()
 					a.rewrite(names, hashes, where, fresh)
 				case k < 0:
+					a.own() // as every change does: a rewrite may have shared the set
 					a.add(intern([]byte(str)), uint64(step))
 					want[str] = uint64(step)
 				case op < 10:
+					a.own()
 					a.removeAt(k)
 					delete(want, str)
 				}
