@@ -2,6 +2,7 @@ package track_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -86,6 +87,59 @@ func TestStreamsSharingAStateChangeAlone(t *testing.T) {
 	for id, want := range map[uint64]string{1: "+0 -0 ~20 =0", 2: "+0 -0 ~0 =20", 3: "+0 -0 ~20 =0"} {
 		if got := changed(do(frame(id, push(eds, 3, endpoints("10.0.0.2")...)))); got != want {
 			t.Errorf("stream %d: a push of what stream 2 accepted is %s, want %s", id, got, want)
+		}
+	}
+}
+
+// TestFirstSyncSharesTheStateAtOnce syncs two streams on the same clusters
+// (a push that replaces its type) and endpoints (one that merges into it):
+// from their ACKs on they hold one acknowledged state of each, before any
+// tick, and a change to one stream's state is its own.
+func TestFirstSyncSharesTheStateAtOnce(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{})
+	ns := names("outbound|80||first", 20)
+	var clusters, endpoints []proto.Message
+	for _, n := range ns {
+		clusters = append(clusters, cluster(n))
+		endpoints = append(endpoints, endpoint(n, "10.0.0.1"))
+	}
+	at := t0
+	do := func(a action) []track.Event {
+		at = at.Add(time.Millisecond)
+		return a(t, tr, at)
+	}
+	for id := uint64(1); id <= 2; id++ {
+		do(open(id, adsSotW))
+		do(frame(id, withNode(initial(cds), sidecar)))
+		do(frame(id, push(cds, 1, clusters...)))
+		do(frame(id, ack(cds, 1)))
+		do(frame(id, initial(eds, ns...)))
+		do(frame(id, push(eds, 1, endpoints...)))
+		do(frame(id, ack(eds, 1, ns...)))
+	}
+	for _, typeURL := range []string{cds, eds} {
+		if acked, _ := tr.SharedWith(1, 2, typeURL); !acked {
+			t.Fatalf("two streams synced on the same %s hold their acknowledged states apart until a tick", typeURL)
+		}
+	}
+
+	changed := slices.Clone(clusters)
+	changed[3] = clusterV2(ns[3])
+	do(frame(1, push(cds, 2, changed...)))
+	do(frame(1, ack(cds, 2)))
+	if acked, _ := tr.SharedWith(1, 2, cds); acked {
+		t.Fatal("a stream that accepted a change still holds the other stream's state")
+	}
+	for id, want := range map[uint64]string{1: "~0 =20", 2: "~1 =19"} {
+		var got string
+		for _, e := range do(frame(id, push(cds, 3, changed...))) {
+			if p, ok := e.(track.PushSent); ok {
+				got = fmt.Sprintf("~%d =%d", p.Push.Diff.Changed, p.Push.Diff.Unchanged)
+			}
+		}
+		if got != want {
+			t.Errorf("stream %d: a push of what stream 1 accepted is %q, want %q", id, got, want)
 		}
 	}
 }
