@@ -161,8 +161,6 @@ func (r *Report) targets() []Target {
 		fmt.Sprintf("%.2f× (%.0f KB vs %.0f KB)", m3, full3.PerStreamRSS/1e3, relay3.PerStreamRSS/1e3), m3 <= 1.1)
 	add("W3 RSS per idle synced stream, tap as shipped", "≤ 200 KB", okFull3,
 		fmt.Sprintf("%.0f KB", full3.PerStreamRSS/1e3), full3.PerStreamRSS <= 200e3)
-	add("W3 RSS of an idle tap with no streams, tap as shipped", "≤ 30 MB", okFull3,
-		fmt.Sprintf("%.1f MB", float64(full3.IdleRSS)/1e6), full3.IdleRSS <= 30e6)
 
 	full5, okFull5 := r.summary("W5", Tap)
 	relay5, okRelay5 := r.summary("W5", Relay)
@@ -185,6 +183,17 @@ func (r *Report) targets() []Target {
 	if !okRelay7 || !okSide7 {
 		add("W7 RSS after sync, at the peak and after idle, one stream's large CDS push, adstap with the template's flags (capture on) / pass-through relay", "≤ 1.3×", false, "", false)
 	}
+	// An idle adstap is measured as it ships, from outside: the binary,
+	// started with the template's flags, before its proxy connects (W7
+	// starts it afresh for each push). The W3 middles are the benchmark's
+	// own process, which links the typed relay too.
+	var started []int64
+	for _, f := range side7.Footprints {
+		started = append(started, f.Started)
+	}
+	idle := median(started)
+	add("W7 RSS of an idle adstap with no streams, the binary with the template's flags, before its stream", "≤ 30 MB", okSide7 && len(started) > 0,
+		fmt.Sprintf("%.1f MB (%s)", float64(idle)/1e6, fmtBytes(idle)), idle <= 30e6)
 	for i, f := range relay7.Footprints {
 		if !okSide7 || i >= len(side7.Footprints) {
 			break

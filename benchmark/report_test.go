@@ -49,8 +49,8 @@ func TestReportTargets(t *testing.T) {
 					{PushBytes: 40e6, Synced: Usage{RSS: 67e6}, Idle: Usage{RSS: 67e6}, Peak: 68e6},
 				}}},
 				Sidecar: {{Footprints: []Footprint{
-					{PushBytes: 10e6, Synced: Usage{RSS: 45e6}, Idle: Usage{RSS: 30e6}, Peak: 50e6},
-					{PushBytes: 40e6, Synced: Usage{RSS: 100e6}, Idle: Usage{RSS: 40e6}, Peak: 110e6},
+					{PushBytes: 10e6, Started: Usage{RSS: 31e6}, Synced: Usage{RSS: 45e6}, Idle: Usage{RSS: 30e6}, Peak: 50e6},
+					{PushBytes: 40e6, Started: Usage{RSS: 31e6}, Synced: Usage{RSS: 100e6}, Idle: Usage{RSS: 40e6}, Peak: 110e6},
 				}}},
 			},
 		},
@@ -68,7 +68,7 @@ func TestReportTargets(t *testing.T) {
 		"W2 added p50 latency, tap as shipped / pass-through relay":                                                                                 false, // 2.0
 		"W3 RSS per idle synced stream, tap as shipped / pass-through relay":                                                                        false, // 1.5
 		"W3 RSS per idle synced stream, tap as shipped":                                                                                             true,  // 150 KB
-		"W3 RSS of an idle tap with no streams, tap as shipped":                                                                                     true,
+		"W7 RSS of an idle adstap with no streams, the binary with the template's flags, before its stream":                                         false, // 31 MB
 		"W6 fan-out convergence (first send → last ACK), tap as shipped / pass-through relay":                                                       true,  // 1.05
 		"W6 pushes not kept for their answer after the fan-out, tap as shipped (adstap_nack_not_kept_total)":                                        false, // 4141
 		"W6 streams no longer checked for references after the fan-out, tap as shipped (dropped by the check's queue + stopped)":                    true,

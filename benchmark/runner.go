@@ -131,7 +131,7 @@ func runDetail(id string, r Result) string {
 	case "W7":
 		var out string
 		for _, f := range r.Footprints {
-			out += fmt.Sprintf("  %s: RSS synced %s, idle %s, peak %s;", sizeMB(f.PushBytes), fmtBytes(f.Synced.RSS), fmtBytes(f.Idle.RSS), fmtBytes(f.Peak))
+			out += fmt.Sprintf("  %s: RSS started %s, synced %s, idle %s, peak %s;", sizeMB(f.PushBytes), fmtBytes(f.Started.RSS), fmtBytes(f.Synced.RSS), fmtBytes(f.Idle.RSS), fmtBytes(f.Peak))
 		}
 		return out
 	}
@@ -201,8 +201,8 @@ type summary struct {
 
 // footprintSummary is the median of W7's footprints of one push size.
 type footprintSummary struct {
-	PushBytes          int
-	Synced, Idle, Peak int64 // RSS after sync, after idle, and the peak
+	PushBytes                   int
+	Started, Synced, Idle, Peak int64 // RSS as started, after sync, after idle, and the peak
 }
 
 // summarize takes the medians of a workload's runs over a path.
@@ -245,15 +245,15 @@ func summarize(results []Result) summary {
 	s.PerStreamLive, s.PerStreamGoroutines, s.PerStreamFDs = median(perStreamLive), median(goroutines), median(fds)
 	s.OthersMedian = median(others)
 	for i := range results[0].Footprints {
-		var synced, idle, peak []int64
+		var started, synced, idle, peak []int64
 		for _, r := range results {
 			if i < len(r.Footprints) {
 				f := r.Footprints[i]
-				synced, idle, peak = append(synced, f.Synced.RSS), append(idle, f.Idle.RSS), append(peak, f.Peak)
+				started, synced, idle, peak = append(started, f.Started.RSS), append(synced, f.Synced.RSS), append(idle, f.Idle.RSS), append(peak, f.Peak)
 			}
 		}
 		s.Footprints = append(s.Footprints, footprintSummary{PushBytes: results[0].Footprints[i].PushBytes,
-			Synced: median(synced), Idle: median(idle), Peak: median(peak)})
+			Started: median(started), Synced: median(synced), Idle: median(idle), Peak: median(peak)})
 	}
 	if len(others) > 0 {
 		s.OthersMax = slices.Max(others)

@@ -31,7 +31,10 @@ type w7 struct {
 
 // Footprint is the middle's memory around one push of W7.
 type Footprint struct {
-	PushBytes    int
+	PushBytes int
+	// Started is the middle as it started, idle, before its stream: for
+	// adstap, the binary as it runs in every pod before its proxy connects.
+	Started      Usage
 	Synced, Idle Usage
 	Peak         int64 // the highest RSS from the middle's start to idle
 }
@@ -151,6 +154,6 @@ func (w *w7) one(ctx context.Context, start StartMiddle, i int) (f Footprint, wi
 	if window, err = m.End(); err != nil {
 		return f, window, err
 	}
-	f.Peak = window.PeakRSS
+	f.Started, f.Peak = window.Start, window.PeakRSS
 	return f, window, errs.get()
 }
