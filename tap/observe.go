@@ -319,7 +319,8 @@ type observation struct {
 	// scheduled is set while the stream is on the run queue or with a
 	// worker: it is never on the queue twice, nor with two workers.
 	scheduled bool
-	// spare is the previous batch, kept for its capacity.
+	// spare is the previous batch, kept for its capacity while the stream
+	// stays busy.
 	spare []Frame
 }
 
@@ -384,6 +385,7 @@ func (o *observation) observe() (again bool) {
 	if !o.opened {
 		o.opened = true
 		p.obs.OnStreamOpen(o.info)
+		o.info.Header = nil
 	}
 	o.mu.Lock()
 	batch := o.queue
@@ -421,10 +423,13 @@ func (o *observation) observe() (again bool) {
 			o.skipped += abandoned
 		}
 	}
-	o.spare = batch[:0]
 	if len(o.queue) == 0 && o.end == nil {
+		// Idle: a stream waits most of its life for its next push, and
+		// holds no slice meanwhile; its next frame costs one small one.
+		o.queue = nil
 		o.scheduled = false
 		return false
 	}
+	o.spare = batch[:0]
 	return true
 }

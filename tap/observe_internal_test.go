@@ -300,7 +300,8 @@ func TestPoolStuckStreamHoldsOnlyItsWorker(t *testing.T) {
 
 // The workers start with the first stream — a tap that relays none holds
 // none — and there are as many as configured however many streams are open;
-// once the streams are idle, none is running a stream's observation.
+// once the streams are idle, none is running a stream's observation, and
+// no stream holds a queue.
 func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 	leakcheck.Check(t)
 	const workerCount, streams = 3, 40
@@ -330,6 +331,13 @@ func TestPoolWorkersAreFixedAndIdleStreamsHoldNone(t *testing.T) {
 	}
 	if n := leakcheck.Count(workerOrigin); n != workerCount {
 		t.Errorf("%d workers for %d idle streams, want %d", n, streams, workerCount)
+	}
+	for i, o := range open {
+		o.mu.Lock()
+		if cap(o.queue) != 0 || cap(o.spare) != 0 {
+			t.Errorf("idle stream %d holds queue slices of capacity %d and %d, want none", i, cap(o.queue), cap(o.spare))
+		}
+		o.mu.Unlock()
 	}
 	for _, o := range open {
 		o.close(StreamEnd{By: "client"})

@@ -93,8 +93,10 @@ type StreamInfo struct {
 	// Connect is how the stream's upstream connection came up, for the
 	// stream that waited for it to; nil for a stream that found it up.
 	Connect *codec.UpstreamConnect
-	// Header is the downstream request metadata. It includes credentials such
-	// as authorization: an observer that writes it anywhere must redact it.
+	// Header is the downstream request metadata, in OnStreamOpen only (nil
+	// after: a stream waits most of its life, and holds no copy of it
+	// meanwhile). It includes credentials such as authorization: an
+	// observer that writes it anywhere must redact it.
 	Header metadata.MD
 }
 

@@ -34,10 +34,16 @@ func (r *recorder) observer() tap.Observer {
 		StreamOpenFunc: func(s tap.StreamInfo) {
 			r.add(fmt.Sprintf("open %s auth=%s", s.Method, s.Header.Get("authorization")))
 		},
-		FrameFunc: func(_ tap.StreamInfo, f tap.Frame) {
+		FrameFunc: func(s tap.StreamInfo, f tap.Frame) {
+			if s.Header != nil {
+				r.add("header held after open") // the stream holds its own copy while idle
+			}
 			r.add(fmt.Sprintf("%s %q size=%d skipped=%d", f.Direction, f.Data.Materialize(), f.Size, f.Skipped))
 		},
-		StreamCloseFunc: func(_ tap.StreamInfo, e tap.StreamEnd) {
+		StreamCloseFunc: func(s tap.StreamInfo, e tap.StreamEnd) {
+			if s.Header != nil {
+				r.add("header held after open")
+			}
 			r.add(fmt.Sprintf("close %s by %s", e.Code, e.By))
 			r.closed <- struct{}{}
 		},

@@ -380,6 +380,7 @@ func (s *Server) handle(_ any, down grpc.ServerStream) error {
 	if s.observe != nil {
 		r.obs = s.observe.startObservation(r.info)
 	}
+	r.info.Header = nil // the observation has it for OnStreamOpen
 	s.log.Debug("stream opened", "stream", r.info.ID, "conn", conn.id, "method", method, "peer", r.info.Peer)
 
 	// The pump may outlive this handler by a moment: it returns when gRPC
