@@ -25,3 +25,20 @@ func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
 	table = x.res != nil && y.res != nil && x.res.shared != nil && x.res.shared == y.res.shared
 	return acked, table
 }
+
+// Subscribed reports the names stream id subscribes to of typeURL, and
+// whether it holds them shared with stream other.
+func (t *Tracker) Subscribed(id, other uint64, typeURL string) (names []string, shared bool) {
+	state := func(id uint64) *typeState {
+		v, _ := t.streams.Load(id)
+		s := v.(*stream)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.types[typeURL]
+	}
+	x, y := state(id), state(other)
+	for _, n := range x.sub.names {
+		names = append(names, n.Value())
+	}
+	return names, x.sub.shared != nil && x.sub.shared == y.sub.shared
+}

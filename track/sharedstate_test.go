@@ -143,3 +143,49 @@ func TestFirstSyncSharesTheStateAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscriptionsShareTheirNames subscribes streams to the same
+// endpoints: SotW ones hold one list from their requests on, a Delta one
+// from the tick after its last change; a change to one stream's list is
+// its own.
+func TestSubscriptionsShareTheirNames(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{})
+	ns := names("outbound|80||first", 20)
+	at := t0
+	do := func(a action) []track.Event {
+		at = at.Add(time.Millisecond)
+		return a(t, tr, at)
+	}
+	for id := uint64(1); id <= 2; id++ {
+		do(open(id, adsSotW))
+		do(frame(id, withNode(initial(eds, ns...), sidecar)))
+	}
+	if _, shared := tr.Subscribed(1, 2, eds); !shared {
+		t.Fatal("two SotW streams subscribed to the same endpoints hold their lists apart")
+	}
+	do(frame(1, initial(eds, ns[1:]...)))
+	got1, shared := tr.Subscribed(1, 2, eds)
+	got2, _ := tr.Subscribed(2, 1, eds)
+	if shared || !slices.Equal(got1, ns[1:]) || !slices.Equal(got2, ns) {
+		t.Fatalf("after stream 1 dropped %s: stream 1 has %d names, stream 2 %d, shared %v; want 19, 20, apart",
+			ns[0], len(got1), len(got2), shared)
+	}
+
+	for id := uint64(3); id <= 4; id++ {
+		do(open(id, adsDelta))
+		do(frame(id, dinitial(eds, ns[:10]...)))
+		do(frame(id, dsub(eds, 0, ns[10:], nil)))
+	}
+	do(tick())
+	if _, shared := tr.Subscribed(3, 4, eds); !shared {
+		t.Fatal("two Delta streams subscribed to the same endpoints hold their lists apart after a tick")
+	}
+	do(frame(3, dsub(eds, 0, nil, ns[:1])))
+	got3, shared := tr.Subscribed(3, 4, eds)
+	got4, _ := tr.Subscribed(4, 3, eds)
+	if shared || len(got3) != 19 || len(got4) != 20 {
+		t.Fatalf("after stream 3 unsubscribed %s: stream 3 has %d names, stream 4 %d, shared %v; want 19, 20, apart",
+			ns[0], len(got3), len(got4), shared)
+	}
+}

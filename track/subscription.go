@@ -1,6 +1,7 @@
 package track
 
 import (
+	"slices"
 	"unique"
 
 	"github.com/adstap/adstap/codec"
@@ -20,6 +21,31 @@ type subscription struct {
 	// replaceType marks LDS and CDS, whose SotW responses always carry the
 	// whole set the client needs, so a name missing from one is removed.
 	replaceType bool
+	// shared, when set, is the tap-wide list the names are: read-only, as
+	// the acknowledged state's (sharedstate.go).
+	shared *sharedList[struct{}]
+}
+
+// subscriptions are the explicit subscriptions shared tap-wide: the
+// sidecars of a namespace ask for the same endpoints, in the same order.
+var subscriptions = &sharedStore[struct{}]{key: func(struct{}) uint64 { return 0 }}
+
+// own makes the names the stream's own to change, copying them if they
+// are shared.
+func (sub *subscription) own() {
+	if sub.shared != nil {
+		sub.names, sub.shared = slices.Clone(sub.names), nil
+	}
+}
+
+// share looks the names up tap-wide, at a tick: a Delta subscription
+// changed name by name is shared once it rests.
+func (sub *subscription) share() {
+	if sub.shared != nil || len(sub.names) < sharedFrom {
+		return
+	}
+	l := subscriptions.share(sub.names, make([]struct{}, len(sub.names)), true)
+	sub.names, sub.shared = l.names, l
 }
 
 // empty reports whether the client wants nothing of the type.
@@ -87,7 +113,8 @@ func (sub *subscription) sameNames(names []string, sc *scratch) bool {
 func (sub *subscription) setNames(names []string, sc *scratch) {
 	old := &sub.nameSet
 	seen := sc.marksFor(len(old.names))
-	out := make([]name, 0, len(names))
+	out, hashes, fresh := sc.state(len(names))
+	defer func() { sc.done(out, hashes, fresh) }()
 	placed := sc.added(len(names)) // new names, for the rare one listed twice
 	defer placed.done()
 	var c cursor
@@ -111,7 +138,18 @@ func (sub *subscription) setNames(names []string, sc *scratch) {
 		placed.add(n, int32(len(out)))
 		out = append(out, n)
 	}
-	sub.reset(out)
+	// The list is built in scratch space and copied once, or not at all
+	// when another stream holds it already: a sync of many sidecars of a
+	// namespace subscribes them all to the same endpoints, and a copy of
+	// their own would be garbage between what they keep.
+	if len(out) >= sharedFrom {
+		l := subscriptions.share(out, make([]struct{}, len(out)), false)
+		sub.reset(l.names)
+		sub.shared = l
+	} else {
+		sub.reset(slices.Clone(out))
+		sub.shared = nil
+	}
 	sub.idle()
 }
 
@@ -119,6 +157,9 @@ func (sub *subscription) setNames(names []string, sc *scratch) {
 // The first request of a type that subscribes nothing is the legacy wildcard.
 func (sub *subscription) subscribeDelta(req *codec.Request, first bool) (changed, unsubscribed bool) {
 	wasEmpty := !first && sub.empty()
+	if len(req.Subscribe) > 0 || len(req.Unsubscribe) > 0 {
+		sub.own()
+	}
 	for _, n := range req.Subscribe {
 		if n == "*" {
 			changed = changed || !sub.wildcard

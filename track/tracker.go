@@ -295,6 +295,7 @@ func (t *Tracker) Tick(now time.Time) []Event {
 				}
 				evs = t.det.checkStorm(&ts.det, now, evs)
 				ts.acked.share()
+				ts.sub.share()
 				if ts.res != nil {
 					ts.res.share()
 				}
