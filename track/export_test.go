@@ -18,7 +18,7 @@ func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
 		s := v.(*stream)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.types[typeURL]
+		return s.lookup(typeURL)
 	}
 	x, y := state(a), state(b)
 	acked = x.acked.shared != nil && x.acked.shared == y.acked.shared
@@ -34,7 +34,7 @@ func (t *Tracker) Subscribed(id, other uint64, typeURL string) (names []string, 
 		s := v.(*stream)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.types[typeURL]
+		return s.lookup(typeURL)
 	}
 	x, y := state(id), state(other)
 	for _, n := range x.sub.names {

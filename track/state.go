@@ -215,7 +215,7 @@ func (t *Tracker) Awaiting(streamID uint64, typeURL string) (nonce string, sentA
 		return "", time.Time{}, false
 	}
 	defer s.unlock()
-	ts := s.types[typeURL]
+	ts := s.lookup(typeURL)
 	if ts == nil || !ts.p.pending() {
 		return "", time.Time{}, false
 	}

@@ -25,9 +25,11 @@ type stream struct {
 	// defaultType is the type of a per-type (non-ADS) stream, for frames
 	// that leave type_url empty.
 	defaultType string
-	types       map[string]*typeState
-	order       []*typeState // in the order the types appeared, for stable event order
-	sync        fullSyncClock
+	// order is the stream's types in the order they appeared, for a stable
+	// event order; a stream has a few, so a walk finds one sooner than a
+	// map's hash would, and holds no map.
+	order []*typeState
+	sync  fullSyncClock
 	// round is the push round of the latest response, and the full
 	// pushes counted (round.go).
 	round pushRounds
@@ -60,7 +62,7 @@ type fullSyncClock struct {
 }
 
 func newStream(m StreamMeta, keep *keeper) *stream {
-	return &stream{meta: m, ref: NewStreamRef(m), defaultType: codec.DefaultTypeOf(m.Method), types: make(map[string]*typeState), sc: new(scratch), keep: keep}
+	return &stream{meta: m, ref: NewStreamRef(m), defaultType: codec.DefaultTypeOf(m.Method), sc: new(scratch), keep: keep}
 }
 
 // typeFor returns the state of a type, creating it on first sight, or nil
@@ -69,7 +71,7 @@ func (s *stream) typeFor(url string) *typeState {
 	if url == "" {
 		url = s.defaultType
 	}
-	if ts := s.types[url]; ts != nil {
+	if ts := s.lookup(url); ts != nil {
 		return ts
 	}
 	if len(s.order) >= maxTypesPerStream {
@@ -77,9 +79,18 @@ func (s *stream) typeFor(url string) *typeState {
 	}
 	ts := newTypeState(url, s.keep)
 	ts.out.unsure = s.unsure
-	s.types[url] = ts
 	s.order = append(s.order, ts)
 	return ts
+}
+
+// lookup returns the state of a type the stream has seen, or nil.
+func (s *stream) lookup(url string) *typeState {
+	for _, ts := range s.order {
+		if ts.url == url {
+			return ts
+		}
+	}
+	return nil
 }
 
 // setNode keeps the identity of the first request that carries one: later
