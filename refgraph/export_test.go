@@ -1,5 +1,7 @@
 package refgraph
 
+import "slices"
+
 // What the external tests check of a finding and a graph.
 
 func (f Finding) ShareText() string { return f.shareText() }
@@ -16,3 +18,17 @@ func ShareNodesFrom(n int) (restore func()) {
 
 // ShareNodes shares the graph's nodes, as a tick does.
 func (g *Graph) ShareNodes() { g.shareNodes() }
+
+// Maps names the maps of kinds the graph holds, which it makes on first
+// use (nodes aside).
+func (g *Graph) Maps() []string {
+	var out []string
+	for name, held := range map[string]bool{"byService": g.byService != nil, "routes": g.routes != nil,
+		"listeners": g.listeners != nil, "secrets": g.secrets != nil, "open": g.open != nil} {
+		if held {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

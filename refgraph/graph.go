@@ -36,11 +36,11 @@ type Graph struct {
 	// accepted marks the types the client has accepted a push of: a
 	// reference to a type it never received (it may take it from another
 	// stream) is not checked, but for those it waits for on this one.
-	accepted map[string]bool
+	accepted typeSet
 	// explicitClusters: the client asks for clusters by name (grpc-go does,
 	// from its routes), so a route's new cluster comes after the route.
 	explicitClusters bool
-	requested        map[string]bool
+	requested        typeSet
 
 	open map[owner][]*openFinding
 	// waits are the starts of the EDS clusters' waits for their
@@ -162,14 +162,42 @@ type findingKey struct {
 // reference the client waits for (a listener's route configuration, a
 // cluster's endpoints, a secret) is reported once it has waited grace.
 func New(delta bool, grace time.Duration) *Graph {
-	return &Graph{
-		delta: delta, grace: grace,
-		nodes: map[name]node{}, byService: map[name][]name{}, routes: map[name][]routeRef{},
-		listeners: map[name]listenerRefs{}, secrets: map[name]struct{}{},
-		accepted: map[string]bool{}, requested: map[string]bool{},
-		open: map[owner][]*openFinding{},
-	}
+	return &Graph{delta: delta, grace: grace, nodes: map[name]node{}}
 }
+
+// set puts k in *m, making the map on first use: a graph holds maps of
+// kinds most streams never fill (a sidecar's assignments under other
+// names, a proxyless client's listeners, findings), and every idle stream
+// held an empty one of each.
+func set[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = make(map[K]V)
+	}
+	(*m)[k] = v
+}
+
+// typeSet is a set of the types a graph reads (Reads), a bit each.
+type typeSet uint8
+
+func typeBit(typeURL string) typeSet {
+	switch typeURL {
+	case codec.TypeCluster:
+		return 1
+	case codec.TypeEndpoint:
+		return 2
+	case codec.TypeListener:
+		return 4
+	case codec.TypeRoute:
+		return 8
+	case codec.TypeSecret:
+		return 16
+	}
+	return 0
+}
+
+func (s typeSet) has(typeURL string) bool { return s&typeBit(typeURL) != 0 }
+
+func (s *typeSet) add(typeURL string) { *s |= typeBit(typeURL) }
 
 type scanned struct {
 	name name
@@ -255,10 +283,10 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 	if p.Resources != nil {
 		count = p.Resources.Len()
 	}
-	first := !g.accepted[typeURL]
+	first := !g.accepted.has(typeURL)
 	var ch changeSet
 	if first {
-		g.accepted[typeURL] = true
+		g.accepted.add(typeURL)
 		// A type now checked for the first time: every reference to it.
 		ch.allListeners, ch.allRoutes, ch.allClusters = true, true, true
 	}
@@ -367,8 +395,8 @@ func (g *Graph) Requested(req *codec.Request, at time.Time, round uint64) []Chan
 	if !Reads(req.TypeURL) {
 		return nil
 	}
-	first := !g.requested[req.TypeURL]
-	g.requested[req.TypeURL] = true
+	first := !g.requested.has(req.TypeURL)
+	g.requested.add(req.TypeURL)
 	var drop func(name) bool
 	if req.Delta {
 		if first && req.TypeURL == codec.TypeCluster {
@@ -447,7 +475,7 @@ func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
 			n.extra = &clusterExtra{secrets: r.cluster.secrets}
 			if r.cluster.endpoints != r.name {
 				n.extra.service = r.cluster.endpoints
-				g.byService[n.extra.service] = append(g.byService[n.extra.service], r.name)
+				set(&g.byService, n.extra.service, append(g.byService[n.extra.service], r.name))
 			}
 		}
 		g.ownNodes()
@@ -460,13 +488,13 @@ func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
 		if r.listener != nil {
 			refs = *r.listener
 		}
-		g.listeners[r.name] = refs
+		set(&g.listeners, r.name, refs)
 		ch.touch(owner{'l', r.name})
 	case codec.TypeRoute:
 		if _, ok := g.routes[r.name]; !ok {
 			ch.routeConfigsChanged = true
 		}
-		g.routes[r.name] = r.routes
+		set(&g.routes, r.name, r.routes)
 		ch.touch(owner{'r', r.name})
 	case codec.TypeEndpoint:
 		n := g.nodes[r.name]
@@ -483,7 +511,7 @@ func (g *Graph) apply(typeURL string, r *scanned, ch *changeSet) {
 		if _, ok := g.secrets[r.name]; !ok {
 			ch.allClusters, ch.allListeners = true, true
 		}
-		g.secrets[r.name] = struct{}{}
+		set(&g.secrets, r.name, struct{}{})
 	}
 }
 
@@ -556,7 +584,7 @@ func (g *Graph) unindex(n name, x *node) {
 	if len(users) == 0 {
 		delete(g.byService, x.extra.service)
 	} else {
-		g.byService[x.extra.service] = users
+		set(&g.byService, x.extra.service, users)
 	}
 }
 
@@ -665,7 +693,7 @@ func (g *Graph) check(o owner, out []openFinding) []openFinding {
 			}
 		}
 		out = g.checkRoutes(base, l.routes, out)
-		if g.accepted[codec.TypeCluster] {
+		if g.accepted.has(codec.TypeCluster) {
 			for _, t := range l.tcp {
 				if g.hasCluster(t.cluster) || (t.total != 0 && t.weight == 0) {
 					continue
@@ -687,7 +715,7 @@ func (g *Graph) check(o owner, out []openFinding) []openFinding {
 }
 
 func (g *Graph) checkRoutes(base Finding, refs []routeRef, out []openFinding) []openFinding {
-	if !g.accepted[codec.TypeCluster] {
+	if !g.accepted.has(codec.TypeCluster) {
 		return out
 	}
 	for _, r := range refs {
@@ -847,7 +875,7 @@ func (g *Graph) settle(o owner, found []openFinding, at time.Time, round uint64,
 		delete(g.open, o)
 		return
 	}
-	g.open[o] = next
+	set(&g.open, o, next)
 }
 
 // setKey sets what tells the finding from the owner's others.
@@ -1035,7 +1063,7 @@ func (g *Graph) waitsDue(now time.Time, out []Change, due time.Time) ([]Change, 
 		*nf = found[i]
 		nf.setKey()
 		nf.Since, nf.Round, nf.reported = since, start.round, true
-		g.open[o] = append(g.open[o], nf)
+		set(&g.open, o, append(g.open[o], nf))
 		g.reported++
 		out = append(out, Change{Finding: nf.Finding, At: now})
 	}

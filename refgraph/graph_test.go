@@ -838,3 +838,23 @@ func TestSharedScansKeepEachName(t *testing.T) {
 func push(typeURL string, res []refgraph.Resource, removed []string, replace bool) refgraph.Push {
 	return refgraph.Push{TypeURL: typeURL, Resources: refgraph.List(res), Removed: removed, Replace: replace}
 }
+
+// TestIdleGraphHoldsOnlyTheMapsItFilled syncs a sidecar's clusters and
+// their assignments: its graph holds no map of routes, listeners, secrets,
+// assignments under other names or findings, which it never filled (an
+// idle stream held an empty one of each); a listener makes the map of
+// listeners.
+func TestIdleGraphHoldsOnlyTheMapsItFilled(t *testing.T) {
+	leakcheck.Check(t)
+	g, _, _ := runAll(t, false, []step{
+		cds(1, edsCluster("outbound|80||a", "a"), edsCluster("outbound|80||b", "b")),
+		eds(1, cla("outbound|80||a", core.HealthStatus_HEALTHY), cla("outbound|80||b", core.HealthStatus_HEALTHY)),
+	})
+	if got := g.Maps(); len(got) != 0 {
+		t.Errorf("a graph of clusters and their assignments holds maps %v, want none", got)
+	}
+	applyStep(t, g, false, 2, lds(2, tcpListener(t, "0.0.0.0_80", "outbound|80||a")))
+	if got, want := g.Maps(), []string{"listeners"}; !slices.Equal(got, want) {
+		t.Errorf("after a listener, the graph holds maps %v, want %v", got, want)
+	}
+}
