@@ -13,14 +13,7 @@ func CollideNames() (undo func()) {
 // SharedWith reports whether streams a and b hold one acknowledged state
 // and one resources table of typeURL, shared.
 func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
-	state := func(id uint64) *typeState {
-		v, _ := t.streams.Load(id)
-		s := v.(*stream)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.lookup(typeURL)
-	}
-	x, y := state(a), state(b)
+	x, y := t.typeOf(a, typeURL), t.typeOf(b, typeURL)
 	acked = x.acked.shared != nil && x.acked.shared == y.acked.shared
 	table = x.res != nil && y.res != nil && x.res.shared != nil && x.res.shared == y.res.shared
 	return acked, table
@@ -29,16 +22,18 @@ func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
 // Subscribed reports the names stream id subscribes to of typeURL, and
 // whether it holds them shared with stream other.
 func (t *Tracker) Subscribed(id, other uint64, typeURL string) (names []string, shared bool) {
-	state := func(id uint64) *typeState {
-		v, _ := t.streams.Load(id)
-		s := v.(*stream)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.lookup(typeURL)
-	}
-	x, y := state(id), state(other)
+	x, y := t.typeOf(id, typeURL), t.typeOf(other, typeURL)
 	for _, n := range x.sub.names {
 		names = append(names, n.Value())
 	}
 	return names, x.sub.shared != nil && x.sub.shared == y.sub.shared
+}
+
+// typeOf is stream id's state of typeURL.
+func (t *Tracker) typeOf(id uint64, typeURL string) *typeState {
+	v, _ := t.streams.Load(id)
+	s := v.(*stream)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lookup(typeURL)
 }

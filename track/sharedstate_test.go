@@ -28,11 +28,7 @@ func TestStreamsSharingAStateChangeAlone(t *testing.T) {
 		}
 		return out
 	}
-	at := t0
-	do := func(a action) []track.Event {
-		at = at.Add(time.Millisecond)
-		return a(t, tr, at)
-	}
+	do := stepper(t, tr)
 	changed := func(evs []track.Event) string {
 		for _, e := range evs {
 			if p, ok := e.(track.PushSent); ok {
@@ -104,11 +100,7 @@ func TestFirstSyncSharesTheStateAtOnce(t *testing.T) {
 		clusters = append(clusters, cluster(n))
 		endpoints = append(endpoints, endpoint(n, "10.0.0.1"))
 	}
-	at := t0
-	do := func(a action) []track.Event {
-		at = at.Add(time.Millisecond)
-		return a(t, tr, at)
-	}
+	do := stepper(t, tr)
 	for id := uint64(1); id <= 2; id++ {
 		do(open(id, adsSotW))
 		do(frame(id, withNode(initial(cds), sidecar)))
@@ -152,11 +144,7 @@ func TestSubscriptionsShareTheirNames(t *testing.T) {
 	leakcheck.Check(t)
 	tr := track.New(track.Config{})
 	ns := names("outbound|80||first", 20)
-	at := t0
-	do := func(a action) []track.Event {
-		at = at.Add(time.Millisecond)
-		return a(t, tr, at)
-	}
+	do := stepper(t, tr)
 	for id := uint64(1); id <= 2; id++ {
 		do(open(id, adsSotW))
 		do(frame(id, withNode(initial(eds, ns...), sidecar)))
@@ -187,5 +175,15 @@ func TestSubscriptionsShareTheirNames(t *testing.T) {
 	if shared || len(got3) != 19 || len(got4) != 20 {
 		t.Fatalf("after stream 3 unsubscribed %s: stream 3 has %d names, stream 4 %d, shared %v; want 19, 20, apart",
 			ns[0], len(got3), len(got4), shared)
+	}
+}
+
+// stepper returns what plays an action on tr, a millisecond after the one
+// before, from t0.
+func stepper(t *testing.T, tr *track.Tracker) func(action) []track.Event {
+	at := t0
+	return func(a action) []track.Event {
+		at = at.Add(time.Millisecond)
+		return a(t, tr, at)
 	}
 }
