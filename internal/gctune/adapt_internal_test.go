@@ -158,18 +158,23 @@ func TestGiveBackRetriesWhatWasStillInUse(t *testing.T) {
 		t.Errorf("floor %d MiB after a give-back that freed, want 30", g.least/mb)
 	}
 
-	// In use for good: the floor after maxRetries tries.
+	// In use for good: the floor after maxRetries tries, the last of them
+	// GiveBackWithin's intervals after the tap went idle.
 	g = giver{}
 	g.tick(memSample{allocs: 0, held: 20 * mb})
-	tries := 0
-	for range 200 {
+	tries, last := 0, 0
+	for tick := 1; tick <= 200; tick++ {
 		if g.tick(memSample{allocs: 0, held: 180 * mb}) {
 			tries++
+			last = tick
 			g.gaveBack(memSample{allocs: 0, held: 180 * mb})
 		}
 	}
 	if tries != maxRetries+1 {
 		t.Errorf("%d give-backs of memory in use, want %d", tries, maxRetries+1)
+	}
+	if want := int(GiveBackWithin(time.Second) / time.Second); last != want {
+		t.Errorf("the last give-back at interval %d, want GiveBackWithin's %d", last, want)
 	}
 	if g.least != 180*mb {
 		t.Errorf("floor %d MiB, want what is in use, 180", g.least/mb)

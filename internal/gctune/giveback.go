@@ -35,6 +35,19 @@ const (
 	maxRetries     = 6
 )
 
+// GiveBackWithin is the longest a tap that checks every interval takes to
+// give back what it let go of once idle: the first try and, while outputs
+// still hold what they write out, every retry's wait. A loaded machine
+// takes longer to write a large push out than an idle one, and gives it
+// back at a later try.
+func GiveBackWithin(every time.Duration) time.Duration {
+	n := 1
+	for r := 1; r <= maxRetries; r++ {
+		n += 1<<r + 1
+	}
+	return time.Duration(n) * every
+}
+
 // memSample is what giving back watches.
 type memSample struct {
 	allocs uint64 // bytes allocated since the process started
