@@ -82,7 +82,8 @@ const (
 	Response = codec.DirectionResponse
 )
 
-// StreamInfo describes one relayed stream. It does not change after the stream opens.
+// StreamInfo describes one relayed stream. It does not change after the stream opens, but
+// for Header, which only OnStreamOpen is given.
 type StreamInfo struct {
 	ID       uint64 // unique within this process, in opening order
 	ConnID   uint64 // the downstream connection the stream belongs to
