@@ -2,12 +2,15 @@ package benchmark
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/adstap/adstap/internal/testutil/xdstest"
@@ -132,11 +135,28 @@ func expectAnswer(s msgStream, req answer, nonce string) error {
 	return nil
 }
 
+// firstOf returns the first of errs that is not a cancellation (canceled),
+// else the first error; nil when there is none.
 func firstOf(errs ...error) error {
+	var first error
 	for _, err := range errs {
-		if err != nil {
+		if err == nil {
+			continue
+		}
+		if !canceled(err) {
 			return err
 		}
+		if first == nil {
+			first = err
+		}
 	}
-	return nil
+	return first
+}
+
+// canceled reports whether err is a stream's or a run's cancellation. A run
+// stops at its first failure by cancelling its streams, and whoever then
+// sees a stream cancelled says so too, sometimes before the failure itself
+// is recorded: firstOf passes over these for the failure that caused them.
+func canceled(err error) bool {
+	return errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled
 }
