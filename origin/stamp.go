@@ -59,6 +59,10 @@ func (sc *Scanner) stampedIn(data mem.BufferSlice, delta bool, unchanged func(in
 		return s
 	}
 	resp := &sc.resp
+	// The views point into data, which the caller lets go of on return:
+	// kept till the next push, they would keep the last push's bytes from
+	// the collector.
+	defer resp.Reset()
 	if resp.DecodeBuffers(data, delta) != nil {
 		return s
 	}

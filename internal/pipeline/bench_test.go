@@ -65,7 +65,7 @@ func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 
 // newShippedPipeline is the observation `adstap run` ships: its default
 // flags made a configuration by runconfig.Build, its log discarded.
-func newShippedPipeline(b *testing.B) *pipeline.Pipeline {
+func newShippedPipeline(b testing.TB) *pipeline.Pipeline {
 	b.Helper()
 	f := runconfig.Defaults()
 	f.Upstream, f.Listen = "127.0.0.1:1", "127.0.0.1:0"
@@ -83,7 +83,7 @@ func newShippedPipeline(b *testing.B) *pipeline.Pipeline {
 	return p
 }
 
-func closePipeline(b *testing.B, p *pipeline.Pipeline) {
+func closePipeline(b testing.TB, p *pipeline.Pipeline) {
 	if err := p.Close(context.Background()); err != nil {
 		b.Error(err)
 	}

@@ -53,7 +53,13 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 	var resp *codec.Response
 	if f.Direction == tap.Response {
 		resp = o.responses.Get().(*codec.Response)
-		defer o.responses.Put(resp)
+		defer func() {
+			// Its views point into the push's bytes: pooled with them, it
+			// would keep a push as large as the last one from the collector
+			// for two more collections.
+			resp.Reset()
+			o.responses.Put(resp)
+		}()
 	}
 	evs, _ := feed.Track(o.tracker, resp, feed.Frame{Stream: s.ID, At: f.Time, Response: f.Direction == tap.Response,
 		Delta: proto == codec.Delta, Data: f.Data, Size: f.Size})
