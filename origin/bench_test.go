@@ -17,7 +17,7 @@ import (
 
 // meshPush is a CDS push of 10,000 Istio-shaped clusters, one in 100 built
 // from a DestinationRule, as the tap holds it.
-func meshPush(b *testing.B) (mem.BufferSlice, string) {
+func meshPush(b testing.TB) (mem.BufferSlice, string) {
 	b.Helper()
 	r := &discoveryv3.DiscoveryResponse{TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster", VersionInfo: "1", Nonce: "n1"}
 	named := ""
