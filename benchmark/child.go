@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -70,7 +71,7 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 	if p != Typed && p != Relay {
 		// As `adstap run` does; the relays keep Go's defaults, as
 		// istio-agent does.
-		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second)()
+		defer gctune.Start(gctune.Apply(os.Getenv, gctune.SystemCgroup()), time.Second, slog.New(slog.DiscardHandler))()
 	}
 	srv, err := serve(p, *up, *listen)
 	if err != nil {

@@ -54,7 +54,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer runconfig.CloseLog(logOut, time.Second) // after wait, which closes it within the drain
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
-	defer gctune.Start(gc, time.Second)()
+	defer gctune.Start(gc, time.Second, log)()
 	t, err := startTap(f, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)

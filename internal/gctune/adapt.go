@@ -2,6 +2,7 @@ package gctune
 
 import (
 	"context"
+	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -34,15 +35,16 @@ const adaptStep = 5
 // Start keeps the GC percent at percent() of what the collector scans,
 // reading it every interval, unless the user set GOGC (settings say the
 // percent is not adstap's default); and it gives memory back to the OS
-// once the process is idle after its heap grew (giveBack). It runs until
-// the returned stop is called; stop waits for it to end.
-func Start(s Settings, every time.Duration) (stop func()) {
+// once the process is idle after its heap grew (giveBack), saying so on log
+// at debug level. It runs until the returned stop is called; stop waits for
+// it to end.
+func Start(s Settings, every time.Duration, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		giveBack(ctx, every, readMemory, freeMemory)
+		giveBack(ctx, every, readMemory, freeMemory, log)
 	}()
 	if s.PercentSource == defaultSource {
 		wg.Add(1)

@@ -2,6 +2,7 @@ package gctune
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -23,10 +24,11 @@ import (
 //
 // Idle is not done: an output may still be writing the push out from its
 // buffers (the capture, on a slow disk or a loaded machine) while nothing
-// allocates. A give-back then frees little, and taking what is held after
-// it as the floor would leave the push's memory held for good once it is
-// let go of, since nothing allocates to start a collection. So a give-back
-// that freed less than half of giveBackGrowth keeps the floor and is tried
+// allocates, and a give-back then frees only part of it. Taking what is
+// held after it as the floor would leave the rest held for good once it is
+// let go of, since nothing allocates to start a collection and what is
+// held never grows over that floor again. So a give-back after which what
+// is held is still grown over the floor keeps the floor and is tried
 // again, after 2, 4, ... intervals, at most maxRetries times; then what is
 // held is in use, and becomes the floor.
 const (
@@ -58,11 +60,15 @@ type memSample struct {
 type giver struct {
 	started    bool
 	lastAllocs uint64
-	least      uint64 // the least held since the last give-back
-	before     uint64 // held when the latest give-back began
-	// retries counts the give-backs in a row that freed little, and wait
-	// the intervals to let pass before the next.
+	least      uint64 // the least held since the last give-back that held
+	// retries counts the give-backs in a row after which what is held was
+	// still grown, and wait the intervals to let pass before the next.
 	retries, wait int
+}
+
+// grown reports whether held has grown enough over the floor to give back.
+func (g *giver) grown(held uint64) bool {
+	return held >= g.least+max(giveBackGrowth, g.least/4)
 }
 
 // tick takes the interval's sample and reports whether to give back now.
@@ -78,18 +84,14 @@ func (g *giver) tick(s memSample) bool {
 		g.wait--
 		return false
 	}
-	if idle && s.held >= g.least+max(giveBackGrowth, g.least/4) {
-		g.before = s.held
-		return true
-	}
-	return false
+	return idle && g.grown(s.held)
 }
 
 // gaveBack takes the sample after giving back: what is held now is the new
-// floor, unless little was freed (above).
+// floor, unless it is still grown over the old one (above).
 func (g *giver) gaveBack(s memSample) {
 	g.lastAllocs = s.allocs
-	if s.held+giveBackGrowth/2 > g.before && g.retries < maxRetries {
+	if g.grown(s.held) && g.retries < maxRetries {
 		g.retries++
 		g.wait = 1 << g.retries
 		return
@@ -97,14 +99,18 @@ func (g *giver) gaveBack(s memSample) {
 	g.least, g.retries, g.wait = s.held, 0, 0
 }
 
-func giveBack(ctx context.Context, every time.Duration, read func() memSample, free func()) {
+func giveBack(ctx context.Context, every time.Duration, read func() memSample, free func(), log *slog.Logger) {
 	var g giver
 	g.tick(read()) // the floor: the process as it starts
 	eachTick(ctx, every, func() {
-		if g.tick(read()) {
-			free()
-			g.gaveBack(read())
+		s := read()
+		if !g.tick(s) {
+			return
 		}
+		free()
+		after := read()
+		g.gaveBack(after)
+		log.Debug("gave memory back to the OS", "held_before_mib", s.held>>20, "held_after_mib", after.held>>20, "floor_mib", g.least>>20, "retries", g.retries)
 	})
 }
 
