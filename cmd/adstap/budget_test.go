@@ -5,9 +5,11 @@ import (
 	"errors"
 	"github.com/adstap/adstap/internal/testutil/adstapbin"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +86,9 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env = append(env, "GOMEMLIMIT="+strconv.FormatInt(gctune.SoftLimit(c.MemoryLimit), 10))
+	// Debug logging says when memory was given back, and the profiler
+	// what still holds it, should it not come back.
+	env = append(env, "ADSTAP_LOG_LEVEL=debug", "ADSTAP_PPROF=true", "GOMEMLIMIT="+strconv.FormatInt(gctune.SoftLimit(c.MemoryLimit), 10))
 	p, err := sidecar.Start(bin, args, env)
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +161,7 @@ func TestLargePushWithinTheTemplatesMemoryLimit(t *testing.T) {
 		return err == nil && m.RSS <= bound
 	}) {
 		t.Errorf("RSS %.1f MiB with the stream idle for %v: want it back under the peak less the push, %.1f MiB", mib(m.RSS), time.Since(start).Round(time.Second), mib(bound))
+		logWhatHoldsMemory(t, p.Admin)
 	}
 	t.Logf("RSS %.1f MiB once idle, %v after the push was tracked", mib(m.RSS), time.Since(start).Round(time.Millisecond))
 }
@@ -193,3 +198,59 @@ func captured(t *testing.T, dir string, want uint64) bool {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// logWhatHoldsMemory logs what the tap's runtime says it holds (Go's
+// collector's metrics: live heap, pages not returned, stacks), the
+// allocations of a MiB or more still live after a collection (from the
+// heap profile) and its goroutines.
+func logWhatHoldsMemory(t *testing.T, admin string) {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(string(scrape(t, admin)), "\n") {
+		if strings.HasPrefix(l, "go_memstats_") || strings.HasPrefix(l, "go_goroutines") || strings.HasPrefix(l, "go_gc_") {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("adstap's runtime:\n%s", strings.Join(lines, "\n"))
+	for _, q := range []string{"heap?gc=1&debug=1", "goroutine?debug=1"} {
+		resp, err := http.Get("http://" + admin + "/debug/pprof/" + q)
+		if err != nil {
+			t.Logf("/debug/pprof/%s: %v", q, err)
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Logf("/debug/pprof/%s: %v", q, err)
+		}
+		text := string(b)
+		if strings.HasPrefix(q, "heap") {
+			text = largeRecords(text, 1<<20)
+		}
+		t.Logf("/debug/pprof/%s:\n%s", q, text)
+	}
+}
+
+// largeRecords keeps the records of a heap profile in text (debug=1) that
+// hold at least least bytes in use, with their stacks.
+func largeRecords(text string, least int64) string {
+	var out []string
+	keep := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "#") {
+			if keep {
+				out = append(out, l)
+			}
+			continue
+		}
+		// "objects: bytes [allocated objects: bytes] @ stack"
+		_, rest, ok := strings.Cut(l, ": ")
+		inUse, _, _ := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(inUse, 10, 64)
+		keep = ok && err == nil && n >= least
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
