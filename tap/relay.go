@@ -39,51 +39,83 @@ type relay struct {
 	down           grpc.ServerStream
 	up             grpc.ClientStream
 	call           *callState
-	cancel         context.CancelCauseFunc
-	obs            *observation // nil without an observer
-	count          *relayCounters
+	// ctx is the upstream stream's; cancel ends it, untrack and conn's
+	// closeStream undo its count in the server and in its connection.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	untrack func()
+	conn    *downstreamConn
+	obs     *observation // nil without an observer
+	count   *relayCounters
 }
 
 // pumpRequests moves frames from the client to the control plane.
+//
+// Its goroutine spends an idle stream's life parked in RecvMsg with this
+// frame beneath it, and the runtime halves a stack at a collection only
+// while less than a quarter of it is in use. So what the loop does with a
+// frame or an error is in functions of its own, called once RecvMsg has
+// returned: parked, the pump uses under 2 KB, and a stack that a frame's
+// relaying grew to 8 KB comes back to 4 KB, as a plain relay's does
+// (docs/performance.md, W3).
 func (r *relay) pumpRequests() {
 	for {
 		f := &codec.RawMessage{}
 		if err := r.down.RecvMsg(f); err != nil {
-			if err == io.EOF {
-				// The client half-closed; the control plane may still answer.
-				r.up.CloseSend()
-				return
-			}
-			if status.Code(err) == codes.ResourceExhausted {
-				// gRPC has already told the client; the log says which limit.
-				r.log.Warn("request message over the receive limit; stream ended",
-					"stream", r.info.ID, "method", r.info.Method, "peer", r.info.Peer,
-					"max_message_size", r.maxMessageSize, "err", err)
-				r.cancel(status.Errorf(codes.ResourceExhausted,
-					"adstap: a request message exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
-					r.maxMessageSize, status.Convert(err).Message()))
-				return
-			}
-			// Anything else means the client's stream is done, which has
-			// already cancelled the upstream stream.
+			r.requestsEnded(err)
 			return
 		}
-		if !r.observe(Request, f) {
-			// The stream ended while this frame was on its way.
-			f.Data.Free()
-			return
-		}
-		if err := r.up.SendMsg(f); err != nil {
-			// The upstream stream has ended; pumpResponses reports why.
-			f.Data.Free()
+		if !r.forwardRequest(f) {
 			return
 		}
 	}
 }
 
+// forwardRequest hands a client's frame to the observer and to the control
+// plane; it reports false once the stream has ended.
+//
+//go:noinline
+func (r *relay) forwardRequest(f *codec.RawMessage) bool {
+	if !r.observe(Request, f) {
+		// The stream ended while this frame was on its way.
+		f.Data.Free()
+		return false
+	}
+	if err := r.up.SendMsg(f); err != nil {
+		// The upstream stream has ended; pumpResponses reports why.
+		f.Data.Free()
+		return false
+	}
+	return true
+}
+
+// requestsEnded handles the end of the client's side of the stream.
+//
+//go:noinline
+func (r *relay) requestsEnded(err error) {
+	if err == io.EOF {
+		// The client half-closed; the control plane may still answer.
+		r.up.CloseSend()
+		return
+	}
+	if status.Code(err) == codes.ResourceExhausted {
+		// gRPC has already told the client; the log says which limit.
+		r.log.Warn("request message over the receive limit; stream ended",
+			"stream", r.info.ID, "method", r.info.Method, "peer", r.info.Peer,
+			"max_message_size", r.maxMessageSize, "err", err)
+		r.cancel(status.Errorf(codes.ResourceExhausted,
+			"adstap: a request message exceeds the tap's receive limit (--max-message-size=%d bytes): %s",
+			r.maxMessageSize, status.Convert(err).Message()))
+		return
+	}
+	// Anything else means the client's stream is done, which has already
+	// cancelled the upstream stream.
+}
+
 // pumpResponses moves frames from the control plane to the client and returns
 // the status the client should receive.
-func (r *relay) pumpResponses(ctx context.Context) error {
+func (r *relay) pumpResponses() error {
+	ctx := r.ctx
 	// Headers come first and on their own: a control plane may send them and
 	// then fail before any message, and the client must still see them.
 	// Header's own answer says whether headers came: nil for a stream that
