@@ -183,10 +183,14 @@ func (d *downstreamConn) newClientConn(userAgent string) (*grpc.ClientConn, erro
 			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 20 * time.Second,
 		}),
+		// Pings only while a stream is open, as istio-agent's: istiod takes
+		// a ping on a connection without streams for a strike and closes it
+		// at the third with GOAWAY too_many_pings (pilot/pkg/grpc), after
+		// which gRPC doubles this connection's keepalive for good. The
+		// connection outlives its streams while the client's does.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time:                u.keepalive,
-			Timeout:             10 * time.Second,
-			PermitWithoutStream: true,
+			Time:    u.keepalive,
+			Timeout: 10 * time.Second,
 		}),
 	}
 	if userAgent != "" {

@@ -52,6 +52,8 @@ type TapOptions struct {
 	// Running.CSDSAddr), which follows each resource one by one; the wait
 	// for a resource never sent is Detect.InitialFetchTimeout.
 	CSDS bool
+	// UpstreamKeepalive is --upstream-keepalive; 0 is its default.
+	UpstreamKeepalive time.Duration
 }
 
 // Tap is an adstap started as `adstap run` starts it (pipeline.Start), in
@@ -106,7 +108,7 @@ func StartTap(t *testing.T, opts TapOptions) *Tap {
 		listen = "127.0.0.1:0"
 	}
 	tp.Running, err = pipeline.Start(context.Background(), pipeline.RunConfig{
-		Tap:     tap.Config{Upstream: upstream, MaxMessageSize: tap.DefaultMaxMessageSize},
+		Tap:     tap.Config{Upstream: upstream, MaxMessageSize: tap.DefaultMaxMessageSize, UpstreamKeepalive: opts.UpstreamKeepalive},
 		Observe: cfg,
 		Listen:  tap.Address{Network: "tcp", Addr: listen},
 		Admin:   "127.0.0.1:0",
