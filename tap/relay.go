@@ -39,12 +39,11 @@ type relay struct {
 	down           grpc.ServerStream
 	up             grpc.ClientStream
 	call           *callState
-	// ctx is the upstream stream's; cancel ends it, untrack and conn's
-	// closeStream undo its count in the server and in its connection.
+	// ctx is the upstream stream's and cancel ends it; release undoes the
+	// stream's count in its connection and in the server.
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	untrack func()
-	conn    *downstreamConn
+	release func()
 	obs     *observation // nil without an observer
 	count   *relayCounters
 }

@@ -395,7 +395,7 @@ func (s *Server) open(down grpc.ServerStream) (_ *relay, err error) {
 
 	proto := codec.ProtocolOf(method)
 	r := &relay{log: s.log, upstream: s.upstream, maxMessageSize: s.cfg.MaxMessageSize, down: down, up: up, call: call,
-		ctx: upCtx, cancel: cancel, untrack: untrack, conn: conn, count: &s.counters[protocolIndex(proto)]}
+		ctx: upCtx, cancel: cancel, release: func() { conn.closeStream(); untrack() }, count: &s.counters[protocolIndex(proto)]}
 	r.info = StreamInfo{
 		ID:       s.nextStream.Add(1),
 		ConnID:   conn.id,
@@ -433,7 +433,6 @@ func (s *Server) open(down grpc.ServerStream) (_ *relay, err error) {
 func (s *Server) end(r *relay, err error) {
 	s.log.Debug("stream closed", "stream", r.info.ID, "code", status.Code(err), "err", err)
 	r.count.streamsActive.Add(-1)
-	r.conn.closeStream()
-	r.untrack()
+	r.release()
 	r.cancel(nil)
 }
