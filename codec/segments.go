@@ -125,6 +125,12 @@ func countFields(segs [][]byte, num protowire.Number) int {
 
 func (s *segScratch) reset() { s.arena.reset() }
 
+// ViewCopies is the bytes of the copies that r's last decode made of the
+// fields that straddled segments: what KeepViews would leave to the views.
+// A caller that may not keep them asks first, since KeepViews costs the
+// next decode a fresh chunk.
+func (r *Response) ViewCopies() int { return r.scratch.arena.used }
+
 // KeepViews lets the views of r's last decode outlive its next one: the
 // copies of the fields that straddled segments are left to them instead of
 // being overwritten, and the next decode that needs copies makes new ones.

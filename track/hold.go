@@ -95,7 +95,7 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 		if accepts && !compact {
 			// The decoder's copies of what straddled gRPC's buffers,
 			// which a push held by reference keeps for the views.
-			need += int64(resp.KeepViews())
+			need += int64(resp.ViewCopies())
 		}
 	}
 	if k.held.Add(need) > k.limit {
@@ -108,6 +108,11 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 		return
 	}
 	if share == nil {
+		if accepts && !compact {
+			// Kept, so the copies are left to the views; a push the
+			// bound skipped leaves them to the next decode.
+			resp.KeepViews()
+		}
 		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
 		if compact {
 			buf := compactPool.Get(int(size))
