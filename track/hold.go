@@ -14,22 +14,22 @@ import (
 // what the previous push left. data are the bytes resp was decoded from;
 // nil (the caller has no bytes to give) keeps nothing.
 func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice) {
-	k, sc, slot := s.keep, s.sc, &ts.nack.held
+	k, sc, h, slot := s.keep, s.sc, &ts.nack, &ts.p.held
 	accepts := ts.acceptTakers != 0
 	switch {
-	case slot.pending:
+	case h.pending:
 		// Superseded unanswered: send assumed it applied.
-		slot.unsure = true
-	case slot.fullSync && !ts.out.nacked && ts.out.acks > 0:
+		h.unsure = true
+	case h.fullSync && !ts.out.nacked && ts.out.acks > 0:
 		// The previous push carried everything and was acknowledged.
-		slot.unsure = false
+		h.unsure = false
 	}
 	k.drop(slot)
-	slot.pending, slot.fullSync = true, ts.p.ev.FullSync
+	h.pending, h.fullSync = true, ts.p.ev.FullSync
 	if data == nil || k.limit < 0 {
 		return
 	}
-	trust := !slot.unsure && ts.p.gen == ts.acked.gen
+	trust := !h.unsure && ts.p.gen == ts.acked.gen
 	whole := int64(data.Len())
 	// The changed resources' indexes, in scratch space the diff is done
 	// with, and a floor on the size of their compact form, which reads no
@@ -41,7 +41,7 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 		switch {
 		case r.Heartbeat:
 			// Nothing to reject: it carries no resource.
-		case trust && ts.acked.unchangedAt(&ts.p, resp, i):
+		case trust && ts.acked.unchangedAt(ts.p, resp, i):
 			unchanged++
 		default:
 			changed = append(changed, int32(i))
@@ -142,9 +142,9 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 		switch {
 		case own == 0 && share.views != nil:
 			// Another stream's push made the views, which read alike.
-			slot.views, slot.removed = share.views, ts.acked.droppedNames(&ts.p)
+			slot.views, slot.removed = share.views, ts.acked.droppedNames(ts.p)
 		case partial:
-			slot.views, slot.removed = ts.changedViews(resp, changed), ts.acked.droppedNames(&ts.p)
+			slot.views, slot.removed = ts.changedViews(resp, changed), ts.acked.droppedNames(ts.p)
 		default:
 			slot.views, slot.removed = ts.acceptedViews(resp, changed), slices.Clone(resp.RemovedResources)
 		}

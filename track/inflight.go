@@ -22,8 +22,13 @@ const (
 // next response, reusing its slices, so a stream pushing all day holds no
 // more than its largest push.
 type push struct {
-	ev    Push
-	state pushState
+	ev Push
+	// held is what the push keeps for its NACK while it awaits its answer
+	// (hold.go).
+	held kept
+	// loaded: the push holds a response's resources (load), whose diff
+	// the next push may share (send).
+	loaded bool
 	// fresh is the number of res not in the acknowledged state (pos < 0):
 	// at most what applying the push adds to it.
 	fresh int32
@@ -42,9 +47,9 @@ type push struct {
 	replace bool
 }
 
-// pending reports whether the push still awaits its answer (including one
-// that timed out).
-func (p *push) pending() bool { return p.state == pushOpen || p.state == pushTimedOut }
+// pushPool holds the pushes of types whose latest push was acknowledged,
+// for the next push of any stream: an idle type keeps only its sentPush.
+var pushPool = sync.Pool{New: func() any { return new(push) }}
 
 // dropApplied lets go of what an acknowledged push no longer needs, so that
 // an idle stream holds its resources once: they are in the acknowledged state

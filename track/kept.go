@@ -34,12 +34,18 @@ type kept struct {
 	// partial: views are only the resources the push added or changed,
 	// removed what it dropped of the acknowledged state (Accepted.Partial).
 	partial bool
+}
 
+// holding is what a type holds for a NACK of its latest push, beside the
+// push's bytes, which the push holds while it awaits its answer
+// (push.held, which hold.go fills): what outlives them, what the latest
+// NACK rejected, and what NACKs were found to name.
+type holding struct {
 	// What outlives the push's bytes, for the next push to know whether the
 	// acknowledged state can be trusted.
 	//
 	// pending: the push is still waiting for its answer; an ACK or a NACK
-	// clears it (drop, reject).
+	// clears it (accepted, rejected).
 	pending bool
 	// fullSync: the push carried the whole of what the client wants.
 	fullSync bool
@@ -50,13 +56,7 @@ type kept struct {
 	// full-sync push vouches for the whole state, every resource counts as
 	// changed.
 	unsure bool
-}
 
-// holding is what a type holds for a NACK of its latest push: the push's
-// bytes while it awaits its answer (held, which hold.go fills), what the
-// latest NACK rejected, and what NACKs were found to name.
-type holding struct {
-	held kept
 	// rejection is what the latest NACK rejected, until an ACK; a NACK of
 	// the same content with the same message shares it, so a NACK loop
 	// decodes its push once (memo says which content and message).
@@ -66,17 +66,22 @@ type holding struct {
 	memo *nackMemo
 }
 
-// accepted lets go of what the type held for a NACK: its latest push was
-// acknowledged.
-func (h *holding) accepted(k *keeper) {
-	k.drop(&h.held)
+// accepted lets go of what the type held for a NACK: its latest push, p,
+// was acknowledged.
+func (h *holding) accepted(k *keeper, p *push) {
+	k.drop(&p.held)
+	h.pending = false
 	h.rejection.discard()
 	h.rejection = nil
 }
 
-// closed lets go of what the type held, its stream gone.
-func (h *holding) closed(k *keeper) {
-	k.drop(&h.held)
+// closed lets go of what the type held, its stream gone; p is its latest
+// push, nil when it has none.
+func (h *holding) closed(k *keeper, p *push) {
+	if p != nil {
+		k.drop(&p.held)
+	}
+	h.pending = false
 	h.rejection.discard()
 }
 
@@ -86,12 +91,13 @@ func (h *holding) closed(k *keeper) {
 // once.
 func (h *holding) rejected(k *keeper, p *push, message string, names []string) *Rejected {
 	c := h.cache()
+	h.pending = false
 	if h.rejection != nil && c.rejContent == p.content && c.rejMessage == message {
-		k.drop(&h.held)
+		k.drop(&p.held)
 		return h.rejection
 	}
 	h.rejection.discard()
-	h.rejection = k.reject(&h.held, p.delta, message, names)
+	h.rejection = k.reject(&p.held, p.delta, message, names)
 	c.rejContent, c.rejMessage = p.content, message
 	return h.rejection
 }
@@ -143,19 +149,18 @@ func (h *holding) cache() *nackMemo {
 	return h.memo
 }
 
-// drop lets go of what slot holds. What it knows of the acknowledged state
-// stays.
+// drop lets go of what slot holds.
 func (k *keeper) drop(slot *kept) {
 	if slot.share != nil {
 		k.unshare(slot.share)
 		k.held.Add(-slot.size)
 	}
-	*slot = kept{fullSync: slot.fullSync, unsure: slot.unsure}
+	*slot = kept{}
 }
 
 // reject hands what slot holds to the Rejected of a NACK naming names.
 func (k *keeper) reject(slot *kept, delta bool, message string, names []string) *Rejected {
-	defer func() { *slot = kept{fullSync: slot.fullSync, unsure: slot.unsure} }()
+	defer func() { *slot = kept{} }()
 	r := &Rejected{Delta: delta, Message: message, Names: names}
 	if slot.data != nil {
 		r.keptBytes = keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}
@@ -179,15 +184,14 @@ func (k *keeper) notKept(slot *kept) string {
 
 // handOver moves what slot holds to a Changed for the push's PushEnded,
 // when the keeper hands over (Tracker.TakeChanged) and holds bytes; nil
-// otherwise. What slot says of the push's answer (pending) and of the
-// acknowledged state stays for the caller to settle, as after drop.
+// otherwise.
 func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 	if !k.handsOver || slot.data == nil {
 		return nil
 	}
 	c := &Changed{Delta: delta, OnlyChanged: slot.compact,
 		keptBytes: keptBytes{data: slot.data, share: slot.share, size: slot.size, keeper: k, unchangedBits: slot.unchangedBits}}
-	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	*slot = kept{}
 	return c
 }
 
@@ -196,8 +200,7 @@ func (k *keeper) handOver(slot *kept, delta bool) *Changed {
 // (lease.go), and to a Changed too when changed is set and the keeper hands
 // over (Tracker.TakeChanged). Every holder of the bytes, the Changed and
 // each lease, counts as an owner, and the last to let go frees them. Either
-// is nil when not handed over. What slot says of the acknowledged state
-// stays, as after handOver.
+// is nil when not handed over.
 func (k *keeper) accept(slot *kept, p *push, changed bool, takers takerSet) (*Changed, *Accepted) {
 	if takers == 0 {
 		if changed {
@@ -233,7 +236,7 @@ func (k *keeper) accept(slot *kept, p *push, changed bool, takers takerSet) (*Ch
 			c.owners = count
 		}
 	}
-	*slot = kept{pending: slot.pending, fullSync: slot.fullSync, unsure: slot.unsure}
+	*slot = kept{}
 	return c, a
 }
 

@@ -4,19 +4,21 @@ import "time"
 
 // outcome is what came of one type's pushes on a stream: the latest ACK and
 // NACK, the counts the pages show, and where each push is recorded for the
-// timeline. The latest push's own version and nonce are the push's (push.ev).
+// timeline. The latest push's own version and nonce are its sentPush's.
 type outcome struct {
 	ackedVersion, ackedNonce string
 	lastError                string
 	// ackedAt and nackedAt are when the latest ACK and NACK arrived, for
-	// the ages the pages show (the latest push's is push.ev.SentAt).
+	// the ages the pages show (the latest push's is sentPush.at).
 	ackedAt, nackedAt time.Time
 	// recent is the stream's ring of latest pushes (nil before the type's
 	// first push), and seq the number of the latest push in it.
 	recent *pushRing
 	seq    uint64
 
-	pushes, acks, nacks, staleNonces, redundant, fullSyncs int
+	// Counts of a type on one stream: four billion are decades of pushes,
+	// and 32 bits keep an idle type's state in a smaller size class.
+	pushes, acks, nacks, staleNonces, redundant, fullSyncs uint32
 
 	nacked bool // the latest answered push was rejected
 	// unsure is set when frames of the stream went unobserved, until the
@@ -67,14 +69,14 @@ func (o *outcome) nackedWith(message string, at time.Time) {
 }
 
 // state follows istioctl proxy-status, with the rejection taken from the
-// latest answered push, p being the latest push.
-func (o *outcome) state(p *push) State {
+// latest answered push, sent being the latest push.
+func (o *outcome) state(sent *sentPush) State {
 	switch {
 	case o.pushes == 0:
 		return StateNotSent
 	case o.nacked:
 		return StateNACKed
-	case o.ackedNonce == p.ev.Nonce:
+	case o.ackedNonce == sent.nonce:
 		return StateSynced
 	}
 	return StateStale

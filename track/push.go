@@ -15,31 +15,32 @@ import (
 // It also places the push in its push round (round.go), and reports whether
 // the push made that round a new full push.
 func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size int, cfg *Config, evs []Event) ([]Event, bool) {
-	p := &ts.p
+	p := ts.p
 	ts.out.unsure = false // the nonces that matter from now on are this push's and later ones
-	if p.state == pushOpen {
+	if ts.sent.state == pushOpen {
 		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
-			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.supersedeTakers)
+			e.Changed, e.Accepted = s.keep.accept(&p.held, p, true, ts.supersedeTakers)
 		} else {
-			e.Changed = s.keep.handOver(&ts.nack.held, p.delta)
+			e.Changed = s.keep.handOver(&p.held, p.delta)
 		}
 		evs = append(evs, e)
 		ts.out.end(ResultSuperseded, at.Sub(p.ev.SentAt), "")
 	}
-	if p.pending() {
+	if ts.sent.pending() {
 		ts.acked.apply(p, &ts.sub, s.sc)
 	}
+	p = ts.takePush()
 	content := contentOf(resp)
 	replace := codec.Replaces(resp.Delta, ts.url, ts.sub.wildcard, ts.sub.requested)
 	// A control plane re-sending the same content against the same state
 	// (a NACK loop) gets the previous diff: it would come out the same.
-	same := p.state != pushNone && p.content == content && p.gen == ts.acked.gen &&
+	same := p.loaded && p.content == content && p.gen == ts.acked.gen &&
 		p.delta == resp.Delta && p.replace == replace &&
 		len(p.res) == len(resp.Resources) && len(p.removed) == len(resp.RemovedResources)
 	if !same {
 		ts.acked.load(p, &ts.sub, resp)
-		p.content, p.gen, p.delta, p.replace = content, ts.acked.gen, resp.Delta, replace
+		p.loaded, p.content, p.gen, p.delta, p.replace = true, content, ts.acked.gen, resp.Delta, replace
 		p.ev.Diff, p.ev.FullSync = ts.acked.diff(p, &ts.sub, s.sc, cfg.MaxNames)
 		p.ev.Redundant = ts.acked.baseline && p.ev.Diff.Added == 0 && p.ev.Diff.Removed == 0 && p.ev.Diff.Changed == 0
 	}
@@ -56,7 +57,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p.ev.SentAt = at
 	p.ev.Initial = p.ev.FullSync && !ts.out.fullSynced
 	p.ev.Content = content
-	p.state = pushOpen
+	ts.sent = sentPush{state: pushOpen, version: resp.VersionInfo, nonce: resp.Nonce, at: at}
 	p.ev.First = s.recent == nil
 	if s.recent == nil {
 		s.recent = new(pushRing)
@@ -75,7 +76,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 // answer ends the latest push with the client's verdict, on stream s. A
 // push that had timed out gets a LateAnswer instead of a second PushEnded.
 func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxNames int, evs []Event) []Event {
-	p := &ts.p
+	p := ts.p
 	result := ResultACK
 	if req.ErrorDetail != nil {
 		result = ResultNACK
@@ -87,16 +88,16 @@ func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxName
 		names = ts.nack.errorNames(p, req.ErrorDetail.Message, maxNames)
 		rejected = ts.nack.rejected(s.keep, p, req.ErrorDetail.Message, names)
 	}
-	if p.state == pushTimedOut {
+	if ts.sent.state == pushTimedOut {
 		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
-			_, e.Accepted = s.keep.accept(&ts.nack.held, p, false, ts.acceptTakers)
+			_, e.Accepted = s.keep.accept(&p.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
 		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
-			e.Changed, e.Accepted = s.keep.accept(&ts.nack.held, p, true, ts.acceptTakers)
+			e.Changed, e.Accepted = s.keep.accept(&p.held, p, true, ts.acceptTakers)
 		}
 		if result == ResultNACK {
 			e.ErrorCode = req.ErrorDetail.Code
@@ -106,13 +107,14 @@ func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxName
 		}
 		evs = append(evs, e)
 	}
-	p.state = pushAnswered
+	ts.sent.state = pushAnswered
 	if result == ResultACK {
 		ts.out.end(result, latency, "")
-		ts.nack.accepted(s.keep)
+		ts.nack.accepted(s.keep, p)
 		ts.acked.apply(p, &ts.sub, s.sc)
 		p.dropApplied()
 		ts.out.acked(&p.ev, at)
+		ts.letGoOfPush()
 		return evs
 	}
 	ts.out.end(result, latency, req.ErrorDetail.Message)
@@ -123,11 +125,11 @@ func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxName
 // expire ends a push that has waited too long. It stays the latest push, so
 // the type reads STALE until an answer or a newer push.
 func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) []Event {
-	p := &ts.p
-	if p.state != pushOpen || now.Sub(p.ev.SentAt) < timeout {
+	if ts.sent.state != pushOpen || now.Sub(ts.sent.at) < timeout {
 		return evs
 	}
-	p.state = pushTimedOut
+	p := ts.p
+	ts.sent.state = pushTimedOut
 	ts.out.end(ResultTimeout, now.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
@@ -135,12 +137,12 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 // closePush ends a push the stream's end left unanswered, k being the
 // tracker's keeper.
 func (ts *typeState) closePush(k *keeper, at time.Time, evs []Event) []Event {
-	p := &ts.p
-	if p.state != pushOpen {
+	if ts.sent.state != pushOpen {
 		return evs
 	}
-	p.state = pushAnswered
+	p := ts.p
+	ts.sent.state = pushAnswered
 	ts.out.end(ResultClosed, at.Sub(p.ev.SentAt), "")
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
-		Changed: k.handOver(&ts.nack.held, p.delta)})
+		Changed: k.handOver(&p.held, p.delta)})
 }

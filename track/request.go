@@ -26,12 +26,12 @@ func (ts *typeState) classify(req *codec.Request, sc *scratch) classified {
 		if req.Delta && ts.sub.requested {
 			c.kind = KindSubscription
 		}
-	case ts.p.state != pushNone && req.ResponseNonce == ts.p.ev.Nonce:
+	case ts.sent.state != pushNone && req.ResponseNonce == ts.sent.nonce:
 		c.kind = KindACK
 		if req.ErrorDetail != nil {
 			c.kind = KindNACK
 		}
-		c.answers = ts.p.pending()
+		c.answers = ts.sent.pending()
 	case ts.out.unsure:
 		c.kind = KindUnobserved
 		// The client may have accepted a push the tap never saw: what the

@@ -82,7 +82,7 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 // It runs before the tracker applies the push to its own state.
 func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, at time.Time, max int, evs []Event) []Event {
 	t.own()
-	p := &ts.p
+	p := ts.p
 	sent := p.ev.SentAt.UnixNano()
 	pushVersion := unique.Make(p.ev.Version)
 	var rejected map[string]string

@@ -76,7 +76,7 @@ func (t *Tracker) ClientResources(match func(Node) bool, resources bool) []Clien
 			if !tracksResources(ts.url) {
 				continue
 			}
-			st := TypeStatus{TypeURL: ts.url, State: ts.out.state(&ts.p), AckedVersion: ts.out.ackedVersion, LastError: ts.out.lastError}
+			st := TypeStatus{TypeURL: ts.url, State: ts.out.state(&ts.sent), AckedVersion: ts.out.ackedVersion, LastError: ts.out.lastError}
 			if tb := ts.res; tb != nil {
 				st.Untracked = tb.dropped
 				if resources {

@@ -114,23 +114,23 @@ func (t *Tracker) Streams(nodeFilter string) []StreamState {
 
 func (ts *typeState) state(maxNames int) *TypeState {
 	return &TypeState{
-		State:            ts.out.state(&ts.p),
+		State:            ts.out.state(&ts.sent),
 		Type:             ts.short,
-		LastSentVersion:  ts.p.ev.Version,
-		LastSentNonce:    ts.p.ev.Nonce,
+		LastSentVersion:  ts.sent.version,
+		LastSentNonce:    ts.sent.nonce,
 		LastAckedVersion: ts.out.ackedVersion,
 		LastAckedNonce:   ts.out.ackedNonce,
 		LastError:        ts.out.lastError,
-		LastSentAt:       ts.p.ev.SentAt,
+		LastSentAt:       ts.sent.at,
 		LastACKAt:        ts.out.ackedAt,
 		LastNACKAt:       ts.out.nackedAt,
 		LastRejected:     ts.nack.rejection,
-		Pushes:           ts.out.pushes,
-		ACKs:             ts.out.acks,
-		NACKs:            ts.out.nacks,
-		StaleNonces:      ts.out.staleNonces,
-		RedundantPushes:  ts.out.redundant,
-		FullSyncs:        ts.out.fullSyncs,
+		Pushes:           int(ts.out.pushes),
+		ACKs:             int(ts.out.acks),
+		NACKs:            int(ts.out.nacks),
+		StaleNonces:      int(ts.out.staleNonces),
+		RedundantPushes:  int(ts.out.redundant),
+		FullSyncs:        int(ts.out.fullSyncs),
 		Subscribed:       ts.subscribedNames(maxNames),
 		Resources:        len(ts.acked.names),
 	}
@@ -216,8 +216,8 @@ func (t *Tracker) Awaiting(streamID uint64, typeURL string) (nonce string, sentA
 	}
 	defer s.unlock()
 	ts := s.lookup(typeURL)
-	if ts == nil || !ts.p.pending() {
+	if ts == nil || !ts.sent.pending() {
 		return "", time.Time{}, false
 	}
-	return ts.p.ev.Nonce, ts.p.ev.SentAt, true
+	return ts.sent.nonce, ts.sent.at, true
 }

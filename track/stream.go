@@ -152,7 +152,7 @@ func (s *stream) syncedTypes() []string {
 		if !inFullSync(ts.url) {
 			continue
 		}
-		if ts.p.pending() {
+		if ts.sent.pending() {
 			return nil
 		}
 		if !ts.sub.requested || ts.sub.empty() {

@@ -42,7 +42,7 @@ func (t *Tracker) Summaries(buf []StreamSummary) []StreamSummary {
 				if ts.url == codec.TypeSyncz {
 					continue
 				}
-				ty := TypeSummary{Type: ts.short, State: ts.out.state(&ts.p), LastSentAt: ts.p.ev.SentAt, LastACKAt: ts.out.ackedAt}
+				ty := TypeSummary{Type: ts.short, State: ts.out.state(&ts.sent), LastSentAt: ts.sent.at, LastACKAt: ts.out.ackedAt}
 				if ts.res != nil {
 					ty.NotSent = ts.res.notSent
 				}

@@ -172,7 +172,7 @@ func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, siz
 			evs = rt.answered(ts, s, req.ErrorDetail, at, t.cfg.MaxResources, evs)
 		}
 		evs = ts.answer(s, at, req, t.cfg.MaxNames, evs)
-		evs = t.det.answered(&ts.det, &ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
+		evs = t.det.answered(&ts.det, ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
 	} else {
 		evs = t.det.checkStorm(&ts.det, at, evs)
 	}
@@ -211,7 +211,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 	}
 	s.lastPushType = ts.url
 	rt := ts.resources(&t.cfg)
-	if rt != nil && ts.p.pending() {
+	if rt != nil && ts.sent.pending() {
 		evs = rt.answered(ts, s, nil, at, t.cfg.MaxResources, evs) // superseded: assumed applied
 	}
 	evs, full := ts.send(s, at, resp, size, &t.cfg, evs)
@@ -219,7 +219,7 @@ func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Respo
 		rt.pushed(resp)
 	}
 	ts.hold(s, resp, data)
-	return t.det.pushed(&ts.det, &ts.p, s.node.ID, at, full, evs)
+	return t.det.pushed(&ts.det, ts.p, s.node.ID, at, full, evs)
 }
 
 // CloseStream ends tracking of a stream: its open pushes end as closed, its
@@ -239,7 +239,7 @@ func (t *Tracker) closeStream(s *stream, at time.Time, code uint32, message stri
 	evs = s.settle(at, t.cfg.FullSyncSettle, true, evs)
 	for _, ts := range s.order {
 		evs = ts.closePush(s.keep, at, evs)
-		ts.nack.closed(s.keep)
+		ts.nack.closed(s.keep, ts.p)
 	}
 	for _, ts := range s.order {
 		evs = t.det.closed(&ts.det, at, evs)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
 
@@ -219,7 +220,10 @@ func BenchmarkObserverFanOut(b *testing.B) {
 // BenchmarkObserverIdleStreams is W5's observation: 1,000 streams, each
 // synced with CDS of 100 clusters and EDS of the same 100 names, both
 // ACKed, then idle. B/stream is the live heap observation holds per stream:
-// the tracker's state and every output's.
+// the tracker's state and every output's. The streams sync one after the
+// other (one-by-one) or step by step together (interleaved), as W3's and a
+// mesh's do, where what a sync lets go of lies between what the streams
+// keep: B-spans/stream counts the heap's spans in use, holes included.
 func BenchmarkObserverIdleStreams(b *testing.B) {
 	const streams = 1_000
 	clusters := xdsconfig.Clusters(100, 1000)
@@ -254,49 +258,80 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 		initial[i] = marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, i), TypeUrl: codec.TypeCluster})
 	}
 	buf := make([]byte, 0, 64<<10)
-	var perStream float64
-	b.ReportAllocs()
-	for b.Loop() {
-		var p *pipeline.Pipeline
-		grown := heapbench.Grown(b, func() *pipeline.Pipeline {
-			p = newBenchPipeline(b)
-			o := p.Tracking()
-			for id := range uint64(streams) {
-				s := benchStream(id + 1)
-				at := benchT0
-				o.OnStreamOpen(s)
-				for k, f := range script {
-					at = at.Add(time.Millisecond)
-					bs := f.bytes
-					if k == 0 {
-						bs = initial[id]
-					}
-					// A fresh copy for every stream, scribbled over after
-					// use as the tap's buffers are reused.
-					bs = append(buf[:0], bs...)
-					if f.response {
-						o.OnFrame(s, response(at, bs))
-					} else {
-						o.OnFrame(s, request(at, bs))
-					}
-					for i := range bs {
-						bs[i] = 0xff
-					}
-				}
-			}
-			o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
-			return p
-		}, func(p *pipeline.Pipeline) {
-			if got := len(p.Tracker.Streams("")); got != streams {
-				b.Fatalf("%d streams tracked, want %d", got, streams)
-			}
-		})
-		perStream += float64(grown) / streams
-		b.StopTimer()
-		closePipeline(b, p)
-		b.StartTimer()
+	// step gives stream id (0-based) message k of the script.
+	step := func(o *pipeline.Observer, s tap.StreamInfo, id, k int) {
+		f := script[k]
+		at := benchT0.Add(time.Duration(k+1) * time.Millisecond)
+		bs := f.bytes
+		if k == 0 {
+			bs = initial[id]
+		}
+		// A fresh copy for every stream, scribbled over after use as the
+		// tap's buffers are reused.
+		bs = append(buf[:0], bs...)
+		if f.response {
+			o.OnFrame(s, response(at, bs))
+		} else {
+			o.OnFrame(s, request(at, bs))
+		}
+		for i := range bs {
+			bs[i] = 0xff
+		}
 	}
-	b.ReportMetric(perStream/float64(b.N), "B/stream")
+	for _, interleaved := range []bool{false, true} {
+		name := "one-by-one"
+		if interleaved {
+			name = "interleaved"
+		}
+		b.Run(name, func(b *testing.B) {
+			var perStream, spansPerStream float64
+			b.ReportAllocs()
+			for b.Loop() {
+				var p *pipeline.Pipeline
+				var spans [2]runtime.MemStats
+				grown := heapbench.Grown(b, func() *pipeline.Pipeline {
+					runtime.ReadMemStats(&spans[0]) // after Grown's collection
+					p = newBenchPipeline(b)
+					o := p.Tracking()
+					ss := make([]tap.StreamInfo, streams)
+					for id := range streams {
+						ss[id] = benchStream(uint64(id) + 1)
+					}
+					if interleaved {
+						for id := range streams {
+							o.OnStreamOpen(ss[id])
+						}
+						for k := range script {
+							for id := range streams {
+								step(o, ss[id], id, k)
+							}
+						}
+					} else {
+						for id := range streams {
+							o.OnStreamOpen(ss[id])
+							for k := range script {
+								step(o, ss[id], id, k)
+							}
+						}
+					}
+					o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
+					return p
+				}, func(p *pipeline.Pipeline) {
+					runtime.ReadMemStats(&spans[1]) // after Grown's collection
+					if got := len(p.Tracker.Streams("")); got != streams {
+						b.Fatalf("%d streams tracked, want %d", got, streams)
+					}
+				})
+				perStream += float64(grown) / streams
+				spansPerStream += float64(int64(spans[1].HeapInuse)-int64(spans[0].HeapInuse)) / streams
+				b.StopTimer()
+				closePipeline(b, p)
+				b.StartTimer()
+			}
+			b.ReportMetric(perStream/float64(b.N), "B/stream")
+			b.ReportMetric(spansPerStream/float64(b.N), "B-spans/stream")
+		})
+	}
 }
 
 // BenchmarkObserverLargePush is W7's observation: one sidecar's stream
