@@ -178,6 +178,10 @@ func (q *Queue[T]) Flush(ctx context.Context) {
 // Dropped counts the work the queue dropped, since it was made.
 func (q *Queue[T]) Dropped() uint64 { return q.dropped.Load() }
 
+// idleBatch is the most work items whose room run keeps while the queue is
+// idle.
+const idleBatch = 64
+
 func (q *Queue[T]) run() {
 	defer close(q.done)
 	var batch []queued[T]
@@ -192,6 +196,11 @@ func (q *Queue[T]) run() {
 			}
 			if q.closed.Load() && q.putting.Load() == 0 && q.head.Load() == nil {
 				return
+			}
+			if cap(batch) > idleBatch {
+				// A burst's batch (a mesh's streams syncing at once) is
+				// not kept through the quiet that follows.
+				batch = nil
 			}
 			select {
 			case <-q.wake:
