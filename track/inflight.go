@@ -3,6 +3,7 @@ package track
 import (
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -17,6 +18,20 @@ const (
 	pushTimedOut                  // ended as a timeout, but still the latest: a late answer is still possible
 	pushAnswered                  // ended by an ACK or NACK, or closed
 )
+
+// sentPush is what the tracker keeps of the type's latest push past its
+// ACK: where it stands, and the nonce, version and time a request's nonce
+// is matched against and the pages show. An idle type holds this much of
+// it; the rest (push) goes back to a pool with the ACK.
+type sentPush struct {
+	state          pushState
+	version, nonce string
+	at             time.Time
+}
+
+// pending reports whether the push still awaits its answer (including one
+// that timed out).
+func (s *sentPush) pending() bool { return s.state == pushOpen || s.state == pushTimedOut }
 
 // push is the latest response of a type. It is rewritten in place by the
 // next response, reusing its slices, so a stream pushing all day holds no

@@ -3,38 +3,7 @@ package track
 import (
 	"strings"
 	"sync/atomic"
-
-	"google.golang.org/grpc/mem"
 )
-
-// kept is what a type's latest push left for its NACK: the push's bytes held
-// by reference, or a compact copy of its changed resources.
-type kept struct {
-	data mem.BufferSlice // share's
-	// share holds the bytes, with every stream that kept the same (share.go).
-	share *sharedPush
-	// size is what the stream holds of its own (the views), beside share.
-	size int64
-	// owner: the stream's push made share (its Accepted counts it).
-	owner bool
-	// skipped: the push was not kept because of the bound.
-	skipped bool
-	// compact: data holds only the resources the push added or changed.
-	compact bool
-	// unchangedBits marks, in a push held by reference, the resources it
-	// carried unchanged (bit i for resource i); nil when there are none.
-	unchangedBits []uint64
-	unchanged     int // resources carried unchanged, heartbeats aside
-	// views are the push's resources as decoded, into data (and into the
-	// decoder's copies of the resources that straddled its buffers), and
-	// removed its Delta removals, for an ACK's Accepted; nil unless a
-	// taker takes the type's accepted pushes (lease.go).
-	views   []AcceptedResource
-	removed []string
-	// partial: views are only the resources the push added or changed,
-	// removed what it dropped of the acknowledged state (Accepted.Partial).
-	partial bool
-}
 
 // holding is what a type holds for a NACK of its latest push, beside the
 // push's bytes, which the push holds while it awaits its answer

@@ -146,3 +146,25 @@ func (ts *typeState) closePush(k *keeper, at time.Time, evs []Event) []Event {
 	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
 		Changed: k.handOver(&p.held, p.delta)})
 }
+
+// takePush returns the type's push to fill with a new response: the latest,
+// or one from the pool.
+func (ts *typeState) takePush() *push {
+	if ts.p == nil {
+		ts.p = pushPool.Get().(*push)
+	}
+	return ts.p
+}
+
+// letGoOfPush gives the latest push back to the pool once its ACK applied
+// it (dropApplied), unless it keeps a large push's slice, which the next
+// push reuses.
+func (ts *typeState) letGoOfPush() {
+	p := ts.p
+	if p == nil || p.res != nil {
+		return
+	}
+	*p = push{}
+	pushPool.Put(p)
+	ts.p = nil
+}

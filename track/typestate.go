@@ -1,10 +1,6 @@
 package track
 
-import (
-	"time"
-
-	"github.com/adstap/adstap/codec"
-)
+import "github.com/adstap/adstap/codec"
 
 // typeState is what the tracker knows of one type on one stream. Its size is
 // bounded by the resources of the type: the acknowledged names and hashes, the
@@ -26,15 +22,16 @@ type typeState struct {
 
 	sub   subscription // what the client asks for (subscription.go)
 	acked acknowledged // what the client accepted (diff.go)
-	// p is the latest push, in flight until its answer (inflight.go): nil
-	// before the first and once an ACK applied it, unless it keeps a large
-	// push's slice for the next one; sent says where it stands.
+	// p is the latest push, in flight until its answer, and the bytes it
+	// holds for its NACK (inflight.go): nil before the first and once an
+	// ACK applied it, unless it keeps a large push's slice for the next
+	// one; sent is what outlives it, and says where it stands.
 	p    *push
 	sent sentPush
 	out  outcome   // what came of the pushes (outcome.go)
 	ask  asking    // the question a push round answers (round.go)
 	det  nackWatch // what the NACK detectors follow (detect.go)
-	nack holding   // what is held for a NACK of the latest push (kept.go)
+	nack holding   // what a NACK of the latest push needs beside its bytes, which p holds (kept.go)
 	// res is the type's resources one by one (restable.go, kept up by
 	// resources.go), with Config.Resources; nil otherwise.
 	res *resTable
@@ -51,40 +48,4 @@ func newTypeState(url string, keep *keeper) *typeState {
 		acceptTakers:    keep.takersOf(url, false),
 		supersedeTakers: keep.takersOf(url, true),
 	}
-}
-
-// sentPush is what the tracker keeps of the type's latest push past its
-// ACK: where it stands, and the nonce, version and time a request's nonce
-// is matched against and the pages show. An idle type holds this much of
-// it; the rest (push) goes back to a pool with the ACK.
-type sentPush struct {
-	state          pushState
-	version, nonce string
-	at             time.Time
-}
-
-// pending reports whether the push still awaits its answer (including one
-// that timed out).
-func (s *sentPush) pending() bool { return s.state == pushOpen || s.state == pushTimedOut }
-
-// takePush returns the type's push to fill with a new response: the latest,
-// or one from the pool.
-func (ts *typeState) takePush() *push {
-	if ts.p == nil {
-		ts.p = pushPool.Get().(*push)
-	}
-	return ts.p
-}
-
-// letGoOfPush gives the latest push back to the pool once its ACK applied
-// it (dropApplied), unless it keeps a large push's slice, which the next
-// push reuses.
-func (ts *typeState) letGoOfPush() {
-	p := ts.p
-	if p == nil || p.res != nil {
-		return
-	}
-	*p = push{}
-	pushPool.Put(p)
-	ts.p = nil
 }
