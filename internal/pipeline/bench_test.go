@@ -314,7 +314,7 @@ func BenchmarkObserverIdleStreams(b *testing.B) {
 							}
 						}
 					}
-					o.Tick(benchT0.Add(10 * time.Second)) // settles the full syncs
+					o.Tick(benchT0.Add(10 * time.Second))           // settles the full syncs
 					p.References.Dangling(context.Background(), "") // the reference check has caught up
 					return p
 				}, func(p *pipeline.Pipeline) {
