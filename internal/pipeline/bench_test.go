@@ -68,7 +68,24 @@ func newBenchPipeline(b *testing.B) *pipeline.Pipeline {
 // flags made a configuration by runconfig.Build, its log discarded.
 func newShippedPipeline(b testing.TB) *pipeline.Pipeline {
 	b.Helper()
+	p := newPipelineFromFlags(b, runconfig.Defaults())
+	if p.References == nil {
+		b.Fatal("the shipped configuration has no reference check")
+	}
+	return p
+}
+
+// newLeanPipeline is the shipped observation with every optional output
+// off, as the bench's tap-lean path runs it.
+func newLeanPipeline(b testing.TB) *pipeline.Pipeline {
+	b.Helper()
 	f := runconfig.Defaults()
+	f.CheckReferences = false
+	return newPipelineFromFlags(b, f)
+}
+
+func newPipelineFromFlags(b testing.TB, f runconfig.Flags) *pipeline.Pipeline {
+	b.Helper()
 	f.Upstream, f.Listen = "127.0.0.1:1", "127.0.0.1:0"
 	run, err := runconfig.Build(f, runconfig.Env{Logger: slog.New(slog.DiscardHandler), Version: "bench", Getenv: func(string) string { return "" }})
 	if err != nil {
@@ -77,9 +94,6 @@ func newShippedPipeline(b testing.TB) *pipeline.Pipeline {
 	p, err := pipeline.NewUnstarted(run.Observe)
 	if err != nil {
 		b.Fatal(err)
-	}
-	if p.References == nil {
-		b.Fatal("the shipped configuration has no reference check")
 	}
 	return p
 }
@@ -528,4 +542,86 @@ func BenchmarkReferencesFanOut(b *testing.B) {
 			b.ReportMetric(float64(shared-shared0)/float64(b.N), "shared/op")
 		})
 	}
+}
+
+// BenchmarkObserverSmallEDS is W2's observation as `adstap run` ships it:
+// 200 streams, each subscribed to one cluster, receive a 1 KB
+// ClusterLoadAssignment in turn and ACK it. One op is one push and its ACK;
+// B/op is the garbage a push leaves, which sets how often the collector
+// runs while the relay forwards frames (W2's tail). "lean" is the same with
+// every optional output off, for what the defaults add.
+func BenchmarkObserverSmallEDS(b *testing.B) {
+	const streams = 200
+	for _, shipped := range []bool{true, false} {
+		name := "shipped"
+		if !shipped {
+			name = "lean"
+		}
+		b.Run(name, func(b *testing.B) {
+			var p *pipeline.Pipeline
+			if shipped {
+				p = newShippedPipeline(b)
+			} else {
+				p = newLeanPipeline(b)
+			}
+			b.Cleanup(func() { closePipeline(b, p) })
+			o, at := p.Tracking(), benchT0
+			var pushes [streams][2]tap.Frame
+			var acks [streams][2]tap.Frame
+			for id := range streams {
+				s, cluster := benchStream(uint64(id)+1), fmt.Sprintf("outbound|8080||svc-%05d.ns-%d.svc.cluster.local", id, id%17)
+				o.OnStreamOpen(s)
+				o.OnFrame(s, request(at, marshal(b, &discovery.DiscoveryRequest{Node: benchNode(b, id), TypeUrl: codec.TypeEndpoint, ResourceNames: []string{cluster}})))
+				for v := range 2 {
+					pushes[id][v] = response(at, benchPush(b, codec.TypeEndpoint, v+1, []proto.Message{smallAssignment(cluster, id, v)}))
+					acks[id][v] = request(at, benchACK(b, codec.TypeEndpoint, v+1, []string{cluster}))
+				}
+			}
+			n := 0
+			step := func() {
+				id, v := n%streams, n/streams%2
+				n++
+				at = at.Add(500 * time.Microsecond)
+				s := benchStream(uint64(id) + 1)
+				f := pushes[id][v]
+				f.Time = at
+				o.OnFrame(s, f)
+				f = acks[id][v]
+				f.Time = at.Add(200 * time.Microsecond)
+				o.OnFrame(s, f)
+			}
+			for range 2 * streams {
+				step()
+			}
+			if p.References != nil {
+				p.References.Dangling(context.Background(), "")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				step()
+			}
+			if p.References != nil {
+				p.References.Dangling(context.Background(), "")
+			}
+		})
+	}
+}
+
+// smallAssignment is cluster's endpoints in version v: ten of them, about 1 KB.
+func smallAssignment(cluster string, id, v int) *endpointv3.ClusterLoadAssignment {
+	la := &endpointv3.ClusterLoadAssignment{ClusterName: cluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+		Locality: &core.Locality{Region: "bench", Zone: "bench-a"},
+	}}}
+	for i := range 10 {
+		la.Endpoints[0].LbEndpoints = append(la.Endpoints[0].LbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: fmt.Sprintf("10.%d.%d.%d", id>>8&255, id&255, 10*v+i+1), PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080},
+				}}},
+			}},
+			HealthStatus: core.HealthStatus_HEALTHY,
+		})
+	}
+	return la
 }

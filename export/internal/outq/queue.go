@@ -135,20 +135,24 @@ func (q *Queue[T]) push(n *queueNode[T]) {
 	}
 }
 
-// take returns the work pushed so far, oldest first.
-func (q *Queue[T]) take(batch []queued[T]) []queued[T] {
-	start := len(batch)
+// take returns the work pushed so far, oldest first: the stack taken
+// whole and its links reversed in place, so that taking work copies
+// nothing and holds no batch of its own (a batch of a burst's work,
+// 1,000 streams syncing at once, was half a megabyte kept or made again).
+func (q *Queue[T]) take() *queueNode[T] {
+	var list *queueNode[T]
 	for n := q.head.Swap(nil); n != nil; {
-		batch = append(batch, n.queued)
 		next := n.next
-		*n = queueNode[T]{}
-		q.nodes.Put(n)
-		n = next
+		n.next = list
+		list, n = n, next
 	}
-	for i, j := start, len(batch)-1; i < j; i, j = i+1, j-1 {
-		batch[i], batch[j] = batch[j], batch[i]
-	}
-	return batch
+	return list
+}
+
+// recycle gives back node n, its work done or dropped, for the next puts.
+func (q *Queue[T]) recycle(n *queueNode[T]) {
+	*n = queueNode[T]{}
+	q.nodes.Put(n)
 }
 
 func (q *Queue[T]) signal() {
@@ -178,29 +182,19 @@ func (q *Queue[T]) Flush(ctx context.Context) {
 // Dropped counts the work the queue dropped, since it was made.
 func (q *Queue[T]) Dropped() uint64 { return q.dropped.Load() }
 
-// idleBatch is the most work items whose room run keeps while the queue is
-// idle.
-const idleBatch = 64
-
 func (q *Queue[T]) run() {
 	defer close(q.done)
-	var batch []queued[T]
 	for {
-		batch = q.take(batch[:0])
-		if len(batch) == 0 {
-			if n := q.unreported.Swap(0); n > 0 && q.lost != nil {
+		n := q.take()
+		if n == nil {
+			if lost := q.unreported.Swap(0); lost > 0 && q.lost != nil {
 				// Caught up after a loss: say it now, when saying it can
 				// be heard.
-				q.lost(n)
+				q.lost(lost)
 				continue
 			}
 			if q.closed.Load() && q.putting.Load() == 0 && q.head.Load() == nil {
 				return
-			}
-			if cap(batch) > idleBatch {
-				// A burst's batch (a mesh's streams syncing at once) is
-				// not kept through the quiet that follows.
-				batch = nil
 			}
 			select {
 			case <-q.wake:
@@ -209,21 +203,22 @@ func (q *Queue[T]) run() {
 			}
 			continue
 		}
-		for i := range batch {
+		for n != nil {
 			select {
 			case <-q.stop:
-				q.drop(batch[i:])
+				q.drop(n)
 				return
 			default:
 			}
-			if batch[i].reached != nil {
-				close(batch[i].reached)
-				batch[i] = queued[T]{}
-				continue
+			next := n.next
+			if n.reached != nil {
+				close(n.reached)
+			} else {
+				q.do(n.v)
+				q.used.Add(-n.size)
 			}
-			q.do(batch[i].v)
-			q.used.Add(-batch[i].size)
-			batch[i] = queued[T]{}
+			q.recycle(n)
+			n = next
 		}
 	}
 }
@@ -255,25 +250,27 @@ func (q *Queue[T]) Close(ctx context.Context) error {
 	for q.putting.Load() != 0 {
 		runtime.Gosched()
 	}
-	left := q.drop(q.take(nil))
+	left := q.drop(q.take())
 	q.dropped.Add(uint64(left))
 	return fmt.Errorf("%s: %d queued records dropped: the output did not take them before the deadline", q.output, left)
 }
 
-// drop hands the work in items to discard, and counts it (flushes aside).
-func (q *Queue[T]) drop(items []queued[T]) int {
-	n := 0
-	for i := range items {
-		if items[i].reached != nil {
-			continue
+// drop hands the work in the list from n to discard, and counts it
+// (flushes aside).
+func (q *Queue[T]) drop(n *queueNode[T]) int {
+	count := 0
+	for n != nil {
+		next := n.next
+		if n.reached == nil {
+			count++
+			if q.discard != nil {
+				q.discard(n.v)
+			}
 		}
-		n++
-		if q.discard != nil {
-			q.discard(items[i].v)
-		}
-		items[i] = queued[T]{}
+		q.recycle(n)
+		n = next
 	}
-	return n
+	return count
 }
 
 // WarnLost is a queue's lost function that logs the loss on log.
