@@ -109,6 +109,8 @@ type Metrics struct {
 	connectFailures                                 *prometheus.CounterVec
 	nodeOverflow                                    prometheus.Counter
 	spansFolded                                     *prometheus.CounterVec
+	// slots are the per-type series found once; nil with the node label.
+	slots seriesSlots
 
 	// The node label's values, when asked for: read without a lock on
 	// every event; nodeMu is taken only to let a new node in, at most
@@ -138,6 +140,8 @@ func New(cfg Config) *Metrics {
 	typeLabels := []string{"type"}
 	if cfg.NodeLabel {
 		typeLabels = append(typeLabels, "node")
+	} else {
+		m.slots = newSeriesSlots()
 	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -280,15 +284,23 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.PushSent:
 		p := e.Push
 		l := m.labels(p.TypeURL, p.Node.ID)
-		m.pushes.WithLabelValues(l...).Inc()
-		m.pending.WithLabelValues(l...).Inc()
-		// Outcome counters start at 0 with the type's first push, so that
-		// increase() in alert rules sees the first ACK, NACK or timeout.
-		m.acks.WithLabelValues(l...)
-		m.nacks.WithLabelValues(l...)
-		m.timeouts.WithLabelValues(l...)
-		m.pushBytes.WithLabelValues(l...).Observe(float64(p.Bytes))
-		m.pushResources.WithLabelValues(l...).Observe(float64(p.Resources))
+		if s := m.series(l[0], true); s != nil {
+			s.pushes.Inc()
+			s.pending.Inc()
+			s.pushBytes.Observe(float64(p.Bytes))
+			s.pushResources.Observe(float64(p.Resources))
+		} else {
+			m.pushes.WithLabelValues(l...).Inc()
+			m.pending.WithLabelValues(l...).Inc()
+			// Outcome counters start at 0 with the type's first push, so that
+			// increase() in alert rules sees the first ACK, NACK or timeout
+			// (series, made with the type's first push, makes them too).
+			m.acks.WithLabelValues(l...)
+			m.nacks.WithLabelValues(l...)
+			m.timeouts.WithLabelValues(l...)
+			m.pushBytes.WithLabelValues(l...).Observe(float64(p.Bytes))
+			m.pushResources.WithLabelValues(l...).Observe(float64(p.Resources))
+		}
 		if p.Redundant {
 			m.redundant.WithLabelValues(l...).Inc()
 		}
@@ -304,25 +316,33 @@ func (m *Metrics) OnEvent(e track.Event) {
 		}
 	case track.PushEnded:
 		l := m.labels(e.Push.TypeURL, e.Push.Node.ID)
-		m.pending.WithLabelValues(l...).Dec()
+		s := m.series(l[0], false)
+		if s == nil {
+			s = m.lookUp(l)
+		}
+		s.pending.Dec()
 		switch e.Result {
 		case track.ResultACK:
-			m.acks.WithLabelValues(l...).Inc()
-			m.observeLatency(l, "ack", e.Latency, e.Push)
+			s.acks.Inc()
+			m.observeLatency(s, l, "ack", e.Latency, e.Push, e.At)
 		case track.ResultNACK:
-			m.nacks.WithLabelValues(l...).Inc()
-			m.observeLatency(l, "nack", e.Latency, e.Push)
+			s.nacks.Inc()
+			m.observeLatency(s, l, "nack", e.Latency, e.Push, e.At)
 		case track.ResultTimeout:
-			m.timeouts.WithLabelValues(l...).Inc()
+			s.timeouts.Inc()
 		}
 	case track.LateAnswer:
 		l := m.labels(e.Push.TypeURL, e.Push.Node.ID)
-		if e.Result == track.ResultNACK {
-			m.nacks.WithLabelValues(l...).Inc()
-		} else {
-			m.acks.WithLabelValues(l...).Inc()
+		s := m.series(l[0], false)
+		if s == nil {
+			s = m.lookUp(l)
 		}
-		m.observeLatency(l, string(e.Result), e.Latency, e.Push)
+		if e.Result == track.ResultNACK {
+			s.nacks.Inc()
+		} else {
+			s.acks.Inc()
+		}
+		m.observeLatency(s, l, string(e.Result), e.Latency, e.Push, e.At)
 	case track.RequestSeen:
 		if e.Kind == track.KindStale {
 			m.stale.WithLabelValues(m.labels(e.TypeURL, e.Node.ID)...).Inc()
@@ -392,7 +412,12 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 	}
 }
 
-func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p track.Push) {
+func (m *Metrics) observeLatency(s *typeSeries, l []string, result string, d time.Duration, p track.Push, at time.Time) {
+	o := m.latency(s, l, result)
+	if !s.exemplarDue(result, d.Seconds(), at) {
+		o.Observe(d.Seconds())
+		return
+	}
 	// The exemplar's labels are copied by the histogram, so one map per
 	// goroutine at a time does for every answer.
 	ex := exemplarLabels.Get().(prometheus.Labels)
@@ -406,7 +431,7 @@ func (m *Metrics) observeLatency(l []string, result string, d time.Duration, p t
 			ex["trace_id"] = id
 		}
 	}
-	observeWithExemplar(m.ackSeconds.WithLabelValues(append(l, result)...), d.Seconds(), ex)
+	observeWithExemplar(o, d.Seconds(), ex)
 }
 
 // SpansFolded counts a push of type typ (short) folded into an episode
