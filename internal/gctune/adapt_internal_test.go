@@ -165,49 +165,24 @@ func TestGiveBackRetriesWhatWasStillInUse(t *testing.T) {
 	}
 
 	// In use for good: the floor after maxRetries tries, the last of them
-	// GiveBackWithin's intervals after the tap went idle, the waits in
-	// whole intervals whatever the ticks an interval is split into.
-	for _, split := range []int{1, giveBackSplit} {
-		g = giver{split: split}
-		g.tick(memSample{allocs: 0, held: 20 * mb})
-		tries, last := 0, 0
-		for tick := 1; tick <= 200*split; tick++ {
-			if g.tick(memSample{allocs: 0, held: 180 * mb}) {
-				tries++
-				last = tick
-				g.gaveBack(memSample{allocs: 0, held: 180 * mb})
-			}
-		}
-		if tries != maxRetries+1 {
-			t.Errorf("split %d: %d give-backs of memory in use, want %d", split, tries, maxRetries+1)
-		}
-		if want := giveBackTicks(split); last != want {
-			t.Errorf("split %d: the last give-back at tick %d, want GiveBackWithin's %d", split, last, want)
-		}
-		if least := 1 + (1<<(maxRetries+1)-2)*split; last < least {
-			t.Errorf("split %d: the last give-back at tick %d, before the waits' %d ticks", split, last, least)
-		}
-		if g.least != 180*mb {
-			t.Errorf("split %d: floor %d MiB, want what is in use, 180", split, g.least/mb)
-		}
-	}
-	if got, want := GiveBackWithin(time.Second), time.Duration(giveBackTicks(giveBackSplit))*time.Second/giveBackSplit; got != want {
-		t.Errorf("GiveBackWithin(1s) = %v, want %v", got, want)
-	}
-}
-
-// A tick of a giver that splits its interval is idle when it allocated
-// less than its share of idleAlloc.
-func TestGiveBackIdleIsPerTick(t *testing.T) {
-	leakcheck.Check(t)
-	const mb = 1 << 20
-	g := giver{split: giveBackSplit}
+	// GiveBackWithin's intervals after the tap went idle.
+	g = giver{}
 	g.tick(memSample{allocs: 0, held: 20 * mb})
-	share := uint64(idleAlloc / giveBackSplit)
-	if g.tick(memSample{allocs: share, held: 180 * mb}) {
-		t.Error("gave back after a tick that allocated its whole share: busy")
+	tries, last := 0, 0
+	for tick := 1; tick <= 200; tick++ {
+		if g.tick(memSample{allocs: 0, held: 180 * mb}) {
+			tries++
+			last = tick
+			g.gaveBack(memSample{allocs: 0, held: 180 * mb})
+		}
 	}
-	if !g.tick(memSample{allocs: 2*share - 1, held: 180 * mb}) {
-		t.Error("no give-back after a tick that allocated less than its share, grown")
+	if tries != maxRetries+1 {
+		t.Errorf("%d give-backs of memory in use, want %d", tries, maxRetries+1)
+	}
+	if want := int(GiveBackWithin(time.Second) / time.Second); last != want {
+		t.Errorf("the last give-back at interval %d, want GiveBackWithin's %d", last, want)
+	}
+	if g.least != 180*mb {
+		t.Errorf("floor %d MiB, want what is in use, 180", g.least/mb)
 	}
 }

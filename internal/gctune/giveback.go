@@ -31,17 +31,10 @@ import (
 // is held is still grown over the floor keeps the floor and is tried
 // again, after 2, 4, ... intervals, at most maxRetries times; then what is
 // held is in use, and becomes the floor.
-//
-// Idle is looked for in quarters of the interval (giveBackSplit), so that
-// a tap gives back within a quarter of a second of going quiet rather than
-// one to two seconds after: idle proxies' taps are where memory is paid
-// for, a sidecar each, and one synced a moment ago is idle. The waits
-// between tries stay in whole intervals.
 const (
 	giveBackGrowth = 16 << 20
-	idleAlloc      = 1 << 20 // in an interval
+	idleAlloc      = 1 << 20
 	maxRetries     = 6
-	giveBackSplit  = 4
 )
 
 // GiveBackWithin is the longest a tap that checks every interval takes to
@@ -50,17 +43,11 @@ const (
 // takes longer to write a large push out than an idle one, and gives it
 // back at a later try.
 func GiveBackWithin(every time.Duration) time.Duration {
-	return time.Duration(giveBackTicks(giveBackSplit)) * every / giveBackSplit
-}
-
-// giveBackTicks is GiveBackWithin in ticks of a giver with split ticks an
-// interval.
-func giveBackTicks(split int) int {
 	n := 1
 	for r := 1; r <= maxRetries; r++ {
-		n += 1<<r*split + 1
+		n += 1<<r + 1
 	}
-	return n
+	return time.Duration(n) * every
 }
 
 // memSample is what giving back watches.
@@ -71,8 +58,6 @@ type memSample struct {
 
 // giver decides when to give memory back, one sample per interval.
 type giver struct {
-	// split is how many ticks make an interval (1 when 0).
-	split      int
 	started    bool
 	lastAllocs uint64
 	least      uint64 // the least held since the last give-back that held
@@ -80,9 +65,6 @@ type giver struct {
 	// still grown, and wait the intervals to let pass before the next.
 	retries, wait int
 }
-
-// ticks is how many ticks make an interval.
-func (g *giver) ticks() int { return max(1, g.split) }
 
 // grown reports whether held has grown enough over the floor to give back.
 func (g *giver) grown(held uint64) bool {
@@ -95,7 +77,7 @@ func (g *giver) tick(s memSample) bool {
 		g.started, g.lastAllocs, g.least = true, s.allocs, s.held
 		return false
 	}
-	idle := s.allocs-g.lastAllocs < idleAlloc/uint64(g.ticks())
+	idle := s.allocs-g.lastAllocs < idleAlloc
 	g.lastAllocs = s.allocs
 	g.least = min(g.least, s.held)
 	if g.wait > 0 {
@@ -111,16 +93,16 @@ func (g *giver) gaveBack(s memSample) {
 	g.lastAllocs = s.allocs
 	if g.grown(s.held) && g.retries < maxRetries {
 		g.retries++
-		g.wait = 1 << g.retries * g.ticks()
+		g.wait = 1 << g.retries
 		return
 	}
 	g.least, g.retries, g.wait = s.held, 0, 0
 }
 
 func giveBack(ctx context.Context, every time.Duration, read func() memSample, free func(), log *slog.Logger) {
-	g := giver{split: giveBackSplit}
+	var g giver
 	g.tick(read()) // the floor: the process as it starts
-	eachTick(ctx, every/giveBackSplit, func() {
+	eachTick(ctx, every, func() {
 		s := read()
 		if !g.tick(s) {
 			return
