@@ -147,7 +147,7 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 	for rd.next() {
 		switch {
 		case rd.bytesField(reqVersionInfo):
-			r.VersionInfo = Text(rd.b)
+			r.VersionInfo = recentText(rd.b)
 		case rd.bytesField(reqNode):
 			if err := node.decode(rd.b); err != nil {
 				return fmt.Errorf("node: %w", err)
@@ -157,7 +157,7 @@ func (r *Request) decodeSotW(b []byte, node *nodeDecoder) error {
 		case rd.bytesField(reqTypeURL):
 			r.TypeURL = InternTypeURL(rd.b)
 		case rd.bytesField(reqResponseNonce):
-			r.ResponseNonce = Text(rd.b)
+			r.ResponseNonce = recentText(rd.b)
 		case rd.bytesField(reqErrorDetail):
 			if err := r.decodeErrorDetail(rd.b); err != nil {
 				return err
@@ -200,7 +200,7 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 			}
 			r.InitialVersions[Text(k)] = Text(v)
 		case rd.bytesField(dreqResponseNonce):
-			r.ResponseNonce = Text(rd.b)
+			r.ResponseNonce = recentText(rd.b)
 		case rd.bytesField(dreqErrorDetail):
 			if err := r.decodeErrorDetail(rd.b); err != nil {
 				return err
@@ -521,7 +521,7 @@ func (r *Response) growResources(num protowire.Number) {
 func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane string) error {
 	switch num {
 	case respVersionInfo:
-		r.VersionInfo = Text(b)
+		r.VersionInfo = recentText(b)
 	case respResources:
 		var res Resource
 		if err := decodeSotWResource(b, &res); err != nil {
@@ -532,7 +532,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 	case respTypeURL:
 		r.TypeURL = InternTypeURL(b)
 	case respNonce:
-		r.Nonce = Text(b)
+		r.Nonce = recentText(b)
 	case respControlPlane:
 		return r.decodeControlPlane(b, prevControlPlane)
 	case respResourceErrors:
@@ -544,7 +544,7 @@ func (r *Response) sotwField(num protowire.Number, b []byte, prevControlPlane st
 func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane string) error {
 	switch num {
 	case drespSystemVersionInfo:
-		r.VersionInfo = Text(b)
+		r.VersionInfo = recentText(b)
 	case drespResources:
 		var res Resource
 		if err := decodeResource(b, &res); err != nil {
@@ -555,7 +555,7 @@ func (r *Response) deltaField(num protowire.Number, b []byte, prevControlPlane s
 	case drespTypeURL:
 		r.TypeURL = InternTypeURL(b)
 	case drespNonce:
-		r.Nonce = Text(b)
+		r.Nonce = recentText(b)
 	case drespRemovedResources:
 		r.RemovedResources = append(r.RemovedResources, Text(b))
 	case drespControlPlane:
