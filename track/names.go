@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"unique"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -151,8 +152,11 @@ func (s *nameSet) idle() {
 // slotPools hold the indexes sets let go of, by size (16 << i slots), for
 // the next set that needs one. A sync of many streams builds and lets go
 // of an index per set; allocated afresh, each would leave a hole between
-// the streams' long-lived state that the heap cannot give back.
-var slotPools [8]sync.Pool // *[]uint64
+// the streams' long-lived state that the heap cannot give back. A pool
+// holds each index by its first slot, the size being the pool's: a pointer
+// into the index costs nothing to put, where a pointer to a slice header
+// was an allocation at every give.
+var slotPools [8]sync.Pool // *uint64, the first of 16 << i
 
 func slotPool(size int) *sync.Pool {
 	i := bits.Len(uint(size)) - 5 // 16 -> 0
@@ -164,8 +168,8 @@ func slotPool(size int) *sync.Pool {
 
 func borrowSlots(size int) []uint64 {
 	if p := slotPool(size); p != nil {
-		if b, ok := p.Get().(*[]uint64); ok {
-			return *b
+		if first, ok := p.Get().(*uint64); ok {
+			return unsafe.Slice(first, size)
 		}
 	}
 	return make([]uint64, size)
@@ -174,7 +178,7 @@ func borrowSlots(size int) []uint64 {
 func giveSlots(slots []uint64) {
 	if p := slotPool(len(slots)); p != nil {
 		clear(slots)
-		p.Put(&slots)
+		p.Put(&slots[0])
 	}
 }
 

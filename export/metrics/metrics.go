@@ -284,7 +284,8 @@ func (m *Metrics) OnEvent(e track.Event) {
 	case track.PushSent:
 		p := e.Push
 		l := m.labels(p.TypeURL, p.Node.ID)
-		if s := m.series(l[0], true); s != nil {
+		s := m.series(l[0], true)
+		if s != nil {
 			s.pushes.Inc()
 			s.pending.Inc()
 			s.pushBytes.Observe(float64(p.Bytes))
@@ -309,7 +310,7 @@ func (m *Metrics) OnEvent(e track.Event) {
 			if p.Initial {
 				reason = "initial"
 			}
-			m.fullSyncs.WithLabelValues(append(l, reason)...).Inc()
+			m.fullSync(s, l, reason).Inc()
 		}
 		if p.First && p.Ref != nil {
 			m.connectSeconds.WithLabelValues("first_response").Observe(p.SentAt.Sub(p.Ref.Meta.OpenedAt).Seconds())

@@ -20,6 +20,9 @@ type typeSeries struct {
 	// The latency series appear with the type's first answer of each
 	// result, as they did when looked up at each answer.
 	ackLatency, nackLatency atomic.Pointer[prometheus.Observer]
+	// fullInitial and fullRepeated are the type's full syncs by reason,
+	// made at the first of each, as the latency series are.
+	fullInitial, fullRepeated atomic.Pointer[prometheus.Counter]
 	// ackExemplarAt are when each bucket of the ACK latency last took an
 	// exemplar, in Unix nanoseconds of the answers.
 	ackExemplarAt [latencyBucketCount + 1]atomic.Int64
@@ -105,6 +108,24 @@ func (m *Metrics) latency(s *typeSeries, l []string, result string) prometheus.O
 	}
 	o := m.ackSeconds.WithLabelValues(append(l, result)...)
 	slot.CompareAndSwap(nil, &o)
+	return *slot.Load()
+}
+
+// fullSync returns the full syncs counter of s's type for reason ("initial"
+// or "repeated"), made at its first use; s nil looks it up.
+func (m *Metrics) fullSync(s *typeSeries, l []string, reason string) prometheus.Counter {
+	if s == nil {
+		return m.fullSyncs.WithLabelValues(append(l, reason)...)
+	}
+	slot := &s.fullRepeated
+	if reason == "initial" {
+		slot = &s.fullInitial
+	}
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := m.fullSyncs.WithLabelValues(append(l, reason)...)
+	slot.CompareAndSwap(nil, &c)
 	return *slot.Load()
 }
 
