@@ -139,12 +139,19 @@ func (t *Tracker) OpenStream(m StreamMeta) []Event {
 // req is handed to the outputs (RequestSeen.Request): the caller does not
 // change it once Request returns.
 func (t *Tracker) Request(streamID uint64, at time.Time, req *codec.Request, size int) []Event {
+	return t.AppendRequest(nil, streamID, at, req, size)
+}
+
+// AppendRequest is Request appending the events to evs, a buffer the
+// caller reuses once it has handed them on: a small push and its ACK
+// grew a slice of events three times.
+func (t *Tracker) AppendRequest(evs []Event, streamID uint64, at time.Time, req *codec.Request, size int) []Event {
 	s := t.lockTracked(streamID, req != nil)
 	if s == nil {
-		return nil
+		return evs
 	}
 	defer s.unlock()
-	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	evs = s.settle(at, t.cfg.FullSyncSettle, false, evs)
 	s.setNode(req.Node)
 	ts := s.typeFor(req.TypeURL)
 	if ts == nil {
@@ -196,12 +203,18 @@ func (t *Tracker) Response(streamID uint64, at time.Time, resp *codec.Response, 
 // of resp's resources too, for the push's Accepted, and resp then lets go
 // of the copies they point into (codec.Response.KeepViews).
 func (t *Tracker) ResponseFrame(streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
+	return t.AppendResponseFrame(nil, streamID, at, resp, size, data)
+}
+
+// AppendResponseFrame is ResponseFrame appending the events to evs, as
+// AppendRequest.
+func (t *Tracker) AppendResponseFrame(evs []Event, streamID uint64, at time.Time, resp *codec.Response, size int, data mem.BufferSlice) []Event {
 	s := t.lockTracked(streamID, resp != nil)
 	if s == nil {
-		return nil
+		return evs
 	}
 	defer s.unlock()
-	evs := s.settle(at, t.cfg.FullSyncSettle, false, nil)
+	evs = s.settle(at, t.cfg.FullSyncSettle, false, evs)
 	if resp.ControlPlane != "" {
 		s.controlPlane = resp.ControlPlane
 	}

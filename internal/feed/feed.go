@@ -27,6 +27,10 @@ type Frame struct {
 	Data mem.BufferSlice
 	// Size is the message's size on the wire.
 	Size int
+	// Events, when not nil, is a buffer the tracker's events are appended
+	// to (from its length), which the caller reuses once it has handed them
+	// on.
+	Events []track.Event
 }
 
 // Decoded is what a frame decoded into: its request, or the response
@@ -51,16 +55,16 @@ func Track(tr *track.Tracker, resp *codec.Response, f Frame) ([]track.Event, Dec
 		defer release()
 		req, err := redact.DecodeRequest(b, f.Delta)
 		if err != nil {
-			return tr.DecodeFailed(f.Stream, f.At, codec.DirectionRequest, err), Decoded{Err: err}
+			return append(f.Events, tr.DecodeFailed(f.Stream, f.At, codec.DirectionRequest, err)...), Decoded{Err: err}
 		}
-		return tr.Request(f.Stream, f.At, req, f.Size), Decoded{Request: req}
+		return tr.AppendRequest(f.Events, f.Stream, f.At, req, f.Size), Decoded{Request: req}
 	}
 	// Read in the pieces gRPC received it in: a copy of a 10 MB push into
 	// one buffer cost as much as decoding it.
 	if err := resp.DecodeBuffers(f.Data, f.Delta); err != nil {
-		return tr.DecodeFailed(f.Stream, f.At, codec.DirectionResponse, err), Decoded{Err: err}
+		return append(f.Events, tr.DecodeFailed(f.Stream, f.At, codec.DirectionResponse, err)...), Decoded{Err: err}
 	}
-	return tr.ResponseFrame(f.Stream, f.At, resp, f.Size, f.Data), Decoded{Response: resp}
+	return tr.AppendResponseFrame(f.Events, f.Stream, f.At, resp, f.Size, f.Data), Decoded{Response: resp}
 }
 
 // contiguous returns a request's bytes in one slice: the buffer itself when

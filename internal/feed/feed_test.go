@@ -87,3 +87,33 @@ func TestTrackDecodesThenTracks(t *testing.T) {
 		})
 	}
 }
+
+// With a buffer, the events are appended to what it holds, from its length,
+// whatever the frame gives.
+func TestTrackAppendsToTheBuffer(t *testing.T) {
+	leakcheck.Check(t)
+	req := xdstest.RequestFrame(&core.Node{Id: "n"}, codec.TypeCluster, "", "", "")
+	push := xdstest.ClusterPush(3, 0, "1", "a")
+	tr := track.New(track.Config{})
+	tr.OpenStream(track.StreamMeta{ID: 1, Method: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", Protocol: codec.SotW, OpenedAt: t0})
+	defer tr.CloseStream(1, t0.Add(time.Minute), 0, "")
+	held := track.UpstreamConnected{UpstreamConnect: codec.UpstreamConnect{Upstream: "held"}}
+	var resp codec.Response
+	for i, f := range []feed.Frame{
+		{Data: mem.BufferSlice{mem.SliceBuffer(req)}, Size: len(req)},
+		{Response: true, Data: mem.BufferSlice{mem.SliceBuffer(push)}, Size: len(push)},
+		{Response: true, Data: mem.BufferSlice{mem.SliceBuffer([]byte{0x12, 0x05, 0x01})}, Size: 3},
+	} {
+		f.Stream, f.At = 1, t0.Add(time.Duration(i)*time.Second)
+		buf := make([]track.Event, 1, 8)
+		buf[0] = held
+		f.Events = buf
+		evs, _ := feed.Track(tr, &resp, f)
+		if len(evs) < 2 || evs[0] != track.Event(held) {
+			t.Fatalf("frame %d: events %v, want the buffer's first and the frame's after it", i, evs)
+		}
+		if &evs[0] != &buf[0] {
+			t.Errorf("frame %d: the events are not in the buffer given", i)
+		}
+	}
+}

@@ -21,8 +21,9 @@ type Observer struct {
 	// time-based rules of their own (references.References).
 	tickers []func(time.Time)
 	// responses are reused across decodes, so a steady stream of pushes does
-	// not allocate per resource.
-	responses sync.Pool
+	// not allocate per resource; events, the buffers a frame's events are
+	// gathered in (*[]track.Event), emptied once the sinks had them.
+	responses, events sync.Pool
 }
 
 var _ tap.Observer = (*Observer)(nil)
@@ -61,10 +62,26 @@ func (o *Observer) OnFrame(s tap.StreamInfo, f tap.Frame) {
 			o.responses.Put(resp)
 		}()
 	}
+	buf, _ := o.events.Get().(*[]track.Event)
+	if buf == nil {
+		buf = new([]track.Event)
+	}
 	evs, _ := feed.Track(o.tracker, resp, feed.Frame{Stream: s.ID, At: f.Time, Response: f.Direction == tap.Response,
-		Delta: proto == codec.Delta, Data: f.Data, Size: f.Size})
+		Delta: proto == codec.Delta, Data: f.Data, Size: f.Size, Events: (*buf)[:0]})
 	o.emit(evs)
+	// The sinks had every event by value: the buffer keeps none of them,
+	// which would hold a push's state from the collector.
+	clear(evs)
+	if cap(evs) <= maxPooledEvents {
+		*buf = evs[:0]
+		o.events.Put(buf)
+	}
 }
+
+// maxPooledEvents is the most events a pooled buffer holds: a stream's
+// close or a full sync can make many, and a buffer kept for them would
+// stay that large.
+const maxPooledEvents = 64
 
 // OnStreamClose ends tracking of a stream.
 func (o *Observer) OnStreamClose(s tap.StreamInfo, e tap.StreamEnd) {
