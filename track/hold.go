@@ -80,7 +80,10 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 	// one whose every resource is new), the same for every such stream.
 	viewBytes := int64(nviews) * int64(unsafe.Sizeof(AcceptedResource{}))
 	sameViews := partial && (compact || len(changed) == len(resp.Resources))
-	key, hashes, names := ts.shareKeyOf(resp, changed, compact, size, whole)
+	key, hashes, names := ts.shareKeyOf(sc, resp, changed, compact, size, whole)
+	// In scratch space: a push that finds its share (every stream but the
+	// first of a fan-out) copies them nowhere.
+	defer clear(names)
 	share := k.store.find(key, hashes, names)
 	own := viewBytes
 	if share != nil && sameViews && share.views != nil {
@@ -113,7 +116,7 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 			// bound skipped leaves them to the next decode.
 			resp.KeepViews()
 		}
-		share = &sharedPush{key: key, hashes: hashes, names: names, size: need - own}
+		share = &sharedPush{key: key, hashes: slices.Clone(hashes), names: slices.Clone(names), size: need - own}
 		if compact {
 			buf := compactPool.Get(int(size))
 			b := compactCopy((*buf)[:0], resp, changed)
@@ -173,13 +176,14 @@ func (ts *typeState) hold(s *stream, resp *codec.Response, data mem.BufferSlice)
 
 // shareKeyOf is what finds the bytes a push keeps in the store: the
 // content hashes and names of the resources kept (changed, when compact;
-// else all of them), in order, and a hash of them.
-func (ts *typeState) shareKeyOf(resp *codec.Response, changed []int32, compact bool, size, whole int64) (shareKey, []uint64, []string) {
+// else all of them), in order, in sc's space, and a hash of them.
+func (ts *typeState) shareKeyOf(sc *scratch, resp *codec.Response, changed []int32, compact bool, size, whole int64) (shareKey, []uint64, []string) {
 	n := len(resp.Resources)
 	if compact {
 		n = len(changed)
 	}
-	hashes, names := make([]uint64, n), make([]string, n)
+	hashes, names := slices.Grow(sc.keyHashes[:0], n)[:n], slices.Grow(sc.keyNames[:0], n)[:n]
+	sc.keyHashes, sc.keyNames = hashes, names
 	sum := mix(uint64(n))
 	for j := range n {
 		i := j

@@ -389,6 +389,9 @@ type scratchBufs struct {
 	names  []name
 	hashes []uint64
 	placed placedNames
+	// keyHashes and keyNames are a held push's share key's (hold.go).
+	keyHashes []uint64
+	keyNames  []string
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}
