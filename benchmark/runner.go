@@ -126,8 +126,8 @@ func runDetail(id string, r Result) string {
 			fmtBytes(r.Collected.RSS), fmtBytes(r.Collected.HeapInuse), fmtBytes(r.Collected.Stacks),
 			r.Idle.Goroutines, r.Settled.Goroutines, r.Idle.FDs, r.Settled.FDs)
 	case "W6":
-		return fmt.Sprintf("  per stream p50 %s p99 %s; pushes not kept %d, reference check: %d dropped, %d stopped", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)),
-			r.Middle.End.NACKNotKept, r.Middle.End.RefsDropped, r.Middle.End.RefsStopped)
+		return fmt.Sprintf("  per stream p50 %s p99 %s; pushes not kept %d, reference check: %d dropped, %d stopped; %d minor page faults", fmtDur(percentile(r.Latencies, 0.50)), fmtDur(percentile(r.Latencies, 0.99)),
+			r.Middle.End.NACKNotKept, r.Middle.End.RefsDropped, r.Middle.End.RefsStopped, r.Middle.End.MinorFaults-r.Middle.Start.MinorFaults)
 	case "W7":
 		var out string
 		for _, f := range r.Footprints {

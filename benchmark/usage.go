@@ -14,6 +14,10 @@ type Usage struct {
 	Stacks     int64         `json:"stacks"`   // goroutine stacks, bytes
 	Goroutines int           `json:"goroutines"`
 	FDs        int           `json:"fds"` // open file descriptors
+	// MinorFaults counts the pages the process touched for the first time
+	// since the OS gave them (or gave them again after it took them back):
+	// memory a fan-out takes fresh rather than reuses.
+	MinorFaults int64 `json:"minflt"`
 	// What a full tap's observation produced, to show it was on.
 	Spans    int64 `json:"spans"`
 	LogBytes int64 `json:"log_bytes"`

@@ -22,8 +22,9 @@ func selfUsage() (Usage, error) {
 		return Usage{}, err
 	}
 	u := Usage{
-		CPU:        time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		Goroutines: runtime.NumGoroutine(),
+		CPU:         time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		Goroutines:  runtime.NumGoroutine(),
+		MinorFaults: ru.Minflt,
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		u.FDs = len(fds)

@@ -72,7 +72,9 @@ type ObserveQueue struct {
 //     through the streams themselves), so the relay appends to them without
 //     ever waiting for room;
 //   - the streams take turns, so a busy stream delays the others by one
-//     batch at a time, not by its whole backlog.
+//     batch at a time, not by its whole backlog;
+//   - while the queues grow past what the workers keep up with, helpers
+//     join them (help), and end once the run queue is empty.
 //
 // The run queue is sharded, so that no lock is taken by every stream's
 // frames: each stream is queued on a shard of its own (given when it
@@ -111,7 +113,15 @@ type observePool struct {
 	// been told (open is 0).
 	closing atomic.Bool
 	open    atomic.Int64 // streams whose OnStreamClose has not returned
+
+	// helpers counts the helpers running (see help); maxHelpers bounds them.
+	helpers    atomic.Int32
+	maxHelpers int32
 }
+
+// helpBytes is how much the queues hold, for each helper running, before
+// the relay starts one more (see help).
+const helpBytes = 1 << 20
 
 // runShard is one shard of the run queue, linked through
 // observation.next; its lock is held only to link or unlink a stream.
@@ -132,6 +142,7 @@ func newObservePool(obs Observer, budget *byteBudget, maxFrames, size int, aband
 	for i := range p.wake {
 		p.wake[i] = make(chan struct{}, 1)
 	}
+	p.maxHelpers = int32(helpersPerWorker * size)
 	return p
 }
 
@@ -160,6 +171,55 @@ func (p *observePool) schedule(o *observation) {
 	p.enqueue(o)
 	if p.idleCount.Load() > 0 {
 		p.wakeOne()
+		return
+	}
+	p.help()
+}
+
+// helpersPerWorker bounds the helpers: at most this many for each worker.
+const helpersPerWorker = 8
+
+// help starts a helper when every worker is busy and the queues hold more
+// than helpBytes for each helper already running, up to maxHelpers. A
+// helper observes the streams on the run queue as a worker does, and ends
+// as soon as the run queue is empty.
+//
+// Holding a frame for the observer is what costs, not observing it: a
+// frame's buffers are gRPC's, which its pool cannot hand out again while
+// they are held, so a burst the workers fall behind on (a full push to a
+// thousand streams) makes gRPC take fresh memory for every frame after,
+// and fresh memory costs the page faults of its first touch, which cost
+// more than the decode (the observation reads a 212 KB push in ~50 µs; its
+// 53 pages fault in ~50-700 µs, by machine). And the workers fall behind
+// not for want of a core but of a turn: in a burst the relay's goroutines,
+// thousands of them runnable, are ahead of the few workers on the run
+// queues, and Go's scheduler has no priorities. More goroutines observing
+// take more turns, and so the observation keeps up with what arrives.
+// Only while the queues grow, though: when idle, none is held.
+func (p *observePool) help() {
+	n := p.helpers.Load()
+	if n >= p.maxHelpers || p.budget.used.Load()+p.budget.large.Load() <= int64(n+1)*helpBytes {
+		return
+	}
+	if !p.helpers.CompareAndSwap(n, n+1) {
+		return // another relay goroutine started one just now
+	}
+	p.workers.Add(1)
+	go p.runHelper(int(p.nextShard.Load()))
+}
+
+// runHelper observes the streams on the run queue until it is empty.
+func (p *observePool) runHelper(cursor int) {
+	defer p.workers.Done()
+	defer p.helpers.Add(-1)
+	for {
+		o := p.take(&cursor)
+		if o == nil {
+			return
+		}
+		if o.observe() {
+			p.enqueue(o)
+		}
 	}
 }
 

@@ -158,7 +158,22 @@ func endPool(t *testing.T, p *observePool, workers *sync.WaitGroup) {
 // while a worker is in the middle of the stream's previous ones, so streams
 // go back on the run queue again and again: each stream's calls still come
 // in order and never overlap, whichever worker makes them.
+//
+// Counted as large frames, the queues hold more than the workers keep up
+// with, and helpers join them: the same holds.
 func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int // what each frame counts for in the queues' bytes
+	}{
+		{"workers", 4},
+		{"workers and helpers", helpBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) { observeInOrderWithoutOverlap(t, tc.size) })
+	}
+}
+
+func observeInOrderWithoutOverlap(t *testing.T, size int) {
 	leakcheck.Check(t)
 	const streams, frames, burst = 200, 300, 8
 	check := newCallChecker(streams)
@@ -176,7 +191,9 @@ func TestPoolObservesEachStreamInOrderWithoutOverlap(t *testing.T) {
 			o := p.startObservation(StreamInfo{ID: uint64(id)})
 			s := check.streams[id]
 			for seq := range uint32(frames) {
-				if !o.frame(seqFrame(seq)) {
+				f := seqFrame(seq)
+				f.Size = size
+				if !o.frame(f) {
 					t.Errorf("stream %d: frame %d refused before the stream's end", id, seq)
 				}
 				if seq%burst != burst-1 {
@@ -295,6 +312,76 @@ func TestPoolStuckStreamHoldsOnlyItsWorker(t *testing.T) {
 	defer mu.Unlock()
 	if delivered[4] != queueBound || skipped[4] != overflow {
 		t.Errorf("stream 4: %d delivered and %d skipped, want the %d its queue held delivered and %d skipped", delivered[4], skipped[4], queueBound, overflow)
+	}
+}
+
+// When every worker is busy and the queues hold more than helpBytes, helpers
+// observe the streams waiting, and end once nothing waits: a burst of large
+// frames does not wait for a worker stuck on one stream, and no goroutine
+// is left once it is observed.
+func TestPoolHelpersObserveABacklogAndEnd(t *testing.T) {
+	leakcheck.Check(t)
+	const waiting = 5
+	entered, release := make(chan struct{}), make(chan struct{})
+	seen := make(chan uint64, waiting)
+	var running, most atomic.Int32
+	obs := ObserverFuncs{FrameFunc: func(s StreamInfo, f Frame) {
+		if s.ID == 0 {
+			entered <- struct{}{}
+			<-release
+			return
+		}
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		runtime.Gosched()
+		running.Add(-1)
+		seen <- s.ID
+	}}
+	var workers sync.WaitGroup
+	p := newObservePool(obs, &byteBudget{limit: 1 << 40}, 8, 1, make(chan struct{}), &workers)
+	defer endPool(t, p, &workers)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+
+	stuck := p.startObservation(StreamInfo{ID: 0})
+	stuck.frame(seqFrame(0))
+	<-entered // the only worker is stuck
+	var open []*observation
+	for id := range uint64(waiting) {
+		o := p.startObservation(StreamInfo{ID: id + 1})
+		f := seqFrame(0)
+		f.Size = helpBytes
+		o.frame(f)
+		open = append(open, o)
+	}
+	got := map[uint64]bool{}
+	for range waiting {
+		select {
+		case id := <-seen:
+			got[id] = true
+		case <-time.After(waitTimeout):
+			t.Fatalf("observed %v while the only worker was stuck, want streams 1-%d observed by helpers", got, waiting)
+		}
+	}
+	if n, limit := most.Load(), p.maxHelpers; n > limit {
+		t.Errorf("%d frames observed at once by helpers, want at most %d", n, limit)
+	}
+	// Nothing signals that a helper has returned after its last call, so
+	// poll.
+	for deadline := time.Now().Add(waitTimeout); leakcheck.Count("tap.(*observePool).runHelper") != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("a helper still runs after every waiting stream was observed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := p.helpers.Load(); n != 0 {
+		t.Errorf("%d helpers counted after they ended, want 0", n)
+	}
+	releaseOnce()
+	stuck.close(StreamEnd{By: "client"})
+	for _, o := range open {
+		o.close(StreamEnd{By: "client"})
 	}
 }
 

@@ -125,7 +125,8 @@ func New(cfg Config) (*Server, error) {
 	orDefault(&cfg.MaxPendingConnections, DefaultMaxPendingConnections)
 	orDefault(&cfg.ObserveQueueFrames, defaultObserveQueueFrames)
 	// As many workers as can run at once: more would only take turns with
-	// the relay for the same cores.
+	// the relay for the same cores. A burst they fall behind on gets
+	// helpers for its while (observePool.help).
 	orDefault(&cfg.ObserveWorkers, runtime.GOMAXPROCS(0))
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
