@@ -19,6 +19,15 @@ func ShareNodesFrom(n int) (restore func()) {
 // ShareNodes shares the graph's nodes, as a tick does.
 func (g *Graph) ShareNodes() { g.shareNodes() }
 
+// SharesNodesWith reports whether the graph reads the same shared nodes as o.
+func (g *Graph) SharesNodesWith(o *Graph) bool {
+	return g.nodesShared != nil && g.nodesShared == o.nodesShared
+}
+
+// SmallPush is the most resources of a type's first push after which a
+// graph does not look its nodes up at once, but at the next tick.
+const SmallPush = smallPush
+
 // Maps names the maps of kinds the graph holds, which it makes on first
 // use (nodes aside).
 func (g *Graph) Maps() []string {

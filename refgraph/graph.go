@@ -298,7 +298,7 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 			ch.owners = borrowOwners(count)
 		}
 		if len(g.nodes) == 0 && (typeURL == codec.TypeCluster || typeURL == codec.TypeEndpoint) {
-			g.nodes, g.nodesShared = make(map[name]node, count), nil
+			g.nodes, g.nodesShared = borrowNodeMap(count), nil
 		}
 	}
 	if len(p.Removed) > 0 {
@@ -341,6 +341,12 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		g.remove(typeURL, func(n name) bool { return !keep[n] }, &ch)
 	}
 	g.recheck(&ch, at, round)
+	if first && count > smallPush {
+		// A fleet of proxies syncing is sent the same first push: looked
+		// up now, the nodes this graph built go back to the pool for the
+		// next graph's, rather than to the collector at the tick.
+		g.shareNodes()
+	}
 	return ch.out
 }
 

@@ -2,6 +2,7 @@ package refgraph_test
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -856,5 +857,52 @@ func TestIdleGraphHoldsOnlyTheMapsItFilled(t *testing.T) {
 	applyStep(t, g, false, 2, lds(2, tcpListener(t, "0.0.0.0_80", "outbound|80||a")))
 	if got, want := g.Maps(), []string{"listeners"}; !slices.Equal(got, want) {
 		t.Errorf("after a listener, the graph holds maps %v, want %v", got, want)
+	}
+}
+
+// Graphs sent the same large first push of a type (a fleet of proxies
+// syncing) share its nodes as soon as they applied it, not at the next
+// tick: the map each graph built goes back for the next one to fill. They
+// still change alone, and a later push (an endpoint update) is looked up
+// at the next tick, so that a stream sent many pays one lookup a tick.
+func TestGraphsSentTheSameLargeFirstPushShareItsNodesAtOnce(t *testing.T) {
+	leakcheck.Check(t)
+	var clusters, assignments []proto.Message
+	for i := range refgraph.SmallPush + 1 {
+		name := fmt.Sprintf("outbound|80||svc-%d", i)
+		clusters = append(clusters, edsCluster(name, name))
+		assignments = append(assignments, cla(name, core.HealthStatus_HEALTHY))
+	}
+	a, b := refgraph.New(false, grace), refgraph.New(false, grace)
+	for i, s := range []step{cds(1, clusters...), eds(1, assignments...)} {
+		applyStep(t, a, false, i, s)
+		applyStep(t, b, false, i, s)
+		if !a.SharesNodesWith(b) {
+			t.Fatalf("after step %d (%d resources), the graphs do not share their nodes, want shared at once", i, refgraph.SmallPush+1)
+		}
+	}
+	// One assignment changes for a alone: a owns its nodes until the
+	// tick, and b's are as they were. A large push but not the type's
+	// first: the same.
+	changed := slices.Clone(assignments)
+	changed[0] = cla("outbound|80||svc-0", core.HealthStatus_UNHEALTHY)
+	applyStep(t, a, false, 2, eds(2, changed...))
+	if a.SharesNodesWith(b) {
+		t.Error("after a later push to one graph, it still shares its nodes with the other")
+	}
+	if got := b.Holds(codec.TypeEndpoint, "outbound|80||svc-0"); !got {
+		t.Error("the other graph lost an assignment")
+	}
+	a.ShareNodes()
+	if a.SharesNodesWith(b) {
+		t.Error("after the tick, graphs holding different nodes share them")
+	}
+	applyStep(t, b, false, 3, eds(2, changed...))
+	if a.SharesNodesWith(b) {
+		t.Error("after the same later push, the graphs share their nodes before the tick")
+	}
+	b.ShareNodes()
+	if !a.SharesNodesWith(b) {
+		t.Error("after the same later push and a tick, the graphs do not share their nodes")
 	}
 }

@@ -3,6 +3,7 @@ package refgraph
 import (
 	"maps"
 	"math/bits"
+	"sync"
 	"unsafe"
 
 	"github.com/adstap/adstap/internal/weakintern"
@@ -28,18 +29,35 @@ type sharedNodes struct{ m map[name]node }
 
 var nodeMaps weakintern.Store[sharedNodes]
 
+// nodeMapPool holds node maps a graph let go of for a shared equal one,
+// emptied, for the next graph's first push to fill. As a fleet of proxies
+// syncs, every graph but the first builds the same nodes it then finds
+// shared already: without the pool each would be garbage the moment it is
+// built, a map of the whole mesh's clusters for every proxy.
+var nodeMapPool sync.Pool // of map[name]node
+
+// borrowNodeMap returns an empty map for about size nodes.
+func borrowNodeMap(size int) map[name]node {
+	if m, ok := nodeMapPool.Get().(map[name]node); ok {
+		return m
+	}
+	return make(map[name]node, size)
+}
+
 // ownNodes makes the graph's nodes its own to write, copying them if they
 // are shared.
 func (g *Graph) ownNodes() {
 	if g.nodesShared != nil {
-		g.nodes = maps.Clone(g.nodes)
-		g.nodesShared = nil
+		// A clone copies the map's table as it is, which refilling a
+		// pooled map (hashing every name again) does not.
+		g.nodes, g.nodesShared = maps.Clone(g.nodes), nil
 	}
 }
 
-// shareNodes looks the graph's own nodes up by content, at a tick: it
-// shares the map another graph holds, or stores its own for the graphs to
-// come.
+// shareNodes looks the graph's own nodes up by content, at a tick and
+// after the first push of a type larger than smallPush: it shares the map
+// another graph holds (and gives its own to nodeMapPool), or stores its own
+// for the graphs to come.
 func (g *Graph) shareNodes() {
 	if g.nodesShared != nil || len(g.nodes) < sharedFrom {
 		return
@@ -49,8 +67,13 @@ func (g *Graph) shareNodes() {
 		sum += nodeSum(n, x) // in any order
 	}
 	mine := g.nodes
+	stored := false
 	s := nodeMaps.Get(sum, func(s *sharedNodes) bool { return maps.Equal(s.m, mine) },
-		func() *sharedNodes { return &sharedNodes{m: mine} })
+		func() *sharedNodes { stored = true; return &sharedNodes{m: mine} })
+	if !stored {
+		clear(mine)
+		nodeMapPool.Put(mine)
+	}
 	g.nodes, g.nodesShared = s.m, s
 }
 
