@@ -34,12 +34,20 @@ var nodeMaps weakintern.Store[sharedNodes]
 // syncs, every graph but the first builds the same nodes it then finds
 // shared already: without the pool each would be garbage the moment it is
 // built, a map of the whole mesh's clusters for every proxy.
-var nodeMapPool sync.Pool // of map[name]node
+var nodeMapPool sync.Pool // of *pooledNodes
+
+// pooledNodes is an emptied map of nodes and how many it held: a first
+// push much larger than that would grow it step by step, and is better
+// served by a map made to its size.
+type pooledNodes struct {
+	m    map[name]node
+	held int
+}
 
 // borrowNodeMap returns an empty map for about size nodes.
 func borrowNodeMap(size int) map[name]node {
-	if m, ok := nodeMapPool.Get().(map[name]node); ok {
-		return m
+	if p, ok := nodeMapPool.Get().(*pooledNodes); ok && p.held >= size/2 {
+		return p.m
 	}
 	return make(map[name]node, size)
 }
@@ -71,8 +79,9 @@ func (g *Graph) shareNodes() {
 	s := nodeMaps.Get(sum, func(s *sharedNodes) bool { return maps.Equal(s.m, mine) },
 		func() *sharedNodes { stored = true; return &sharedNodes{m: mine} })
 	if !stored {
+		held := len(mine)
 		clear(mine)
-		nodeMapPool.Put(mine)
+		nodeMapPool.Put(&pooledNodes{m: mine, held: held})
 	}
 	g.nodes, g.nodesShared = s.m, s
 }

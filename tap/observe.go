@@ -189,8 +189,9 @@ const helpersPerWorker = 8
 // they are held, so a burst the workers fall behind on (a full push to a
 // thousand streams) makes gRPC take fresh memory for every frame after,
 // and fresh memory costs the page faults of its first touch, which cost
-// more than the decode (the observation reads a 212 KB push in ~50 µs; its
-// 53 pages fault in ~50-700 µs, by machine). And the workers fall behind
+// more than the decode where faults are dear (the observation reads a
+// 212 KB push in ~50 µs; its 53 pages took ~0.7 ms to fault in on the VM
+// the benchmarks ran on, docs/performance.md). And the workers fall behind
 // not for want of a core but of a turn: in a burst the relay's goroutines,
 // thousands of them runnable, are ahead of the few workers on the run
 // queues, and Go's scheduler has no priorities. More goroutines observing
