@@ -68,6 +68,9 @@ type Graph struct {
 	due time.Time
 	// scans, when set, are the scans shared with other streams' graphs.
 	scans *Scans
+	// sharedSinceTick: a later push looked the nodes up since the last
+	// tick (Accepted).
+	sharedSinceTick bool
 }
 
 // node is a cluster, an EDS assignment, or both, under one name.
@@ -284,6 +287,9 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		count = p.Resources.Len()
 	}
 	first := !g.accepted.has(typeURL)
+	// Nodes that other graphs share are likely to change as theirs do, by
+	// the same push to each.
+	wasShared := g.nodesShared != nil && g.nodesShared.found.Load()
 	var ch changeSet
 	if first {
 		g.accepted.add(typeURL)
@@ -341,10 +347,19 @@ func (g *Graph) Accepted(p Push, at time.Time, round uint64) []Change {
 		g.remove(typeURL, func(n name) bool { return !keep[n] }, &ch)
 	}
 	g.recheck(&ch, at, round)
-	if first && count > smallPush {
+	switch {
+	case first && count > smallPush:
 		// A fleet of proxies syncing is sent the same first push: looked
 		// up now, the nodes this graph built go back to the pool for the
 		// next graph's, rather than to the collector at the tick.
+		g.shareNodes()
+	case wasShared && g.nodesShared == nil && !g.sharedSinceTick:
+		// Then each change to all of them at once: the copy goes back to
+		// the pool for the next graph's. Once a tick: a stream sent many
+		// pays at most two copies and lookups a tick, not one a push; and
+		// a stream whose nodes no other graph shared (a lone sidecar)
+		// pays one, at the tick.
+		g.sharedSinceTick = true
 		g.shareNodes()
 	}
 	return ch.out
@@ -1010,6 +1025,7 @@ var foundPool = sync.Pool{New: func() any { return new([]openFinding) }}
 // the grace by now.
 func (g *Graph) Tick(now time.Time) []Change {
 	defer g.shareNodes()
+	g.sharedSinceTick = false
 	if g.due.IsZero() || now.Before(g.due) {
 		return nil
 	}

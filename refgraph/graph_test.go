@@ -860,12 +860,14 @@ func TestIdleGraphHoldsOnlyTheMapsItFilled(t *testing.T) {
 	}
 }
 
-// Graphs sent the same large first push of a type (a fleet of proxies
-// syncing) share its nodes as soon as they applied it, not at the next
-// tick: the map each graph built goes back for the next one to fill. They
-// still change alone, and a later push (an endpoint update) is looked up
-// at the next tick, so that a stream sent many pays one lookup a tick.
-func TestGraphsSentTheSameLargeFirstPushShareItsNodesAtOnce(t *testing.T) {
+// Graphs sent the same pushes (a fleet of proxies syncing on a large first
+// push, then a change sent to all of them at once) share their nodes as soon
+// as they applied each, not at the next tick: the map each graph built or
+// copied goes back for the next one to fill. They still change alone; a
+// second change to one graph before the tick, or a change to a graph whose
+// nodes no other shared (a lone sidecar), is looked up at the tick, so that
+// a stream sent many pays at most two lookups a tick.
+func TestGraphsSentTheSamePushesShareTheirNodesAtOnce(t *testing.T) {
 	leakcheck.Check(t)
 	var clusters, assignments []proto.Message
 	for i := range refgraph.SmallPush + 1 {
@@ -881,28 +883,64 @@ func TestGraphsSentTheSameLargeFirstPushShareItsNodesAtOnce(t *testing.T) {
 			t.Fatalf("after step %d (%d resources), the graphs do not share their nodes, want shared at once", i, refgraph.SmallPush+1)
 		}
 	}
-	// One assignment changes for a alone: a owns its nodes until the
-	// tick, and b's are as they were. A large push but not the type's
-	// first: the same.
-	changed := slices.Clone(assignments)
-	changed[0] = cla("outbound|80||svc-0", core.HealthStatus_UNHEALTHY)
-	applyStep(t, a, false, 2, eds(2, changed...))
+	tick := func(gs ...*refgraph.Graph) {
+		for _, g := range gs {
+			g.Tick(start)
+		}
+	}
+	tick(a, b)
+	// One assignment changes (a push of one resource) for a alone: a
+	// copies its nodes, and b's are as they were.
+	unhealthy := func(i int) step {
+		return eds(2, cla(fmt.Sprintf("outbound|80||svc-%d", i), core.HealthStatus_UNHEALTHY))
+	}
+	applyStep(t, a, false, 2, unhealthy(0))
 	if a.SharesNodesWith(b) {
 		t.Error("after a later push to one graph, it still shares its nodes with the other")
 	}
 	if got := b.Holds(codec.TypeEndpoint, "outbound|80||svc-0"); !got {
 		t.Error("the other graph lost an assignment")
 	}
-	a.ShareNodes()
-	if a.SharesNodesWith(b) {
-		t.Error("after the tick, graphs holding different nodes share them")
-	}
-	applyStep(t, b, false, 3, eds(2, changed...))
-	if a.SharesNodesWith(b) {
-		t.Error("after the same later push, the graphs share their nodes before the tick")
-	}
-	b.ShareNodes()
+	// The same push to b: shared at once.
+	applyStep(t, b, false, 3, unhealthy(0))
 	if !a.SharesNodesWith(b) {
-		t.Error("after the same later push and a tick, the graphs do not share their nodes")
+		t.Error("after the same later push, the graphs do not share their nodes, want shared at once")
+	}
+	// A second change to b before the tick: b owns its nodes until the
+	// tick, when a graph sent the same finds them.
+	applyStep(t, b, false, 4, unhealthy(1))
+	c := refgraph.New(false, grace)
+	for i, s := range []step{cds(1, clusters...), eds(1, assignments...), unhealthy(0), unhealthy(1)} {
+		applyStep(t, c, false, i, s)
+	}
+	c.ShareNodes()
+	if b.SharesNodesWith(c) {
+		t.Error("after a second change before the tick, the graph's nodes are shared, want its own until the tick")
+	}
+	tick(b)
+	if !b.SharesNodesWith(c) {
+		t.Error("after the tick, graphs holding the same nodes do not share them")
+	}
+
+	// A graph alone: its first push is looked up (and stored) at once,
+	// but a change is left to the tick.
+	var own []proto.Message
+	for i := range refgraph.SmallPush + 1 {
+		own = append(own, edsCluster(fmt.Sprintf("outbound|80||alone-%d", i), "alone"))
+	}
+	d, twin := refgraph.New(false, grace), refgraph.New(false, grace)
+	applyStep(t, d, false, 0, cds(1, own...))
+	tick(d)
+	applyStep(t, d, false, 1, eds(2, cla("alone", core.HealthStatus_HEALTHY)))
+	for i, s := range []step{cds(1, own...), eds(2, cla("alone", core.HealthStatus_HEALTHY))} {
+		applyStep(t, twin, false, i, s)
+	}
+	twin.ShareNodes()
+	if d.SharesNodesWith(twin) {
+		t.Error("after a change to a graph whose nodes no other shared, they are looked up at once, want at the tick")
+	}
+	tick(d)
+	if !d.SharesNodesWith(twin) {
+		t.Error("after the tick, a lone graph's nodes are not looked up")
 	}
 }

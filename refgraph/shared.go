@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/adstap/adstap/internal/weakintern"
@@ -25,7 +26,11 @@ var sharedFrom = 8
 
 // sharedNodes is a map of nodes that every graph holding it reads, and
 // none writes.
-type sharedNodes struct{ m map[name]node }
+type sharedNodes struct {
+	m map[name]node
+	// found: a graph other than the one that stored it found it.
+	found atomic.Bool
+}
 
 var nodeMaps weakintern.Store[sharedNodes]
 
@@ -46,24 +51,40 @@ type pooledNodes struct {
 
 // borrowNodeMap returns an empty map for about size nodes.
 func borrowNodeMap(size int) map[name]node {
-	if p, ok := nodeMapPool.Get().(*pooledNodes); ok && p.held >= size/2 {
-		return p.m
+	if m := pooledNodeMap(size); m != nil {
+		return m
 	}
 	return make(map[name]node, size)
 }
 
-// ownNodes makes the graph's nodes its own to write, copying them if they
-// are shared.
-func (g *Graph) ownNodes() {
-	if g.nodesShared != nil {
-		// A clone copies the map's table as it is, which refilling a
-		// pooled map (hashing every name again) does not.
-		g.nodes, g.nodesShared = maps.Clone(g.nodes), nil
+// pooledNodeMap returns an empty map from nodeMapPool for about size nodes,
+// or nil.
+func pooledNodeMap(size int) map[name]node {
+	if p, ok := nodeMapPool.Get().(*pooledNodes); ok && p.held >= size/2 {
+		return p.m
 	}
+	return nil
+}
+
+// ownNodes makes the graph's nodes its own to write, copying them if they
+// are shared: into a pooled map, which a push to many graphs at once
+// (shareNodes) gives back, or else a clone, which copies the table as it is
+// rather than hashing every name again, but into fresh memory.
+func (g *Graph) ownNodes() {
+	if g.nodesShared == nil {
+		return
+	}
+	if m := pooledNodeMap(len(g.nodes)); m != nil {
+		maps.Copy(m, g.nodes)
+		g.nodes, g.nodesShared = m, nil
+		return
+	}
+	g.nodes, g.nodesShared = maps.Clone(g.nodes), nil
 }
 
 // shareNodes looks the graph's own nodes up by content, at a tick and
-// after the first push of a type larger than smallPush: it shares the map
+// after a type's first push of more than smallPush resources, and after a
+// push that changed nodes other graphs shared: it shares the map
 // another graph holds (and gives its own to nodeMapPool), or stores its own
 // for the graphs to come.
 func (g *Graph) shareNodes() {
@@ -79,6 +100,7 @@ func (g *Graph) shareNodes() {
 	s := nodeMaps.Get(sum, func(s *sharedNodes) bool { return maps.Equal(s.m, mine) },
 		func() *sharedNodes { stored = true; return &sharedNodes{m: mine} })
 	if !stored {
+		s.found.Store(true)
 		held := len(mine)
 		clear(mine)
 		nodeMapPool.Put(&pooledNodes{m: mine, held: held})
