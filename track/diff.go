@@ -63,13 +63,26 @@ func (a *acknowledged) prune(sub *subscription) {
 // released; a name the stream does not hold yet (in the acknowledged state,
 // the previous push or the subscription) is interned.
 func (a *acknowledged) load(p *push, sub *subscription, resp *codec.Response) {
+	p.removed = append(p.removed[:0], resp.RemovedResources...)
+	shared := a.shared
+	if shared != nil && !shared.found.Load() {
+		shared = nil // held by this stream alone
+	}
+	if shared != nil {
+		if l := shared.loaded.Load(); l != nil && l.matches(resp) {
+			p.dropApplied()
+			p.res, p.resShared, p.fresh = l.res, true, l.fresh
+			return
+		}
+	}
 	old := p.res
 	res := old[:0]
 	var oldBuf *resBuf // given back once the loop no longer reads old
-	if cap(res) < len(resp.Resources) {
+	if cap(res) < len(resp.Resources) || p.resShared {
 		oldBuf = p.buf
 		res, p.buf = newPushedRes(len(resp.Resources))
 	}
+	heartbeats := false
 	var ac, sc cursor
 	fresh := 0
 	for i := range resp.Resources {
@@ -106,16 +119,25 @@ func (a *acknowledged) load(p *push, sub *subscription, resp *codec.Response) {
 				n = intern(r.Name)
 			}
 		}
+		heartbeats = heartbeats || r.Heartbeat
 		res = append(res, pushedRes{name: n, hash: r.Hash, pos: int32(pos), heartbeat: r.Heartbeat})
 	}
 	switch {
 	case oldBuf != nil:
 		oldBuf.giveBack(old)
+	case p.resShared:
 	case len(res) < len(old):
 		clear(old[len(res):]) // res is old's slice: what is past it must not pin names
 	}
-	p.res, p.fresh = res, int32(fresh)
-	p.removed = append(p.removed[:0], resp.RemovedResources...)
+	p.res, p.fresh, p.resShared = res, int32(fresh), false
+	if shared != nil && p.buf != nil && len(res) >= sharedFrom && !heartbeats {
+		// For the streams that share the state and are sent the same: the
+		// slice is theirs to read from now on, and this push's too. A
+		// large push's slice (no buf) stays its stream's own for the
+		// next push.
+		shared.loaded.Store(&loadedPush{res: res, fresh: p.fresh})
+		p.buf, p.resShared = nil, true
+	}
 }
 
 // diff compares the latest push, p, with the acknowledged state and tells
@@ -236,6 +258,7 @@ func (a *acknowledged) apply(p *push, sub *subscription, sc *scratch) {
 // locate finds the resources of the latest push, p, in the acknowledged
 // state again.
 func (a *acknowledged) locate(p *push) {
+	p.ownRes()
 	var c cursor
 	p.fresh = 0
 	for i := range p.res {

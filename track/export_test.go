@@ -1,5 +1,7 @@
 package track
 
+import "unsafe"
+
 // CollideNames makes the names of every set share one of three index keys,
 // so that tests exercise the index's handling of collisions, until undo is
 // called. Tests using it must not run in parallel.
@@ -17,6 +19,14 @@ func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
 	acked = x.acked.shared != nil && x.acked.shared == y.acked.shared
 	table = x.res != nil && y.res != nil && x.res.shared != nil && x.res.shared == y.res.shared
 	return acked, table
+}
+
+// LoadedShared reports whether the latest pushes of typeURL to streams a
+// and b read one loaded list of resources.
+func (t *Tracker) LoadedShared(a, b uint64, typeURL string) bool {
+	x, y := t.typeOf(a, typeURL), t.typeOf(b, typeURL)
+	return x.p != nil && y.p != nil && x.p.resShared && y.p.resShared && len(x.p.res) > 0 &&
+		unsafe.SliceData(x.p.res) == unsafe.SliceData(y.p.res)
 }
 
 // Subscribed reports the names stream id subscribes to of typeURL, and

@@ -49,9 +49,12 @@ type push struct {
 	fresh int32
 	res   []pushedRes
 	// buf is where res lives when it is borrowed from resPools; nil when
-	// res is a large push's own (see keptPushRes) or empty.
-	buf     *resBuf
-	removed []string // Delta removed_resources
+	// res is a large push's own (see keptPushRes), shared, or empty.
+	buf *resBuf
+	// resShared: res is a loadedPush's, which other streams' pushes read:
+	// never written, given back or kept for the next push.
+	resShared bool
+	removed   []string // Delta removed_resources
 	// content identifies what was pushed regardless of version, nonce and
 	// order: a NACK loop re-sends the same content under new versions.
 	content uint64
@@ -76,6 +79,9 @@ func (p *push) dropApplied() {
 		p.buf.giveBack(p.res)
 		p.res, p.buf = nil, nil
 	}
+	if p.resShared {
+		p.res, p.resShared = nil, false
+	}
 	d := &p.ev.Diff
 	d.AddedNames, d.RemovedNames, d.ChangedNames = nil, nil, nil
 }
@@ -90,6 +96,44 @@ func (p *push) nameAt(resp *codec.Response, i int) string {
 		}
 	}
 	return intern(name).Value()
+}
+
+// ownRes makes the push's resources its own to write, copying them if
+// they are shared.
+func (p *push) ownRes() {
+	if p.resShared {
+		res, buf := newPushedRes(len(p.res))
+		p.res, p.buf, p.resShared = append(res, p.res...), buf, false
+	}
+}
+
+// loadedPush is a push's resources as acknowledged.load found them in an
+// acknowledged state shared tap-wide, read-only. A control plane sends the
+// same push to the streams that share a state (a change to every sidecar of
+// a mesh at once), and each would load it into a slice of its own, all of
+// them in flight together until their ACKs: a fan-out to 1,000 streams of
+// 200 resources made 6 MB of fresh memory and looked every resource up
+// 1,000 times. The first stream's load is kept on the shared state, and
+// the others' pushes read it.
+type loadedPush struct {
+	res   []pushedRes
+	fresh int32
+}
+
+// matches reports whether resp carries the resources l was loaded from, in
+// its order: the same content hashes (which cover the names) and names of
+// the same length, as load itself trusts them.
+func (l *loadedPush) matches(resp *codec.Response) bool {
+	if len(l.res) != len(resp.Resources) {
+		return false
+	}
+	for i := range resp.Resources {
+		r, m := &resp.Resources[i], &l.res[i]
+		if r.Heartbeat || m.hash != r.Hash || len(m.name.Value()) != len(r.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 type pushedRes struct {

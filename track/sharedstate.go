@@ -3,6 +3,7 @@ package track
 import (
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"unique"
 	"unsafe"
 
@@ -34,6 +35,13 @@ const sharedFrom = 8
 type sharedList[T comparable] struct {
 	names []unique.Handle[string]
 	vals  []T
+	// found: a stream other than the one that stored it found it, so the
+	// streams holding it are likely to be sent the same pushes.
+	found atomic.Bool
+	// loaded is, for an acknowledged state, the latest push loaded against
+	// it by a stream holding it (acknowledged.load): the same push to the
+	// other streams that hold it loads the same.
+	loaded atomic.Pointer[loadedPush]
 }
 
 // sharedStore holds the lists by content; key folds a value into the
@@ -58,14 +66,20 @@ func (st *sharedStore[T]) sum(names []unique.Handle[string], vals []T) uint64 {
 // one: these slices themselves when owned (the caller never writes them
 // again), else a copy.
 func (st *sharedStore[T]) share(names []unique.Handle[string], vals []T, owned bool) *sharedList[T] {
-	return st.lists.Get(st.sum(names, vals),
+	stored := false
+	l := st.lists.Get(st.sum(names, vals),
 		func(l *sharedList[T]) bool { return slices.Equal(l.vals, vals) && slices.Equal(l.names, names) },
 		func() *sharedList[T] {
+			stored = true
 			if owned {
 				return &sharedList[T]{names: slices.Clip(names), vals: slices.Clip(vals)}
 			}
 			return &sharedList[T]{names: slices.Clone(names), vals: slices.Clone(vals)}
 		})
+	if !stored && !l.found.Load() {
+		l.found.Store(true)
+	}
+	return l
 }
 
 // sharing is a list's hold on the tap-wide list that it is, if any.

@@ -2,6 +2,7 @@ package track_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -185,5 +186,96 @@ func stepper(t *testing.T, tr *track.Tracker) func(action) []track.Event {
 	return func(a action) []track.Event {
 		at = at.Add(time.Millisecond)
 		return a(t, tr, at)
+	}
+}
+
+// TestStreamsSentTheSamePushLoadItOnce syncs four streams on the same
+// endpoints, then sends each the same change at once, as a control plane
+// does to a mesh: the pushes in flight read one loaded list of resources.
+// Then each stream goes its own way (a NACK, an ACK, a subscription change
+// before the ACK, a push superseding it): every stream's events and CSDS
+// view are what a stream alone sent the same gets.
+func TestStreamsSentTheSamePushLoadItOnce(t *testing.T) {
+	leakcheck.Check(t)
+	ns := names("outbound|80||fan", 20)
+	endpoints := func(ip string) []proto.Message {
+		var out []proto.Message
+		for _, n := range ns {
+			out = append(out, endpoint(n, ip))
+		}
+		return out
+	}
+	sync := func(id uint64) []action {
+		return []action{open(id, adsSotW), frame(id, withNode(initial(eds, ns...), sidecar)),
+			frame(id, push(eds, 1, endpoints("10.0.0.1")...)), frame(id, ack(eds, 1, ns...))}
+	}
+	change := func(id uint64) action { return frame(id, push(eds, 2, endpoints("10.0.0.2")...)) }
+	// What each stream does after the change, and the push that follows.
+	after := map[uint64][]action{
+		1: {frame(1, nack(eds, 2, 1, "no", ns...))},
+		2: {frame(2, ack(eds, 2, ns...))},
+		3: {frame(3, initial(eds, ns[:10]...)), frame(3, ack(eds, 2, ns[:10]...))},
+		4: {frame(4, push(eds, 3, endpoints("10.0.0.3")...)), frame(4, ack(eds, 3, ns...))},
+	}
+	next := func(id uint64) action { return frame(id, push(eds, 4, endpoints("10.0.0.2")...)) }
+	csds := func(tr *track.Tracker, id uint64) []string {
+		for _, c := range tr.ClientResources(nil, true) {
+			if c.StreamID == id {
+				var out []string
+				for _, r := range c.Resources {
+					out = append(out, fmt.Sprintf("%s %s v=%s err=%s", r.Name, r.Status, short(r.Version), short(r.ErrorVersion)))
+				}
+				return out
+			}
+		}
+		return nil
+	}
+
+	tr := track.New(track.Config{Resources: true})
+	do := stepper(t, tr)
+	for id := uint64(1); id <= 4; id++ {
+		for _, a := range sync(id) {
+			do(a)
+		}
+	}
+	got := map[uint64][]string{}
+	for id := uint64(1); id <= 4; id++ {
+		got[id] = describeAll(do(change(id)), false)
+	}
+	for id := uint64(2); id <= 4; id++ {
+		if !tr.LoadedShared(1, id, eds) {
+			t.Errorf("streams 1 and %d, sent the same push against the same state, load it apart", id)
+		}
+	}
+	for id := uint64(1); id <= 4; id++ {
+		for _, a := range after[id] {
+			got[id] = append(got[id], describeAll(do(a), false)...)
+		}
+		got[id] = append(got[id], describeAll(do(next(id)), false)...)
+		got[id] = append(got[id], csds(tr, id)...)
+	}
+
+	for id := uint64(1); id <= 4; id++ {
+		alone := track.New(track.Config{Resources: true})
+		do := stepper(t, alone)
+		for _, a := range sync(id) {
+			do(a)
+		}
+		want := describeAll(do(change(id)), false)
+		for _, a := range after[id] {
+			want = append(want, describeAll(do(a), false)...)
+		}
+		want = append(want, describeAll(do(next(id)), false)...)
+		want = append(want, csds(alone, id)...)
+		// The latencies differ: the streams among others waited longer.
+		latency := regexp.MustCompile(` [0-9.]+m?s( |$)`)
+		for _, lines := range [][]string{want, got[id]} {
+			for i, l := range lines {
+				lines[i] = latency.ReplaceAllString(l, "$1")
+			}
+		}
+		if diff := cmp.Diff(want, got[id]); diff != "" {
+			t.Errorf("stream %d, events and CSDS view (-alone +among streams sent the same):\n%s", id, diff)
+		}
 	}
 }
