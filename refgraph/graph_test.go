@@ -909,18 +909,7 @@ func TestGraphsSentTheSamePushesShareTheirNodesAtOnce(t *testing.T) {
 	// A second change to b before the tick: b owns its nodes until the
 	// tick, when a graph sent the same finds them.
 	applyStep(t, b, false, 4, unhealthy(1))
-	c := refgraph.New(false, grace)
-	for i, s := range []step{cds(1, clusters...), eds(1, assignments...), unhealthy(0), unhealthy(1)} {
-		applyStep(t, c, false, i, s)
-	}
-	c.ShareNodes()
-	if b.SharesNodesWith(c) {
-		t.Error("after a second change before the tick, the graph's nodes are shared, want its own until the tick")
-	}
-	tick(b)
-	if !b.SharesNodesWith(c) {
-		t.Error("after the tick, graphs holding the same nodes do not share them")
-	}
+	sharedAtTick(t, b, "a second change before the tick", cds(1, clusters...), eds(1, assignments...), unhealthy(0), unhealthy(1))
 
 	// A graph alone: its first push is looked up (and stored) at once,
 	// but a change is left to the tick.
@@ -928,19 +917,27 @@ func TestGraphsSentTheSamePushesShareTheirNodesAtOnce(t *testing.T) {
 	for i := range refgraph.SmallPush + 1 {
 		own = append(own, edsCluster(fmt.Sprintf("outbound|80||alone-%d", i), "alone"))
 	}
-	d, twin := refgraph.New(false, grace), refgraph.New(false, grace)
+	d := refgraph.New(false, grace)
 	applyStep(t, d, false, 0, cds(1, own...))
 	tick(d)
 	applyStep(t, d, false, 1, eds(2, cla("alone", core.HealthStatus_HEALTHY)))
-	for i, s := range []step{cds(1, own...), eds(2, cla("alone", core.HealthStatus_HEALTHY))} {
+	sharedAtTick(t, d, "a change to a graph whose nodes no other shared", cds(1, own...), eds(2, cla("alone", core.HealthStatus_HEALTHY)))
+}
+
+// sharedAtTick checks that g, after what, holds its nodes as its own until
+// the tick, when it shares them with a graph sent steps.
+func sharedAtTick(t *testing.T, g *refgraph.Graph, what string, steps ...step) {
+	t.Helper()
+	twin := refgraph.New(false, grace)
+	for i, s := range steps {
 		applyStep(t, twin, false, i, s)
 	}
 	twin.ShareNodes()
-	if d.SharesNodesWith(twin) {
-		t.Error("after a change to a graph whose nodes no other shared, they are looked up at once, want at the tick")
+	if g.SharesNodesWith(twin) {
+		t.Errorf("after %s, the graph's nodes are shared, want its own until the tick", what)
 	}
-	tick(d)
-	if !d.SharesNodesWith(twin) {
-		t.Error("after the tick, a lone graph's nodes are not looked up")
+	g.Tick(start)
+	if !g.SharesNodesWith(twin) {
+		t.Errorf("after %s and the tick, graphs holding the same nodes do not share them", what)
 	}
 }

@@ -69,7 +69,7 @@ func (a *acknowledged) load(p *push, sub *subscription, resp *codec.Response) {
 		shared = nil // held by this stream alone
 	}
 	if shared != nil {
-		if l := shared.loaded.Load(); l != nil && l.matches(resp) {
+		if l, _ := shared.memo.Load().(*loadedPush); l != nil && l.matches(resp) {
 			p.dropApplied()
 			p.res, p.resShared, p.fresh = l.res, true, l.fresh
 			return
@@ -135,9 +135,38 @@ func (a *acknowledged) load(p *push, sub *subscription, resp *codec.Response) {
 		// slice is theirs to read from now on, and this push's too. A
 		// large push's slice (no buf) stays its stream's own for the
 		// next push.
-		shared.loaded.Store(&loadedPush{res: res, fresh: p.fresh})
+		shared.memo.Store(&loadedPush{res: res, fresh: p.fresh})
 		p.buf, p.resShared = nil, true
 	}
+}
+
+// loadedPush is a push's resources as acknowledged.load found them in an
+// acknowledged state shared tap-wide, read-only. A control plane sends the
+// same push to the streams that share a state (a change to every sidecar of
+// a mesh at once), and each would load it into a slice of its own, all of
+// them in flight together until their ACKs: a fan-out to 1,000 streams of
+// 200 resources made 6 MB of fresh memory and looked every resource up
+// 1,000 times. The first stream's load is kept on the shared state, and
+// the others' pushes read it.
+type loadedPush struct {
+	res   []pushedRes
+	fresh int32
+}
+
+// matches reports whether resp carries the resources l was loaded from, in
+// its order: the same content hashes (which cover the names) and names of
+// the same length, as load itself trusts them.
+func (l *loadedPush) matches(resp *codec.Response) bool {
+	if len(l.res) != len(resp.Resources) {
+		return false
+	}
+	for i := range resp.Resources {
+		r, m := &resp.Resources[i], &l.res[i]
+		if r.Heartbeat || m.hash != r.Hash || len(m.name.Value()) != len(r.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // diff compares the latest push, p, with the acknowledged state and tells

@@ -38,10 +38,10 @@ type sharedList[T comparable] struct {
 	// found: a stream other than the one that stored it found it, so the
 	// streams holding it are likely to be sent the same pushes.
 	found atomic.Bool
-	// loaded is, for an acknowledged state, the latest push loaded against
-	// it by a stream holding it (acknowledged.load): the same push to the
-	// other streams that hold it loads the same.
-	loaded atomic.Pointer[loadedPush]
+	// memo is what a room keeps on the list for the other streams that
+	// hold it: an acknowledged state's latest push loaded against it
+	// (acknowledged.load), which the same push to them loads the same.
+	memo atomic.Value
 }
 
 // sharedStore holds the lists by content; key folds a value into the

@@ -22,13 +22,7 @@ func TestStreamsSharingAStateChangeAlone(t *testing.T) {
 	leakcheck.Check(t)
 	tr := track.New(track.Config{Resources: true})
 	ns := names("outbound|80||svc", 20)
-	endpoints := func(ip string) []proto.Message {
-		var out []proto.Message
-		for _, n := range ns {
-			out = append(out, endpoint(n, ip))
-		}
-		return out
-	}
+	endpoints := func(ip string) []proto.Message { return endpointsOf(ns, ip) }
 	do := stepper(t, tr)
 	changed := func(evs []track.Event) string {
 		for _, e := range evs {
@@ -198,13 +192,7 @@ func stepper(t *testing.T, tr *track.Tracker) func(action) []track.Event {
 func TestStreamsSentTheSamePushLoadItOnce(t *testing.T) {
 	leakcheck.Check(t)
 	ns := names("outbound|80||fan", 20)
-	endpoints := func(ip string) []proto.Message {
-		var out []proto.Message
-		for _, n := range ns {
-			out = append(out, endpoint(n, ip))
-		}
-		return out
-	}
+	endpoints := func(ip string) []proto.Message { return endpointsOf(ns, ip) }
 	sync := func(id uint64) []action {
 		return []action{open(id, adsSotW), frame(id, withNode(initial(eds, ns...), sidecar)),
 			frame(id, push(eds, 1, endpoints("10.0.0.1")...)), frame(id, ack(eds, 1, ns...))}
@@ -278,4 +266,13 @@ func TestStreamsSentTheSamePushLoadItOnce(t *testing.T) {
 			t.Errorf("stream %d, events and CSDS view (-alone +among streams sent the same):\n%s", id, diff)
 		}
 	}
+}
+
+// endpointsOf are an assignment of ip for each of ns.
+func endpointsOf(ns []string, ip string) []proto.Message {
+	var out []proto.Message
+	for _, n := range ns {
+		out = append(out, endpoint(n, ip))
+	}
+	return out
 }
