@@ -21,6 +21,12 @@ func (t *Tracker) SharedWith(a, b uint64, typeURL string) (acked, table bool) {
 	return acked, table
 }
 
+// StateShared reports whether stream id's acknowledged state of typeURL is
+// looked up tap-wide (shared, if only with itself).
+func (t *Tracker) StateShared(id uint64, typeURL string) bool {
+	return t.typeOf(id, typeURL).acked.shared != nil
+}
+
 // LoadedShared reports whether the latest pushes of typeURL to streams a
 // and b read one loaded list of resources.
 func (t *Tracker) LoadedShared(a, b uint64, typeURL string) bool {

@@ -317,7 +317,7 @@ type ackedSet struct {
 var ackedStates = &sharedStore[uint64]{key: func(h uint64) uint64 { return h }}
 
 // own makes the state the stream's own to change (sharedstate.go).
-func (a *ackedSet) own() { a.sharing.own(&a.names, &a.hashes) }
+func (a *ackedSet) own() { a.sharing.own(ackedStates, &a.names, &a.hashes) }
 
 // adopt makes names and hashes, which the set outgrew its slices for, the
 // state: the list another stream holds already, or a copy that the
@@ -333,6 +333,9 @@ func (a *ackedSet) adopt(names []name, hashes []uint64) {
 
 // share shares the state, at a tick (sharedstate.go).
 func (a *ackedSet) share() { a.sharing.share(ackedStates, &a.names, &a.hashes) }
+
+// reshare shares the state after an answer (sharedstate.go).
+func (a *ackedSet) reshare() { a.sharing.reshare(ackedStates, &a.names, &a.hashes) }
 
 func (a *ackedSet) add(n name, hash uint64) {
 	a.nameSet.add(n)

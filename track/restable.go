@@ -135,10 +135,13 @@ var tableStates = &sharedStore[resEntry]{key: func(e resEntry) uint64 {
 }}
 
 // own makes the table the stream's own to change (sharedstate.go).
-func (t *resTable) own() { t.sharing.own(&t.names.names, &t.ents) }
+func (t *resTable) own() { t.sharing.own(tableStates, &t.names.names, &t.ents) }
 
 // share shares the table, at a tick (sharedstate.go).
 func (t *resTable) share() { t.sharing.share(tableStates, &t.names.names, &t.ents) }
+
+// reshare shares the table after an answer (sharedstate.go).
+func (t *resTable) reshare() { t.sharing.reshare(tableStates, &t.names.names, &t.ents) }
 
 // tracksResources reports whether a type's resources are followed one by
 // one: not the questions istioctl and istio-agent ask on a stream.

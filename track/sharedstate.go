@@ -3,6 +3,7 @@ package track
 import (
 	"math/bits"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"unique"
 	"unsafe"
@@ -49,6 +50,17 @@ type sharedList[T comparable] struct {
 type sharedStore[T comparable] struct {
 	lists weakintern.Store[sharedList[T]]
 	key   func(T) uint64
+	// spares are the slices of lists that streams let go of for a shared
+	// equal one, for the next stream's copy (sharing.own): a change sent
+	// to the streams that share a list copies it in each, and each copy
+	// made afresh is fresh memory, which costs its page faults.
+	spares sync.Pool // of *spareList[T]
+}
+
+// spareList is a list's slices, emptied.
+type spareList[T comparable] struct {
+	names []unique.Handle[string]
+	vals  []T
 }
 
 // sum mixes a list's names (their interned strings' addresses, which are
@@ -85,23 +97,60 @@ func (st *sharedStore[T]) share(names []unique.Handle[string], vals []T, owned b
 // sharing is a list's hold on the tap-wide list that it is, if any.
 type sharing[T comparable] struct {
 	shared *sharedList[T]
+	// copiedFound: own copied a shared list that other streams were found
+	// holding, whom the same change most likely comes to (reshare).
+	copiedFound bool
+	// resharedSinceTick: reshare looked the list up since the last tick.
+	resharedSinceTick bool
 }
 
-// own makes a list the stream's own to write, copying it if it is shared.
-func (s *sharing[T]) own(names *[]unique.Handle[string], vals *[]T) {
+// own makes a list the stream's own to write, copying it if it is shared:
+// into a spare of st's, when one fits.
+func (s *sharing[T]) own(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
 	if s.shared == nil {
 		return
 	}
-	*names, *vals = slices.Clone(*names), slices.Clone(*vals)
+	s.copiedFound = s.shared.found.Load()
+	n := len(*names)
+	// A spare much larger than the list would hold its capacity for as
+	// long as the stream holds the list.
+	if sp, ok := st.spares.Get().(*spareList[T]); ok && cap(sp.names) >= n && cap(sp.vals) >= n && cap(sp.names) <= 2*n+16 {
+		*names, *vals = append(sp.names[:0], *names...), append(sp.vals[:0], *vals...)
+	} else {
+		*names, *vals = slices.Clone(*names), slices.Clone(*vals)
+	}
 	s.shared = nil
 }
 
 // share looks a list the stream owns up tap-wide, at a tick: it shares the
 // list another stream holds, or stores its own for the streams to come.
 func (s *sharing[T]) share(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+	s.copiedFound, s.resharedSinceTick = false, false
+	s.lookUp(st, names, vals)
+}
+
+// reshare looks the list up at once after a change (an answer) that
+// copied a list other streams were found holding: the same change sent to
+// them all (a push to a mesh) leaves them equal again, and each copy goes
+// back to st's spares for the next stream's rather than to the collector
+// at the tick. Once a tick, so that a stream changed many times pays at
+// most two copies and lookups a tick, not one a change.
+func (s *sharing[T]) reshare(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+	if !s.copiedFound || s.resharedSinceTick {
+		return
+	}
+	s.copiedFound, s.resharedSinceTick = false, true
+	s.lookUp(st, names, vals)
+}
+
+func (s *sharing[T]) lookUp(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
 	if s.shared != nil || len(*names) < sharedFrom {
 		return
 	}
 	l := st.share(*names, *vals, true)
+	if unsafe.SliceData(l.names) != unsafe.SliceData(*names) {
+		clear(*names) // pins no name
+		st.spares.Put(&spareList[T]{names: (*names)[:0], vals: (*vals)[:0]})
+	}
 	*names, *vals, s.shared = l.names, l.vals, l
 }

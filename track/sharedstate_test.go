@@ -276,3 +276,64 @@ func endpointsOf(ns []string, ip string) []proto.Message {
 	}
 	return out
 }
+
+// TestStreamsAnsweringTheSamePushShareAtOnce syncs three streams on the
+// same endpoints and sends two of them the same change: once both ACKed,
+// they hold one acknowledged state and one table again before any tick,
+// the copies each made going back for the next stream's. A second change
+// to one of them before the tick is left to the tick, and so is a change
+// to a stream whose state no other was found holding.
+func TestStreamsAnsweringTheSamePushShareAtOnce(t *testing.T) {
+	leakcheck.Check(t)
+	tr := track.New(track.Config{Resources: true})
+	ns := names("outbound|80||answer", 20)
+	do := stepper(t, tr)
+	for id := uint64(1); id <= 3; id++ {
+		do(open(id, adsSotW))
+		do(frame(id, withNode(initial(eds, ns...), sidecar)))
+		do(frame(id, push(eds, 1, endpointsOf(ns, "10.0.0.1")...)))
+		do(frame(id, ack(eds, 1, ns...)))
+	}
+	do(tick())
+	for id := uint64(1); id <= 2; id++ {
+		do(frame(id, push(eds, 2, endpointsOf(ns, "10.0.0.2")...)))
+		do(frame(id, ack(eds, 2, ns...)))
+	}
+	if acked, table := tr.SharedWith(1, 2, eds); !acked || !table {
+		t.Errorf("two streams that accepted the same change share their acknowledged state %v, their table %v; want both at once", acked, table)
+	}
+	if acked, _ := tr.SharedWith(1, 3, eds); acked {
+		t.Error("a stream that accepted a change shares its state with one that was not sent it")
+	}
+
+	// A second change to stream 2 before the tick: its own until the tick.
+	do(frame(2, push(eds, 3, endpointsOf(ns, "10.0.0.3")...)))
+	do(frame(2, ack(eds, 3, ns...)))
+	do(frame(3, push(eds, 3, endpointsOf(ns, "10.0.0.3")...)))
+	do(frame(3, ack(eds, 3, ns...)))
+	if acked, _ := tr.SharedWith(2, 3, eds); acked {
+		t.Error("a stream changed twice since the tick shares its state at once, want at the tick")
+	}
+	do(tick())
+	// (Their tables differ: stream 2's stamps went through one more version.)
+	if acked, _ := tr.SharedWith(2, 3, eds); !acked {
+		t.Error("after the tick, streams with the same acknowledged state do not share it")
+	}
+
+	// A stream alone: a change is left to the tick.
+	lone := names("outbound|80||lone", 20)
+	do(open(4, adsSotW))
+	do(frame(4, withNode(initial(eds, lone...), sidecar)))
+	do(frame(4, push(eds, 1, endpointsOf(lone, "10.0.0.1")...)))
+	do(frame(4, ack(eds, 1, lone...)))
+	do(tick())
+	do(frame(4, push(eds, 2, endpointsOf(lone, "10.0.0.2")...)))
+	do(frame(4, ack(eds, 2, lone...)))
+	if tr.StateShared(4, eds) {
+		t.Error("a stream whose state no other shared looks its change up at once, want at the tick")
+	}
+	do(tick())
+	if !tr.StateShared(4, eds) {
+		t.Error("after the tick, a lone stream's state is not looked up")
+	}
+}

@@ -180,6 +180,10 @@ func (t *Tracker) AppendRequest(evs []Event, streamID uint64, at time.Time, req 
 		}
 		evs = ts.answer(s, at, req, t.cfg.MaxNames, evs)
 		evs = t.det.answered(&ts.det, ts.p, s.node.ID, at, req.ErrorDetail != nil, evs)
+		ts.acked.reshare()
+		if rt != nil {
+			rt.reshare()
+		}
 	} else {
 		evs = t.det.checkStorm(&ts.det, at, evs)
 	}
