@@ -3,6 +3,8 @@ package tap
 import (
 	"sync"
 	"sync/atomic"
+
+	"google.golang.org/grpc/mem"
 )
 
 // byteBudget bounds the bytes held by every observation queue of a tap
@@ -54,6 +56,9 @@ type ObserveQueue struct {
 	// OverBound counts the frames larger than Config.ObserveQueueBytes
 	// queued, one at a time, beside what the bound holds (see Config).
 	OverBound uint64
+	// Folded counts the frames held, while they waited, as bytes shared
+	// with frames sent to other streams (see folder).
+	Folded uint64
 }
 
 // observePool runs the observer for every stream of a tap on a few
@@ -92,6 +97,7 @@ type ObserveQueue struct {
 type observePool struct {
 	obs       Observer
 	budget    *byteBudget
+	folder    *folder
 	maxFrames int
 	size      int
 	abandon   <-chan struct{} // closed: drop what is queued, counted as skipped
@@ -137,7 +143,7 @@ type runShard struct {
 const minShards = 8
 
 func newObservePool(obs Observer, budget *byteBudget, maxFrames, size int, abandon <-chan struct{}, workers *sync.WaitGroup) *observePool {
-	p := &observePool{obs: obs, budget: budget, maxFrames: maxFrames, size: size, abandon: abandon, workers: workers,
+	p := &observePool{obs: obs, budget: budget, folder: newFolder(), maxFrames: maxFrames, size: size, abandon: abandon, workers: workers,
 		shards: make([]runShard, max(size, minShards)), idle: make([]atomic.Bool, size), wake: make([]chan struct{}, size)}
 	for i := range p.wake {
 		p.wake[i] = make(chan struct{}, 1)
@@ -401,6 +407,7 @@ func (o *observation) frame(f Frame) bool {
 		return true
 	}
 	f.Skipped, o.skipped = o.skipped, 0
+	f.held = f.Size
 	f.Data.Ref()
 	o.queue = append(o.queue, f)
 	schedule := o.markScheduled()
@@ -409,6 +416,50 @@ func (o *observation) frame(f Frame) bool {
 		o.pool.schedule(o)
 	}
 	return true
+}
+
+// foldable reports whether data, just forwarded, is worth folding (see
+// folder): a frame of a size worth it, under the queues' bound, that waits
+// for the observer still.
+func (o *observation) foldable(data mem.BufferSlice) bool {
+	n := data.Len()
+	if !foldable(n) || int64(n) > o.pool.budget.limit {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.waiting(data) >= 0
+}
+
+// fold, on the relay's goroutine once it has forwarded data, has the queue
+// hold data's bytes folded into those of frames seen before, if data
+// repeats one and still waits, and lets go of data's own buffers.
+func (o *observation) fold(data mem.BufferSlice) {
+	folded, own, ok := o.pool.folder.fold(data)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	i := o.waiting(data)
+	if i < 0 {
+		o.mu.Unlock() // the observer has it already
+		return
+	}
+	f := &o.queue[i]
+	o.pool.budget.give(f.held - own)
+	f.held, f.Data = own, folded
+	o.mu.Unlock()
+	data.Free()
+}
+
+// waiting, with mu held, is where data waits on the queue, or -1.
+func (o *observation) waiting(data mem.BufferSlice) int {
+	for i := len(o.queue) - 1; i >= 0; i-- {
+		if q := o.queue[i].Data; len(q) > 0 && &q[0] == &data[0] {
+			return i
+		}
+	}
+	return -1
 }
 
 // close queues the end of the stream; frames queued after it are ignored.
@@ -463,7 +514,7 @@ func (o *observation) observe() (again bool) {
 			p.obs.OnFrame(o.info, batch[i])
 		}
 		batch[i].Data.Free()
-		p.budget.give(batch[i].Size)
+		p.budget.give(batch[i].held)
 		batch[i] = Frame{}
 	}
 	if end != nil {

@@ -113,6 +113,10 @@ type Frame struct {
 	// Skipped counts frames of this stream that were relayed but not shown to
 	// the observer, since the previous delivered frame, because its queue was full.
 	Skipped int
+
+	// held is what the frame counts against the queues' bound while it
+	// waits: Size, or less once folded (fold.go).
+	held int
 }
 
 // StreamEnd says how a stream ended.

@@ -137,9 +137,25 @@ func (r *relay) pumpResponses() error {
 			return r.finish(ctx, err, "upstream")
 		}
 		r.observe(Response, f)
+		// A frame the observer waits for may be folded into the same bytes
+		// sent to other streams (observation.fold), once forwarded: its
+		// buffers are kept for that by a reference of the relay's own,
+		// since SendMsg gives its to the transport.
+		data := f.Data
+		fold := r.obs != nil && r.obs.foldable(data)
+		if fold {
+			data.Ref()
+		}
 		if err := r.down.SendMsg(f); err != nil {
 			f.Data.Free()
+			if fold {
+				data.Free()
+			}
 			return r.finish(ctx, err, "client")
+		}
+		if fold {
+			r.obs.fold(data)
+			data.Free()
 		}
 	}
 }

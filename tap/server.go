@@ -304,7 +304,11 @@ func (s *Server) refuseStream(perConnection bool) error {
 // ObserveQueue reports what the observation queues hold now, and how many
 // frames over their bound they took.
 func (s *Server) ObserveQueue() ObserveQueue {
-	return ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
+	q := ObserveQueue{Bytes: s.budget.used.Load() + s.budget.large.Load(), OverBound: s.budget.overBound.Load()}
+	if s.observe != nil {
+		q.Folded = s.observe.folder.frames.Load()
+	}
+	return q
 }
 
 var errDraining = status.Error(codes.Unavailable, "adstap is shutting down: reconnect")
