@@ -186,3 +186,44 @@ func TestGiveBackRetriesWhatWasStillInUse(t *testing.T) {
 		t.Errorf("floor %d MiB, want what is in use, 180", g.least/mb)
 	}
 }
+
+// Sampled several times an interval, idle is still a whole interval with
+// less than idleAlloc allocated, judged over the last interval at each
+// sample: a tap gives back one interval after it went quiet, whatever the
+// phase of its samples, and never while it allocated within the last one.
+func TestGiveBackJudgesIdleOverTheLastInterval(t *testing.T) {
+	leakcheck.Check(t)
+	const mb = 1 << 20
+	g := giver{window: 4}
+	g.tick(memSample{allocs: 0, held: 20 * mb})
+	allocs := uint64(0)
+	for i := range 6 { // busy, growing: never
+		allocs += 10 * mb
+		if g.tick(memSample{allocs: allocs, held: 200 * mb}) {
+			t.Fatalf("gave back at busy sample %d", i)
+		}
+	}
+	for i := 1; i <= 3; i++ { // quiet for less than an interval
+		if g.tick(memSample{allocs: allocs, held: 200 * mb}) {
+			t.Fatalf("gave back %d samples after going quiet, want %d", i, g.window)
+		}
+	}
+	if !g.tick(memSample{allocs: allocs, held: 200 * mb}) {
+		t.Fatal("did not give back a whole interval after going quiet")
+	}
+	g.gaveBack(memSample{allocs: allocs, held: 30 * mb})
+
+	// Grown again, allocating 2 MiB a sample: not idle until the last
+	// of them is an interval old.
+	for i := range 4 {
+		allocs += 2 * mb
+		if g.tick(memSample{allocs: allocs, held: 100 * mb}) {
+			t.Fatalf("gave back at busy sample %d", i)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		if got, want := g.tick(memSample{allocs: allocs, held: 100 * mb}), i == 4; got != want {
+			t.Fatalf("quiet sample %d: give back %v, want %v", i, got, want)
+		}
+	}
+}
