@@ -188,4 +188,11 @@ func pushNonce(w string, i int) string {
 	return fmt.Sprintf("%s-%06d-%s", w, i, strings.Repeat("0", 24))
 }
 
+// streamNonce is push i's nonce for one stream: pushNonce's length, with
+// the stream's own in place of its zeros, as istiod gives each stream's
+// response a nonce of its own.
+func streamNonce(w string, i, stream int) string {
+	return fmt.Sprintf("%s-%06d-%024x", w, i, uint64(stream+1)*0x9e3779b97f4a7c15)
+}
+
 func sizeMB(n int) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }

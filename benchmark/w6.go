@@ -21,25 +21,31 @@ import (
 // converge), each stream's time from its send to its ACK, and the middle's
 // CPU during the push.
 type w6 struct {
-	streams          int
-	settle           time.Duration
-	initial          [][]byte       // per stream
-	index            map[string]int // stream by node id
-	sync, push       msg
-	syncNonce, next  string
-	ackSync, ackPush []byte
+	streams int
+	settle  time.Duration
+	initial [][]byte       // per stream
+	index   map[string]int // stream by node id
+	// Stream i's sync and push, their nonces and ACKs: the same resources
+	// for every stream, in one shared body, and a nonce of each stream's
+	// own, as istiod sends (a full push is the same bytes to every proxy
+	// but for the nonce).
+	syncs, pushes    []msg
+	syncNonces, next []string
+	ackSync, ackPush [][]byte
 }
 
 // newW6 builds W6's two versions of the clusters.
 func newW6(s Sizes) *w6 {
 	a, b := clusterVersions(s.W6Clusters, 1000)
 	w := &w6{streams: s.W6Streams, settle: s.W6Settle, index: map[string]int{}}
-	w.syncNonce, w.next = pushNonce("w6", 1), pushNonce("w6", 2)
-	w.sync = sotwPush(pushVersion("w6", 1), w.syncNonce, codec.TypeCluster, sotwBody(a))
-	w.push = sotwPush(pushVersion("w6", 2), w.next, codec.TypeCluster, sotwBody(b))
-	w.ackSync = sotwACK(pushVersion("w6", 1), w.syncNonce, codec.TypeCluster, nil)
-	w.ackPush = sotwACK(pushVersion("w6", 2), w.next, codec.TypeCluster, nil)
+	syncBody, pushBody := sotwBody(a), sotwBody(b)
 	for i := range s.W6Streams {
+		syncNonce, next := streamNonce("w6", 1, i), streamNonce("w6", 2, i)
+		w.syncNonces, w.next = append(w.syncNonces, syncNonce), append(w.next, next)
+		w.syncs = append(w.syncs, sotwPush(pushVersion("w6", 1), syncNonce, codec.TypeCluster, syncBody))
+		w.pushes = append(w.pushes, sotwPush(pushVersion("w6", 2), next, codec.TypeCluster, pushBody))
+		w.ackSync = append(w.ackSync, sotwACK(pushVersion("w6", 1), syncNonce, codec.TypeCluster, nil))
+		w.ackPush = append(w.ackPush, sotwACK(pushVersion("w6", 2), next, codec.TypeCluster, nil))
 		n := node(i)
 		w.index[n.Id] = i
 		w.initial = append(w.initial, mustMarshal(&discovery.DiscoveryRequest{Node: n, TypeUrl: codec.TypeCluster}))
@@ -51,7 +57,7 @@ func (*w6) ID() string { return "W6" }
 
 func (w *w6) Describe() string {
 	return fmt.Sprintf("%d streams, one connection each, synced on a CDS of %s, then all pushed the next version (%s) at the same instant, ACKed",
-		w.streams, sizeKB(w.sync.Len), sizeKB(w.push.Len))
+		w.streams, sizeKB(w.syncs[0].Len), sizeKB(w.pushes[0].Len))
 }
 
 // pushTimes are one stream's push: when the upstream sent it, when the ACK came back.
@@ -83,7 +89,7 @@ func (w *w6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		if !ok || req.TypeUrl != codec.TypeCluster || opened[i].Swap(true) {
 			return upstreamFailed(errs, fmt.Errorf("unexpected first request for %q from %q", req.TypeUrl, req.Node.GetId()))
 		}
-		if err := pushAndExpectACK(s, w.sync, w.syncNonce); err != nil {
+		if err := pushAndExpectACK(s, w.syncs[i], w.syncNonces[i]); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		acks.Add(1)
@@ -94,7 +100,7 @@ func (w *w6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 			return err
 		}
 		sent := time.Now()
-		if err := pushAndExpectACK(s, w.push, w.next); err != nil {
+		if err := pushAndExpectACK(s, w.pushes[i], w.next[i]); err != nil {
 			return upstreamFailed(errs, err)
 		}
 		times[i] = pushTimes{sent, time.Now()}
@@ -164,19 +170,19 @@ func (w *w6) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		res.Latencies = append(res.Latencies, t.acked.Sub(t.sent))
 	}
 	res.Wall = last.Sub(first)
-	res.Bytes = int64(w.streams * w.push.Len)
+	res.Bytes = int64(w.streams * w.pushes[0].Len)
 	return res, nil
 }
 
 // client is proxy i: it syncs, says so with ready, then receives the push,
 // ACKs it and waits for the upstream to end the stream.
 func (w *w6) client(ctx context.Context, cc *grpc.ClientConn, i int, ready func()) error {
-	s, err := openSynced(ctx, cc, w.initial[i], w.sync, w.ackSync, fmt.Sprintf("stream %d sync", i))
+	s, err := openSynced(ctx, cc, w.initial[i], w.syncs[i], w.ackSync[i], fmt.Sprintf("stream %d sync", i))
 	if err != nil {
 		return err
 	}
 	ready()
-	if err := acceptPush(s, w.push, w.ackPush, fmt.Sprintf("stream %d push", i)); err != nil {
+	if err := acceptPush(s, w.pushes[i], w.ackPush[i], fmt.Sprintf("stream %d push", i)); err != nil {
 		return err
 	}
 	return expectEnd(s)
