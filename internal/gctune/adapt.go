@@ -15,11 +15,16 @@ import (
 // again. At 200 a tap with many streams, whose live heap and stacks are
 // hundreds of MB, would keep twice that much again in garbage and freed
 // pages, while what 200 is for — fewer collections under a steady flow of
-// pushes — is already won once the headroom is a few tens of MB. So the
+// pushes — is won once the headroom is a few tens of MB. And the garbage
+// let grow while streams arrive is what stays behind as holes: the state a
+// stream keeps is allocated among the garbage of every other stream's
+// sync, and once that garbage is collected the spans it shared are held by
+// the few objects kept in each (1,000 proxies synced at once left 17-19 MiB
+// of such holes at 200, 11-13 MiB at this cap; docs/performance.md, W3). So the
 // percent is 200 up to a scanned size of ExtraHeadroom, and above it only
-// ExtraHeadroom more than Go's 100 would allow (133 at 192 MiB, 106 at
-// 1 GiB).
-const ExtraHeadroom = 64 << 20
+// ExtraHeadroom more than Go's 100 would allow (150 at 32 MiB, 108 at
+// 192 MiB).
+const ExtraHeadroom = 16 << 20
 
 // percent is the GC percent for a heap whose collector scans base bytes.
 func percent(base uint64) int {
@@ -33,7 +38,9 @@ func percent(base uint64) int {
 const adaptStep = 5
 
 // Start keeps the GC percent at percent() of what the collector scans,
-// reading it every interval, unless the user set GOGC (settings say the
+// reading it samplesPerInterval times an interval (1,000 proxies connecting
+// at once take a second or two to sync: read once a second, the percent
+// was still 200 for most of it), unless the user set GOGC (settings say the
 // percent is not adstap's default); and it gives memory back to the OS
 // once the process is idle after its heap grew (giveBack), saying so on log
 // at debug level. It runs until the returned stop is called; stop waits for
@@ -62,7 +69,7 @@ func Start(s Settings, every time.Duration, log *slog.Logger) (stop func()) {
 func adapt(ctx context.Context, every time.Duration, base func() uint64) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
-	eachTick(ctx, every, func() {
+	eachTick(ctx, every/samplesPerInterval, func() {
 		if p := percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
 			debug.SetGCPercent(p)
 			current = p

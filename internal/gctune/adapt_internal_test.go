@@ -17,11 +17,11 @@ func TestPercent(t *testing.T) {
 		want int
 	}{
 		{0, DefaultPercent},
-		{32 << 20, DefaultPercent},
+		{8 << 20, DefaultPercent},
 		{ExtraHeadroom, DefaultPercent},
 		{2 * ExtraHeadroom, 150},
-		{192 << 20, 133},
-		{1 << 30, 106},
+		{192 << 20, 108},
+		{1 << 30, 101},
 		{64 << 30, 100},
 	}
 	for _, tc := range tests {
@@ -40,11 +40,11 @@ func TestAdapt(t *testing.T) {
 		base uint64
 		want int
 	}{
-		{1 << 30, 106},
-		{1 << 30, 106},
-		{192 << 20, 133},
-		{170 << 20, 133}, // 137: too small a change to make
-		{16 << 20, DefaultPercent},
+		{1 << 30, 101},
+		{1 << 30, 101},
+		{64 << 20, 125},
+		{58 << 20, 125}, // 127: too small a change to make
+		{8 << 20, DefaultPercent},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	entered, next := make(chan struct{}), make(chan uint64)
