@@ -132,15 +132,17 @@ func processUsage(pid int) (Usage, error) {
 		return Usage{}, err
 	}
 	// The command name, in parentheses, may hold spaces: the fields after
-	// it start with the state (field 3); utime and stime are 14 and 15.
+	// it start with the state (field 3); minflt is 10, utime and stime are
+	// 14 and 15.
 	i := bytes.LastIndexByte(b, ')')
 	f := bytes.Fields(b[i+1:])
 	if i < 0 || len(f) < 13 {
 		return Usage{}, errors.New("bench: unexpected " + proc + "/stat")
 	}
+	minflt, _ := strconv.ParseInt(string(f[7]), 10, 64)
 	utime, _ := strconv.ParseInt(string(f[11]), 10, 64)
 	stime, _ := strconv.ParseInt(string(f[12]), 10, 64)
-	u := Usage{CPU: time.Duration(utime+stime) * time.Second / userHZ}
+	u := Usage{CPU: time.Duration(utime+stime) * time.Second / userHZ, MinorFaults: minflt}
 	m, err := sidecar.MemoryOf(pid)
 	if err != nil {
 		return u, err

@@ -35,4 +35,9 @@ func TestProcessUsageReadsCPU(t *testing.T) {
 	if u.RSS <= 0 || u.PeakRSS <= 0 || u.FDs <= 0 {
 		t.Errorf("processUsage(self) = %+v: memory or files not read", u)
 	}
+	// Page faults as the binaries' comparison prints them: /proc's count
+	// is getrusage's, read a moment apart.
+	if self.MinorFaults <= 0 || u.MinorFaults <= 0 || u.MinorFaults > self.MinorFaults {
+		t.Errorf("processUsage(self).MinorFaults = %d, want more than 0 and at most getrusage's %d", u.MinorFaults, self.MinorFaults)
+	}
 }

@@ -15,16 +15,24 @@ import (
 // again. At 200 a tap with many streams, whose live heap and stacks are
 // hundreds of MB, would keep twice that much again in garbage and freed
 // pages, while what 200 is for — fewer collections under a steady flow of
-// pushes — is won once the headroom is a few tens of MB. And the garbage
-// let grow while streams arrive is what stays behind as holes: the state a
-// stream keeps is allocated among the garbage of every other stream's
-// sync, and once that garbage is collected the spans it shared are held by
-// the few objects kept in each (1,000 proxies synced at once left 17-19 MiB
-// of such holes at 200, 11-13 MiB at this cap; docs/performance.md, W3). So the
+// pushes — is already won once the headroom is a few tens of MB. So the
 // percent is 200 up to a scanned size of ExtraHeadroom, and above it only
-// ExtraHeadroom more than Go's 100 would allow (150 at 32 MiB, 108 at
-// 192 MiB).
-const ExtraHeadroom = 16 << 20
+// ExtraHeadroom more than Go's 100 would allow (133 at 192 MiB, 106 at
+// 1 GiB).
+const ExtraHeadroom = 64 << 20
+
+// While streams arrive in numbers the percent is Go's 100, whatever the
+// heap. What a stream keeps for its life (its transports, its tracked
+// state) is allocated then, among the garbage of every other stream's sync;
+// once that garbage is collected, the spans it shared stay held by the few
+// objects kept in each, holes the runtime cannot give back. At 200 twice as
+// much garbage lies between the kept objects: 1,000 proxies connecting at
+// once (istiod or the tap restarted, W3) left 15-19 MiB of holes, against
+// 11-13 at 100 (docs/performance.md, W3). Streams are counted by their
+// goroutines (a dozen each on grpc-go), which no steady flow of pushes
+// starts: arrivals are goroutinesArriving more goroutines than an interval
+// before, and the percent stays at 100 until an interval has passed without.
+const goroutinesArriving = 512
 
 // percent is the GC percent for a heap whose collector scans base bytes.
 func percent(base uint64) int {
@@ -38,9 +46,9 @@ func percent(base uint64) int {
 const adaptStep = 5
 
 // Start keeps the GC percent at percent() of what the collector scans,
-// reading it samplesPerInterval times an interval (1,000 proxies connecting
-// at once take a second or two to sync: read once a second, the percent
-// was still 200 for most of it), unless the user set GOGC (settings say the
+// or 100 while streams arrive (pacer), reading both samplesPerInterval
+// times an interval (1,000 proxies connecting at once take a second or two
+// to sync), unless the user set GOGC (settings say the
 // percent is not adstap's default); and it gives memory back to the OS
 // once the process is idle after its heap grew (giveBack), saying so on log
 // at debug level. It runs until the returned stop is called; stop waits for
@@ -66,15 +74,48 @@ func Start(s Settings, every time.Duration, log *slog.Logger) (stop func()) {
 	}
 }
 
-func adapt(ctx context.Context, every time.Duration, base func() uint64) {
+func adapt(ctx context.Context, every time.Duration, read func() (base, goroutines uint64)) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
+	pc := newPacer(current)
 	eachTick(ctx, every/samplesPerInterval, func() {
-		if p := percent(base()); p >= current+adaptStep || p <= current-adaptStep || (p == DefaultPercent && p != current) {
+		if p, ok := pc.next(read()); ok {
 			debug.SetGCPercent(p)
-			current = p
 		}
 	})
+}
+
+// pacer chooses the GC percent from what the collector scans and how many
+// goroutines run, sampled samplesPerInterval times an interval.
+type pacer struct {
+	current int
+	counts  [samplesPerInterval]uint64 // the last interval's goroutine counts, a ring
+	at      int                        // where the next count goes: the oldest
+	samples int                        // counts taken, up to samplesPerInterval
+	calm    int                        // samples since goroutines last arrived
+}
+
+func newPacer(current int) *pacer { return &pacer{current: current, calm: samplesPerInterval + 1} }
+
+// next takes a sample and says the percent to set, if it is to change.
+func (pc *pacer) next(base, goroutines uint64) (int, bool) {
+	if pc.samples == samplesPerInterval && goroutines >= pc.counts[pc.at]+goroutinesArriving {
+		pc.calm = 0
+	} else {
+		pc.calm++
+	}
+	pc.counts[pc.at] = goroutines
+	pc.at = (pc.at + 1) % samplesPerInterval
+	pc.samples = min(pc.samples+1, samplesPerInterval)
+	p := percent(base)
+	if pc.calm <= samplesPerInterval {
+		p = 100
+	}
+	if p >= pc.current+adaptStep || p <= pc.current-adaptStep || ((p == DefaultPercent || p == 100) && p != pc.current) {
+		pc.current = p
+		return p, true
+	}
+	return 0, false
 }
 
 // eachTick calls f every interval until ctx is done.
@@ -92,19 +133,23 @@ func eachTick(ctx context.Context, every time.Duration, f func()) {
 }
 
 // scanned is what the collector scans: the live heap as of the last
-// collection, the goroutine stacks and the globals.
-func scanned() uint64 {
+// collection, the goroutine stacks and the globals; and how many goroutines
+// there are.
+func scanned() (base, goroutines uint64) {
 	s := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/gc/scan/stack:bytes"},
 		{Name: "/gc/scan/globals:bytes"},
+		{Name: "/sched/goroutines:goroutines"},
 	}
 	metrics.Read(s)
-	var n uint64
-	for _, v := range s {
+	for _, v := range s[:3] {
 		if v.Value.Kind() == metrics.KindUint64 {
-			n += v.Value.Uint64()
+			base += v.Value.Uint64()
 		}
 	}
-	return n
+	if s[3].Value.Kind() == metrics.KindUint64 {
+		goroutines = s[3].Value.Uint64()
+	}
+	return base, goroutines
 }

@@ -17,11 +17,11 @@ func TestPercent(t *testing.T) {
 		want int
 	}{
 		{0, DefaultPercent},
-		{8 << 20, DefaultPercent},
+		{32 << 20, DefaultPercent},
 		{ExtraHeadroom, DefaultPercent},
 		{2 * ExtraHeadroom, 150},
-		{192 << 20, 108},
-		{1 << 30, 101},
+		{192 << 20, 133},
+		{1 << 30, 106},
 		{64 << 30, 100},
 	}
 	for _, tc := range tests {
@@ -40,28 +40,28 @@ func TestAdapt(t *testing.T) {
 		base uint64
 		want int
 	}{
-		{1 << 30, 101},
-		{1 << 30, 101},
-		{64 << 20, 125},
-		{58 << 20, 125}, // 127: too small a change to make
-		{8 << 20, DefaultPercent},
+		{1 << 30, 106},
+		{1 << 30, 106},
+		{192 << 20, 133},
+		{170 << 20, 133}, // 137: too small a change to make
+		{16 << 20, DefaultPercent},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	entered, next := make(chan struct{}), make(chan uint64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		adapt(ctx, time.Millisecond, func() uint64 {
+		adapt(ctx, time.Millisecond, func() (uint64, uint64) {
 			select {
 			case entered <- struct{}{}:
 			case <-ctx.Done():
-				return 0
+				return 0, 0
 			}
 			select {
 			case b := <-next:
-				return b
+				return b, 0
 			case <-ctx.Done():
-				return 0
+				return 0, 0
 			}
 		})
 	}()
@@ -78,6 +78,51 @@ func TestAdapt(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// While streams arrive (goroutines by the hundred within an interval) the
+// percent is Go's 100 whatever the heap, until an interval passes without.
+func TestPacerCollectsAtGosDefaultWhileStreamsArrive(t *testing.T) {
+	leakcheck.Check(t)
+	const small, large = 8 << 20, 192 << 20 // percent 200 and 133
+	steps := []struct {
+		base, goroutines uint64
+		want             int // the percent in force after the sample
+	}{
+		{small, 10, DefaultPercent},
+		{small, 10, DefaultPercent},
+		{small, 10, DefaultPercent},
+		{small, 10, DefaultPercent},  // a whole interval seen
+		{small, 400, DefaultPercent}, // +390 over the interval
+		{small, 1000, 100},           // +990: arriving
+		{small, 1000, 100},
+		{small, 1000, 100},
+		{small, 1000, 100}, // +600 since 400: still arriving
+		{small, 1000, 100}, // calm for one sample
+		{small, 1000, 100},
+		{small, 1000, 100},
+		{small, 1000, 100}, // calm for an interval
+		{small, 1000, DefaultPercent},
+		{large, 1000, 133},
+		{large, 1000 + goroutinesArriving - 1, 133}, // not quite arriving
+		{large, 1000 + 2*goroutinesArriving, 100}, // against 1000 an interval before
+		{large, 1000 + 2*goroutinesArriving, 100},
+		{large, 1000 + 2*goroutinesArriving, 100},
+		{large, 1000 + 2*goroutinesArriving, 100}, // against 1000+511: the last arriving
+		{large, 1000 + 2*goroutinesArriving, 100},
+		{large, 1000 + 2*goroutinesArriving, 100},
+		{large, 1000 + 2*goroutinesArriving, 100},
+		{large, 1000 + 2*goroutinesArriving, 100}, // calm for an interval
+		{large, 1000 + 2*goroutinesArriving, 133},
+		{large, 10, 133}, // streams leaving are not arriving
+	}
+	pc := newPacer(DefaultPercent)
+	for i, s := range steps {
+		pc.next(s.base, s.goroutines)
+		if pc.current != s.want {
+			t.Errorf("sample %d (%d MiB scanned, %d goroutines): percent %d, want %d", i, s.base>>20, s.goroutines, pc.current, s.want)
+		}
+	}
 }
 
 func TestStartLeavesTheUsersGOGC(t *testing.T) {
