@@ -21,18 +21,23 @@ import (
 // 1 GiB).
 const ExtraHeadroom = 64 << 20
 
-// While streams arrive in numbers the percent is Go's 100, whatever the
-// heap. What a stream keeps for its life (its transports, its tracked
+// While streams arrive in numbers the percent is arrivingPercent, whatever
+// the heap. What a stream keeps for its life (its transports, its tracked
 // state) is allocated then, among the garbage of every other stream's sync;
 // once that garbage is collected, the spans it shared stay held by the few
-// objects kept in each, holes the runtime cannot give back. At 200 twice as
-// much garbage lies between the kept objects: 1,000 proxies connecting at
-// once (istiod or the tap restarted, W3) left 15-19 MiB of holes, against
-// 11-13 at 100 (docs/performance.md, W3). Streams are counted by their
-// goroutines (a dozen each on grpc-go), which no steady flow of pushes
-// starts: arrivals are goroutinesArriving more goroutines than an interval
-// before, and the percent stays at 100 until an interval has passed without.
-const goroutinesArriving = 512
+// objects kept in each, holes the runtime cannot give back. The more garbage
+// a cycle lets pile up, the more it lies between the kept objects: 1,000
+// proxies connecting at once (istiod or the tap restarted, W3) left 15-19
+// MiB of holes at 200, 11-13 at 100 and 8-10 at 50 (docs/performance.md,
+// W3), the relay 7-9. Streams are counted by their goroutines (a dozen each
+// on grpc-go), which no flow of pushes starts: they arrive while a sample
+// finds goroutinesArriving more than the one before, and the percent is
+// arrivingPercent until a sample finds none. The collections it adds cost
+// little while the heap is what a few syncs make of it.
+const (
+	goroutinesArriving = 128 // a quarter-second's, about ten streams
+	arrivingPercent    = 50
+)
 
 // percent is the GC percent for a heap whose collector scans base bytes.
 func percent(base uint64) int {
@@ -45,11 +50,10 @@ func percent(base uint64) int {
 // adaptStep is the smallest change of percent Adapt makes.
 const adaptStep = 5
 
-// Start keeps the GC percent at percent() of what the collector scans,
-// or 100 while streams arrive (pacer), reading both samplesPerInterval
-// times an interval (1,000 proxies connecting at once take a second or two
-// to sync), unless the user set GOGC (settings say the
-// percent is not adstap's default); and it gives memory back to the OS
+// Start keeps the GC percent at percent() of what the collector scans, or
+// arrivingPercent while streams arrive (pacer), reading both
+// samplesPerInterval times an interval, unless the user set GOGC (settings
+// say the percent is not adstap's default); and it gives memory back to the OS
 // once the process is idle after its heap grew (giveBack), saying so on log
 // at debug level. It runs until the returned stop is called; stop waits for
 // it to end.
@@ -77,7 +81,7 @@ func Start(s Settings, every time.Duration, log *slog.Logger) (stop func()) {
 func adapt(ctx context.Context, every time.Duration, read func() (base, goroutines uint64)) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
-	pc := newPacer(current)
+	pc := pacer{current: current}
 	eachTick(ctx, every/samplesPerInterval, func() {
 		if p, ok := pc.next(read()); ok {
 			debug.SetGCPercent(p)
@@ -88,30 +92,23 @@ func adapt(ctx context.Context, every time.Duration, read func() (base, goroutin
 // pacer chooses the GC percent from what the collector scans and how many
 // goroutines run, sampled samplesPerInterval times an interval.
 type pacer struct {
-	current int
-	counts  [samplesPerInterval]uint64 // the last interval's goroutine counts, a ring
-	at      int                        // where the next count goes: the oldest
-	samples int                        // counts taken, up to samplesPerInterval
-	calm    int                        // samples since goroutines last arrived
+	current    int
+	goroutines uint64 // at the last sample; 0 before the first
+	arriving   int    // samples to go at arrivingPercent
 }
-
-func newPacer(current int) *pacer { return &pacer{current: current, calm: samplesPerInterval + 1} }
 
 // next takes a sample and says the percent to set, if it is to change.
 func (pc *pacer) next(base, goroutines uint64) (int, bool) {
-	if pc.samples == samplesPerInterval && goroutines >= pc.counts[pc.at]+goroutinesArriving {
-		pc.calm = 0
-	} else {
-		pc.calm++
+	if pc.goroutines > 0 && goroutines >= pc.goroutines+goroutinesArriving {
+		pc.arriving = 2 // this sample and the next
 	}
-	pc.counts[pc.at] = goroutines
-	pc.at = (pc.at + 1) % samplesPerInterval
-	pc.samples = min(pc.samples+1, samplesPerInterval)
+	pc.goroutines = goroutines
 	p := percent(base)
-	if pc.calm <= samplesPerInterval {
-		p = 100
+	if pc.arriving > 0 {
+		pc.arriving--
+		p = arrivingPercent
 	}
-	if p >= pc.current+adaptStep || p <= pc.current-adaptStep || ((p == DefaultPercent || p == 100) && p != pc.current) {
+	if p >= pc.current+adaptStep || p <= pc.current-adaptStep || ((p == DefaultPercent || p == arrivingPercent) && p != pc.current) {
 		pc.current = p
 		return p, true
 	}

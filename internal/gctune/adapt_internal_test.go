@@ -80,43 +80,31 @@ func TestAdapt(t *testing.T) {
 	<-done
 }
 
-// While streams arrive (goroutines by the hundred within an interval) the
-// percent is Go's 100 whatever the heap, until an interval passes without.
-func TestPacerCollectsAtGosDefaultWhileStreamsArrive(t *testing.T) {
+// While streams arrive (goroutines by the hundred from one sample to the
+// next) the percent is arrivingPercent whatever the heap, until a sample
+// finds none arriving.
+func TestPacerCollectsMoreOftenWhileStreamsArrive(t *testing.T) {
 	leakcheck.Check(t)
 	const small, large = 8 << 20, 192 << 20 // percent 200 and 133
 	steps := []struct {
 		base, goroutines uint64
 		want             int // the percent in force after the sample
 	}{
-		{small, 10, DefaultPercent},
-		{small, 10, DefaultPercent},
-		{small, 10, DefaultPercent},
-		{small, 10, DefaultPercent},  // a whole interval seen
-		{small, 400, DefaultPercent}, // +390 over the interval
-		{small, 1000, 100},           // +990: arriving
-		{small, 1000, 100},
-		{small, 1000, 100},
-		{small, 1000, 100}, // +600 since 400: still arriving
-		{small, 1000, 100}, // calm for one sample
-		{small, 1000, 100},
-		{small, 1000, 100},
-		{small, 1000, 100}, // calm for an interval
+		{small, 1000, DefaultPercent}, // the first sample: nothing to compare with
 		{small, 1000, DefaultPercent},
-		{large, 1000, 133},
-		{large, 1000 + goroutinesArriving - 1, 133}, // not quite arriving
-		{large, 1000 + 2*goroutinesArriving, 100}, // against 1000 an interval before
-		{large, 1000 + 2*goroutinesArriving, 100},
-		{large, 1000 + 2*goroutinesArriving, 100},
-		{large, 1000 + 2*goroutinesArriving, 100}, // against 1000+511: the last arriving
-		{large, 1000 + 2*goroutinesArriving, 100},
-		{large, 1000 + 2*goroutinesArriving, 100},
-		{large, 1000 + 2*goroutinesArriving, 100},
-		{large, 1000 + 2*goroutinesArriving, 100}, // calm for an interval
-		{large, 1000 + 2*goroutinesArriving, 133},
+		{small, 1000 + goroutinesArriving - 1, DefaultPercent}, // not quite arriving
+		{small, 1000 + 2*goroutinesArriving, arrivingPercent},
+		{small, 1000 + 4*goroutinesArriving, arrivingPercent}, // still arriving
+		{small, 1000 + 4*goroutinesArriving, arrivingPercent}, // none this sample: one more
+		{small, 1000 + 4*goroutinesArriving, DefaultPercent},
+		{large, 1000 + 4*goroutinesArriving, 133},
+		{large, 1000 + 6*goroutinesArriving, arrivingPercent},
+		{large, 1000 + 6*goroutinesArriving, arrivingPercent},
+		{large, 1000 + 6*goroutinesArriving, 133},
 		{large, 10, 133}, // streams leaving are not arriving
+		{large, 10, 133},
 	}
-	pc := newPacer(DefaultPercent)
+	pc := pacer{current: DefaultPercent}
 	for i, s := range steps {
 		pc.next(s.base, s.goroutines)
 		if pc.current != s.want {
