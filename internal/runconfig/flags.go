@@ -195,7 +195,7 @@ func DefineDetectors(t Table, cfg *track.Config) {
 func Epilog() string {
 	return fmt.Sprintf(`Memory (Go's own variables):
   GOGC
-      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one; past %d MiB of live heap and stacks (thousands of streams) it lowers it towards 100, so the extra headroom stays %d MiB; while streams arrive by the dozen it is 100, so that what they keep is not strewn among the garbage of their syncs
+      garbage collection percent; adstap defaults to %d (Go's default is 100): pushes leave short-lived garbage, and fewer collections keep them from waiting on one; past %d MiB of live heap and stacks (thousands of streams) it lowers it towards 100, so the extra headroom stays %d MiB; while streams arrive by the dozen it is 50, so that what they keep is not strewn among the garbage of their syncs
   GOMEMLIMIT
       soft memory limit; adstap defaults to %.0f%% of the container's memory limit (cgroup memory.max), so collecting less often never gets it killed
 `, gctune.DefaultPercent, gctune.ExtraHeadroom>>20, gctune.ExtraHeadroom>>20, gctune.LimitShare*100)
