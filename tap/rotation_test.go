@@ -3,6 +3,8 @@ package tap_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -84,7 +86,9 @@ func TestUpstreamCARotationUnderALiveStream(t *testing.T) {
 	serving.Store(&newCert)
 	stale := xdstest.OpenSotW(t, ctx, xdstest.DialRaw(t, addr.Addr))
 	err = subscribe(stale)
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// Send says io.EOF when the tap ended the stream first (a loaded
+		// machine); the stream's status is what Recv returns.
 		_, err = stale.Recv()
 	}
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate") {
