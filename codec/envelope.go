@@ -227,7 +227,7 @@ func (r *Request) decodeDelta(b []byte, node *nodeDecoder) error {
 // string each: an EDS request names every cluster of a sidecar, and a
 // sidecar's first requests would otherwise allocate hundreds of names at
 // once. Keeping one of the names keeps the others' bytes too; the tracker
-// interns what it keeps, which copies it (unique.Make).
+// interns what it keeps, which copies it (internal/canon).
 type nameArena struct{ sb strings.Builder }
 
 // size counts the names that fields names and locators of message b hold,

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unique"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // Graph is the reference graph of one stream: what the client has accepted
@@ -226,7 +226,7 @@ func Reads(typeURL string) bool {
 	return false
 }
 
-func unique1(s string) name { return intern([]byte(s)) }
+func unique1(s string) name { return canon.Make(s) }
 
 // Resource is one resource of a push the client accepted.
 type Resource struct {
@@ -791,7 +791,7 @@ func (g *Graph) istiodPort80(r routeRef) bool {
 	if len(p) != 4 || p[0] != "outbound" || p[1] != "80" || p[3] != host {
 		return false
 	}
-	return !g.hasCluster(unique.Make("outbound|80||" + host))
+	return !g.hasCluster(canon.Make("outbound|80||" + host))
 }
 
 // istioOwn reports whether a cluster is one istiod makes for its own

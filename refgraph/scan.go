@@ -4,20 +4,21 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"unique"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // name is a name the graph holds: one copy of each distinct string for the
 // whole process, however many resources and streams name it, and a pointer
 // wherever it is held.
-type name = unique.Handle[string]
+type name = canon.Name
 
 // noName is the zero handle: no name.
 var noName name
 
-func intern(b []byte) name { return unique.Make(string(b)) }
+func intern(b []byte) name { return canon.MakeBytes(b) }
 
 // str is the name's text, "" for noName.
 func str(n name) string {

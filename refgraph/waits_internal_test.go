@@ -3,7 +3,8 @@ package refgraph
 import (
 	"fmt"
 	"testing"
-	"unique"
+
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // TestWaitsKeepTheirStartsWhenRenumbered fills the starts node.wait can
@@ -15,7 +16,7 @@ func TestWaitsKeepTheirStartsWhenRenumbered(t *testing.T) {
 	g.nodes = map[name]node{}
 	names := make([]name, maxWaits+3)
 	for i := range names {
-		names[i] = unique.Make(fmt.Sprintf("c%d", i))
+		names[i] = canon.Make(fmt.Sprintf("c%d", i))
 	}
 	start := func(i int) {
 		x := g.nodes[names[i]]

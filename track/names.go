@@ -5,22 +5,22 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"unique"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // name is a resource name interned tap-wide. Every sidecar of a mesh is sent
 // the same cluster names, so a stream holding a handle rather than a copy
 // shares one copy with all the others; and since two handles are equal
 // exactly when their names are, comparing names costs a pointer comparison.
-type name = unique.Handle[string]
+type name = canon.Name
 
 // intern is only for names the stream does not hold yet: a name it already
-// holds is found by comparing bytes, which costs less than unique.Make's
-// lookup and its copy of the bytes.
-func intern(b []byte) name { return unique.Make(string(b)) }
+// holds is found by comparing bytes, which costs less than canon's lookup.
+func intern(b []byte) name { return canon.MakeBytes(b) }
 
 // The keys of nameSet's index. They are variables so that a test can make
 // every name collide.

@@ -4,9 +4,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unique"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // resources returns the type's table, made on first need; nil unless
@@ -46,8 +46,8 @@ func (t *resTable) subscribed(ts *typeState, s *stream, req *codec.Request, at t
 		if n == "*" || t.names.findString(n, -1) >= 0 {
 			continue
 		}
-		if k := t.add(unique.Make(n), ClientACKed, now, max); k >= 0 {
-			t.stamp(k, unique.Make(v), now)
+		if k := t.add(canon.Make(n), ClientACKed, now, max); k >= 0 {
+			t.stamp(k, canon.Make(v), now)
 		}
 	}
 	var c cursor
@@ -84,7 +84,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 	t.own()
 	p := ts.p
 	sent := p.ev.SentAt.UnixNano()
-	pushVersion := unique.Make(p.ev.Version)
+	pushVersion := canon.Make(p.ev.Version)
 	var rejected map[string]string
 	if nack != nil {
 		rejected = rejectedNames(p, nack.Message)
@@ -155,7 +155,7 @@ func (t *resTable) answered(ts *typeState, s *stream, nack *codec.ErrorDetail, a
 			if !ts.sub.wildcard {
 				continue
 			}
-			if k = t.add(unique.Make(re.Name), ClientUnknown, sent, max); k < 0 {
+			if k = t.add(canon.Make(re.Name), ClientUnknown, sent, max); k < 0 {
 				continue
 			}
 		}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"unique"
 
+	"github.com/adstap/adstap/internal/canon"
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
 
@@ -47,7 +47,7 @@ func TestEntriesShareTheirPushsStamp(t *testing.T) {
 	check("requested")
 	most := 0
 	for push := range 100 {
-		v, at := unique.Make(fmt.Sprint("v", push)), int64(100+push)
+		v, at := canon.Make(fmt.Sprint("v", push)), int64(100+push)
 		for k, n := range tab.names.names {
 			if rng.IntN(3) == 0 {
 				continue // not in this push

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unique"
 	"unsafe"
 
+	"github.com/adstap/adstap/internal/canon"
 	"github.com/adstap/adstap/internal/weakintern"
 )
 
@@ -34,7 +34,7 @@ const sharedFrom = 8
 
 // sharedList is a list held by every stream whose list it is, read-only.
 type sharedList[T comparable] struct {
-	names []unique.Handle[string]
+	names []canon.Name
 	vals  []T
 	// found: a stream other than the one that stored it found it, so the
 	// streams holding it are likely to be sent the same pushes.
@@ -59,13 +59,13 @@ type sharedStore[T comparable] struct {
 
 // spareList is a list's slices, emptied.
 type spareList[T comparable] struct {
-	names []unique.Handle[string]
+	names []canon.Name
 	vals  []T
 }
 
 // sum mixes a list's names (their interned strings' addresses, which are
 // equal exactly when the names are) and values.
-func (st *sharedStore[T]) sum(names []unique.Handle[string], vals []T) uint64 {
+func (st *sharedStore[T]) sum(names []canon.Name, vals []T) uint64 {
 	x := uint64(len(names))
 	for i, n := range names {
 		p := uint64(uintptr(unsafe.Pointer(unsafe.StringData(n.Value()))))
@@ -77,7 +77,7 @@ func (st *sharedStore[T]) sum(names []unique.Handle[string], vals []T) uint64 {
 // share returns the stored list with these names and values, or stores
 // one: these slices themselves when owned (the caller never writes them
 // again), else a copy.
-func (st *sharedStore[T]) share(names []unique.Handle[string], vals []T, owned bool) *sharedList[T] {
+func (st *sharedStore[T]) share(names []canon.Name, vals []T, owned bool) *sharedList[T] {
 	stored := false
 	l := st.lists.Get(st.sum(names, vals),
 		func(l *sharedList[T]) bool { return slices.Equal(l.vals, vals) && slices.Equal(l.names, names) },
@@ -106,7 +106,7 @@ type sharing[T comparable] struct {
 
 // own makes a list the stream's own to write, copying it if it is shared:
 // into a spare of st's, when one fits.
-func (s *sharing[T]) own(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+func (s *sharing[T]) own(st *sharedStore[T], names *[]canon.Name, vals *[]T) {
 	if s.shared == nil {
 		return
 	}
@@ -124,7 +124,7 @@ func (s *sharing[T]) own(st *sharedStore[T], names *[]unique.Handle[string], val
 
 // share looks a list the stream owns up tap-wide, at a tick: it shares the
 // list another stream holds, or stores its own for the streams to come.
-func (s *sharing[T]) share(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+func (s *sharing[T]) share(st *sharedStore[T], names *[]canon.Name, vals *[]T) {
 	s.copiedFound, s.resharedSinceTick = false, false
 	s.lookUp(st, names, vals)
 }
@@ -135,7 +135,7 @@ func (s *sharing[T]) share(st *sharedStore[T], names *[]unique.Handle[string], v
 // back to st's spares for the next stream's rather than to the collector
 // at the tick. Once a tick, so that a stream changed many times pays at
 // most two copies and lookups a tick, not one a change.
-func (s *sharing[T]) reshare(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+func (s *sharing[T]) reshare(st *sharedStore[T], names *[]canon.Name, vals *[]T) {
 	if !s.copiedFound || s.resharedSinceTick {
 		return
 	}
@@ -143,7 +143,7 @@ func (s *sharing[T]) reshare(st *sharedStore[T], names *[]unique.Handle[string],
 	s.lookUp(st, names, vals)
 }
 
-func (s *sharing[T]) lookUp(st *sharedStore[T], names *[]unique.Handle[string], vals *[]T) {
+func (s *sharing[T]) lookUp(st *sharedStore[T], names *[]canon.Name, vals *[]T) {
 	if s.shared != nil || len(*names) < sharedFrom {
 		return
 	}

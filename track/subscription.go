@@ -2,9 +2,9 @@ package track
 
 import (
 	"slices"
-	"unique"
 
 	"github.com/adstap/adstap/codec"
+	"github.com/adstap/adstap/internal/canon"
 )
 
 // subscription is what the client asks for of one type on a stream: the
@@ -131,7 +131,7 @@ func (sub *subscription) setNames(names []string, sc *scratch) {
 			}
 			continue
 		}
-		n := unique.Make(s)
+		n := canon.Make(s)
 		if _, dup := placed.find(n); dup {
 			continue
 		}
@@ -167,7 +167,7 @@ func (sub *subscription) subscribeDelta(req *codec.Request, first bool) (changed
 			continue
 		}
 		if sub.findString(n, -1) < 0 {
-			sub.add(unique.Make(n))
+			sub.add(canon.Make(n))
 			changed = true
 		}
 	}

@@ -36,8 +36,8 @@ var mayImport = map[string][]string{
 	"deploy":   {},
 	"redact":   {"codec"},
 	"tap":      {"codec"},
-	"track":    {"codec", "internal/weakintern"},
-	"refgraph": {"codec", "internal/weakintern"},
+	"track":    {"codec", "internal/weakintern", "internal/canon"},
+	"refgraph": {"codec", "internal/weakintern", "internal/canon"},
 	"origin":   {"codec", "track", "redact"},
 	// What every output shares (export, on its internal packages), then the
 	// outputs, a package each, which import no other: the upstream's
@@ -58,6 +58,7 @@ var mayImport = map[string][]string{
 	"internal/feed":          {"codec", "track", "redact"},
 	"internal/gctune":        {},
 	"internal/weakintern":    {},
+	"internal/canon":         {},
 	"internal/rollout":       {"origin"},
 	"internal/inspect":       {"codec", "track", "origin", "capture", "redact", "export", "export/livelog", "refgraph", "internal/feed"},
 	"internal/replay":        {"codec", "track", "origin", "export", "export/livelog", "internal/feed", "internal/inspect"},

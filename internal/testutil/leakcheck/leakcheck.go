@@ -27,8 +27,9 @@ func Check(t testing.TB, opts ...goleak.Option) {
 
 // RuntimeGoroutines ignores the runtime's goroutine that runs cleanups
 // (runtime.AddCleanup): idle, the runtime hides it, but while it runs the
-// cleanups of names interned with unique.Make — thousands after a test of
-// a large push — it shows, in whichever test is then checked. For a
+// cleanups of values stored weakly (internal/weakintern; unique's, in the
+// libraries) — thousands after a test of a large push — it shows, in
+// whichever test is then checked. For a
 // package's goleak.VerifyTestMain too.
 var RuntimeGoroutines = goleak.IgnoreTopFunction("runtime.runCleanups")
 
