@@ -160,6 +160,7 @@ func BenchmarkMemoryPerName(b *testing.B) {
 				per += float64(inUse()-before) / float64(len(texts))
 				rounds = append(rounds, held)
 			}
+			runtime.KeepAlive(rounds)
 			per /= float64(round)
 			b.ReportMetric(per, "B/name")
 		})
