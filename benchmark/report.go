@@ -54,18 +54,27 @@ func (r *Report) paired(id string, a, b Path, metric func(Result) float64) float
 	return median(v)
 }
 
-// addedP99 is the median, over the repetitions, of W2's p99 latency over
-// path p less the direct path's in the same repetition.
+// addedP99 is W2's p99 latency over path p less the direct path's, each
+// over every repetition's pushes together.
 func (r *Report) addedP99(p Path) time.Duration { return r.added(p, 0.99) }
 
-// added is addedP99 for the q-quantile.
+// added is addedP99 for the q-quantile. The quantile is of all the
+// repetitions' pushes pooled, not a median of each repetition's: W2's tail
+// is made by a few events in a repetition (a collection in the middle
+// makes a hundred slow pushes at once, a stall of the machine a dozen), so
+// a repetition's p99 is set by whether one fell in its window, and pooling
+// counts every event once, in proportion to how often it comes.
 func (r *Report) added(p Path, q float64) time.Duration {
-	rd, rp := r.Runs.Results["W2"][Direct], r.Runs.Results["W2"][p]
-	var diffs []time.Duration
-	for i := range min(len(rd), len(rp)) {
-		diffs = append(diffs, percentile(rp[i].Latencies, q)-percentile(rd[i].Latencies, q))
+	return percentile(pooled(r.Runs.Results["W2"][p]), q) - percentile(pooled(r.Runs.Results["W2"][Direct]), q)
+}
+
+// pooled is every repetition's latencies together.
+func pooled(rs []Result) []time.Duration {
+	var all []time.Duration
+	for _, r := range rs {
+		all = append(all, r.Latencies...)
 	}
-	return median(diffs)
+	return all
 }
 
 // addedRatio is what path p adds to W2's q-quantile over what the relay
@@ -341,7 +350,7 @@ func (r *Report) detail(id string, p Path, s summary) string {
 	case "W2":
 		out := fmt.Sprintf("latency p50 %s, p99 %s", fmtDur(s.P50), fmtDur(s.P99))
 		if p != Direct {
-			out += fmt.Sprintf(" (p99 %s vs direct)", fmtSignedDur(r.addedP99(p)))
+			out += fmt.Sprintf(" (p99 %s vs direct); %d collections per repetition", fmtSignedDur(r.addedP99(p)), s.GCs)
 		}
 		return out
 	case "W3", "W5":

@@ -91,6 +91,42 @@ func TestReportTargets(t *testing.T) {
 	}
 }
 
+// W2's added p99 is over every repetition's pushes together: a collection
+// that made four pushes slow in one repetition of three counts at its rate
+// (4 in 300, over the 1 %), where a median of each repetition's p99 would
+// not see it.
+func TestW2AddedLatencyPoolsTheRepetitions(t *testing.T) {
+	leakcheck.Check(t)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	rep := func(slow int) Result {
+		l := make([]time.Duration, 100)
+		for i := range l {
+			l[i] = ms(1)
+			if i < slow {
+				l[i] = ms(10)
+			}
+		}
+		return Result{Latencies: l}
+	}
+	none := Result{Latencies: make([]time.Duration, 100)}
+	r := &Report{Runs: &Runs{Results: map[string]map[Path][]Result{"W2": {
+		Direct: {none, none, none},
+		Relay:  {rep(0), rep(0), rep(0)},
+		Tap:    {rep(0), rep(0), rep(4)},
+	}}}}
+	for _, tc := range []struct {
+		p    Path
+		want time.Duration
+	}{{Relay, ms(1)}, {Tap, ms(10)}} {
+		if got := r.addedP99(tc.p); got != tc.want {
+			t.Errorf("added p99 over %s = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if got, text := r.addedRatio(Tap, 0.99); got != 10 {
+		t.Errorf("added p99 ratio = %v (%s), want 10", got, text)
+	}
+}
+
 func TestWriteDocKeepsTheRest(t *testing.T) {
 	leakcheck.Check(t)
 	path := filepath.Join(t.TempDir(), "performance.md")

@@ -119,7 +119,9 @@ func runDetail(id string, r Result) string {
 	switch id {
 	case "W2":
 		p50, p99 := percentile(r.Latencies, 0.50), percentile(r.Latencies, 0.99)
-		return fmt.Sprintf("  latency p50 %s p99 %s", fmtDur(p50), fmtDur(p99))
+		return fmt.Sprintf("  latency p50 %s p99 %s; %d collections, %s of GC CPU, %s allocated, %s live at the end", fmtDur(p50), fmtDur(p99),
+			r.Middle.End.GCs-r.Middle.Start.GCs, fmtDur(r.Middle.End.GCCPU-r.Middle.Start.GCCPU),
+			fmtBytes(r.Middle.End.Allocated-r.Middle.Start.Allocated), fmtBytes(r.Middle.End.LiveHeap))
 	case "W3", "W5":
 		return fmt.Sprintf("  RSS idle %s, synced+settled %s (heap %s, stacks %s; after GC %s: heap %s, stacks %s), goroutines %d → %d, FDs %d → %d",
 			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Settled.HeapInuse), fmtBytes(r.Settled.Stacks),
@@ -181,7 +183,8 @@ type summary struct {
 	WallSpread, CPUSpread float64
 	PeakRSS               int64
 	PerPush               time.Duration      // W1, W4
-	P50, P99              time.Duration      // W2, W6 (per stream)
+	P50, P99              time.Duration      // W2, W6 (per stream), over every repetition's pushes
+	GCs                   int64              // collections in the middle during the window
 	IdleRSS, SettledRSS   int64              // W3
 	PerStreamRSS          float64            // W3, bytes
 	PerStreamLive         float64            // W3, bytes, after a forced GC
@@ -208,8 +211,8 @@ type footprintSummary struct {
 // summarize takes the medians of a workload's runs over a path.
 func summarize(results []Result) summary {
 	s := summary{N: len(results)}
-	var wall, cpu, perPush, p50, p99 []time.Duration
-	var peak, idle, settled, heap []int64
+	var wall, cpu, perPush []time.Duration
+	var peak, idle, settled, heap, gcs []int64
 	var perStream, perStreamLive, goroutines, fds, others []float64
 	var notKept, refsDropped, refsStopped []int64
 	for _, r := range results {
@@ -222,10 +225,7 @@ func summarize(results []Result) summary {
 		if r.Pushes > 0 {
 			perPush = append(perPush, r.Wall/time.Duration(r.Pushes))
 		}
-		if len(r.Latencies) > 0 {
-			p50 = append(p50, percentile(r.Latencies, 0.50))
-			p99 = append(p99, percentile(r.Latencies, 0.99))
-		}
+		gcs = append(gcs, r.Middle.End.GCs-r.Middle.Start.GCs)
 		if r.Settled.RSS > 0 {
 			idle = append(idle, r.Idle.RSS)
 			settled = append(settled, r.Settled.RSS)
@@ -240,7 +240,10 @@ func summarize(results []Result) summary {
 	}
 	s.Wall, s.CPU, s.PeakRSS = median(wall), median(cpu), median(peak)
 	s.WallSpread, s.CPUSpread = spread(wall), spread(cpu)
-	s.PerPush, s.P50, s.P99 = median(perPush), median(p50), median(p99)
+	s.PerPush, s.GCs = median(perPush), median(gcs)
+	// Over every repetition's latencies together (Report.added says why).
+	all := pooled(results)
+	s.P50, s.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	s.IdleRSS, s.SettledRSS, s.SettledHeap, s.PerStreamRSS = median(idle), median(settled), median(heap), median(perStream)
 	s.PerStreamLive, s.PerStreamGoroutines, s.PerStreamFDs = median(perStreamLive), median(goroutines), median(fds)
 	s.OthersMedian = median(others)

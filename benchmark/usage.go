@@ -18,6 +18,15 @@ type Usage struct {
 	// since the OS gave them (or gave them again after it took them back):
 	// memory a fan-out takes fresh rather than reuses.
 	MinorFaults int64 `json:"minflt"`
+	// GCs counts the collections the process has finished, and GCCPU the
+	// CPU time they took (the runtime's estimate, background workers and
+	// assists): what a latency tail may have met.
+	GCs   int64         `json:"gcs"`
+	GCCPU time.Duration `json:"gc_cpu_ns"`
+	// Allocated counts the bytes the process has allocated on its heap, and
+	// LiveHeap is the heap the last collection found live.
+	Allocated int64 `json:"allocated"`
+	LiveHeap  int64 `json:"live_heap"`
 	// What a full tap's observation produced, to show it was on.
 	Spans    int64 `json:"spans"`
 	LogBytes int64 `json:"log_bytes"`

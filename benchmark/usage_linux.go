@@ -43,13 +43,29 @@ func selfUsage() (Usage, error) {
 			u.PeakRSS = sidecar.StatusKB(line)
 		}
 	}
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"},
+	}
 	metrics.Read(s)
 	if s[0].Value.Kind() == metrics.KindUint64 {
 		u.HeapInuse = int64(s[0].Value.Uint64())
 	}
 	if s[1].Value.Kind() == metrics.KindUint64 {
 		u.Stacks = int64(s[1].Value.Uint64())
+	}
+	if s[2].Value.Kind() == metrics.KindUint64 {
+		u.GCs = int64(s[2].Value.Uint64())
+	}
+	if s[3].Value.Kind() == metrics.KindFloat64 {
+		u.GCCPU = time.Duration(s[3].Value.Float64() * float64(time.Second))
+	}
+	if s[4].Value.Kind() == metrics.KindUint64 {
+		u.Allocated = int64(s[4].Value.Uint64())
+	}
+	if s[5].Value.Kind() == metrics.KindUint64 {
+		u.LiveHeap = int64(s[5].Value.Uint64())
 	}
 	return u, nil
 }

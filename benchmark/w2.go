@@ -162,6 +162,16 @@ func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		<-done
 		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not up: %w", ctx.Err()))
 	}
+	// Every path's window starts right after a collection, as W6's does:
+	// the collections in it are then the middle's own pace (what a push
+	// allocates against its heap's goal), not wherever the warm-up left its
+	// collector. Each makes a hundred slow pushes at once, so one more or
+	// less in a repetition moved its p99 by half.
+	if _, err := m.SampleAfterGC(); err != nil {
+		cancel()
+		<-done
+		return res, err
+	}
 	if err := m.Begin(); err != nil {
 		cancel()
 		<-done

@@ -73,7 +73,7 @@ type Sizes struct {
 func FullSizes() Sizes {
 	return Sizes{
 		W1Clusters: 10_000, W1PadTo: 940, W1Pushes: 40,
-		W2Streams: 200, W2Rounds: 30, W2Size: 800, W2Interval: 100 * time.Millisecond,
+		W2Streams: 200, W2Rounds: 90, W2Size: 800, W2Interval: 100 * time.Millisecond,
 		W3Streams: 1000, W3Clusters: 100, W3Settle: 2 * time.Second,
 		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
 		W5Streams: 2000, W5Sources: 1,

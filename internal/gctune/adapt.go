@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"time"
 )
@@ -47,11 +48,46 @@ func percent(base uint64) int {
 	return 100 + int(uint64(DefaultPercent-100)*ExtraHeadroom/base)
 }
 
+// Under a steady flow of pushes the headroom follows the flow: at least
+// flowIntervals intervals' worth of what the process allocates, so that a
+// flow collects about once in that time, at most ExtraHeadroom more than
+// percent alone gives. Every push's observation is garbage a moment later
+// (about 3.8 KB a push and its ACK in W2, four times what a pass-through
+// relay allocates), and each collection during a flow makes the pushes that
+// meet it a few milliseconds late, a hundred at once at 2,000 pushes a
+// second: at percent's 200, W2's tap collected twice as often as the relay
+// and its p99 was twice the relay's (docs/performance.md, W2). A flow is
+// allocation in every one of the last flowWindow intervals, at the least of
+// them, so a single push, however large (W7's 40 MB, W6's fan-out), or a
+// sync moves nothing: the headroom grows only for a flow that lasts, and
+// then by at most ExtraHeadroom.
+const (
+	flowWindow    = 4 // intervals
+	flowIntervals = 8 // intervals of the flow the headroom holds
+)
+
+// flowPercent is the GC percent for a heap whose collector scans base
+// bytes, under a flow that allocated at least flow bytes in each of the
+// last flowWindow intervals.
+func flowPercent(base, flow uint64) int {
+	p := percent(base)
+	if base == 0 {
+		return p
+	}
+	headroom := base * uint64(p) / 100
+	want := min(flow*flowIntervals, headroom+ExtraHeadroom)
+	if want <= headroom {
+		return p
+	}
+	return int(want * 100 / base)
+}
+
 // adaptStep is the smallest change of percent Adapt makes.
 const adaptStep = 5
 
-// Start keeps the GC percent at percent() of what the collector scans, or
-// arrivingPercent while streams arrive (pacer), reading both
+// Start keeps the GC percent at percent() of what the collector scans, more
+// under a steady flow (flowPercent), or arrivingPercent while streams arrive
+// (pacer), reading them
 // samplesPerInterval times an interval, unless the user set GOGC (settings
 // say the percent is not adstap's default); and it gives memory back to the OS
 // once the process is idle after its heap grew (giveBack), saying so on log
@@ -78,7 +114,7 @@ func Start(s Settings, every time.Duration, log *slog.Logger) (stop func()) {
 	}
 }
 
-func adapt(ctx context.Context, every time.Duration, read func() (base, goroutines uint64)) {
+func adapt(ctx context.Context, every time.Duration, read func() sample) {
 	current := debug.SetGCPercent(-1)
 	debug.SetGCPercent(current)
 	pc := pacer{current: current}
@@ -89,21 +125,35 @@ func adapt(ctx context.Context, every time.Duration, read func() (base, goroutin
 	})
 }
 
-// pacer chooses the GC percent from what the collector scans and how many
-// goroutines run, sampled samplesPerInterval times an interval.
+// sample is what the pacer reads: what the collector scans, how many
+// goroutines run, and how much the process has allocated since it started.
+type sample struct{ base, goroutines, allocated uint64 }
+
+// pacer chooses the GC percent from what the collector scans, how many
+// goroutines run and the flow of allocation, sampled samplesPerInterval
+// times an interval.
 type pacer struct {
 	current    int
 	goroutines uint64 // at the last sample; 0 before the first
 	arriving   int    // samples to go at arrivingPercent
+	// The flow: allocated at the last sample, what the interval in
+	// progress has allocated so far and its samples, and the last
+	// flowWindow intervals' allocation (done of them complete so far).
+	allocated uint64
+	partial   uint64
+	samples   int
+	intervals [flowWindow]uint64
+	done      int
 }
 
 // next takes a sample and says the percent to set, if it is to change.
-func (pc *pacer) next(base, goroutines uint64) (int, bool) {
+func (pc *pacer) next(s sample) (int, bool) {
+	base, goroutines := s.base, s.goroutines
 	if pc.goroutines > 0 && goroutines >= pc.goroutines+goroutinesArriving {
 		pc.arriving = 2 // this sample and the next
 	}
 	pc.goroutines = goroutines
-	p := percent(base)
+	p := flowPercent(base, pc.flow(s.allocated))
 	if pc.arriving > 0 {
 		pc.arriving--
 		p = arrivingPercent
@@ -113,6 +163,26 @@ func (pc *pacer) next(base, goroutines uint64) (int, bool) {
 		return p, true
 	}
 	return 0, false
+}
+
+// flow takes the allocation counter's sample and says the least any of
+// the last flowWindow intervals allocated (0 until there have been as many).
+func (pc *pacer) flow(allocated uint64) uint64 {
+	if pc.samples > 0 {
+		pc.partial += allocated - min(allocated, pc.allocated)
+	}
+	pc.allocated = allocated
+	pc.samples++
+	if pc.samples > samplesPerInterval {
+		copy(pc.intervals[1:], pc.intervals[:flowWindow-1])
+		pc.intervals[0] = pc.partial
+		pc.done = min(pc.done+1, flowWindow)
+		pc.partial, pc.samples = 0, 1
+	}
+	if pc.done < flowWindow {
+		return 0
+	}
+	return slices.Min(pc.intervals[:])
 }
 
 // eachTick calls f every interval until ctx is done.
@@ -132,21 +202,26 @@ func eachTick(ctx context.Context, every time.Duration, f func()) {
 // scanned is what the collector scans: the live heap as of the last
 // collection, the goroutine stacks and the globals; and how many goroutines
 // there are.
-func scanned() (base, goroutines uint64) {
+func scanned() sample {
 	s := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/gc/scan/stack:bytes"},
 		{Name: "/gc/scan/globals:bytes"},
 		{Name: "/sched/goroutines:goroutines"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}
 	metrics.Read(s)
+	var got sample
 	for _, v := range s[:3] {
 		if v.Value.Kind() == metrics.KindUint64 {
-			base += v.Value.Uint64()
+			got.base += v.Value.Uint64()
 		}
 	}
 	if s[3].Value.Kind() == metrics.KindUint64 {
-		goroutines = s[3].Value.Uint64()
+		got.goroutines = s[3].Value.Uint64()
 	}
-	return base, goroutines
+	if s[4].Value.Kind() == metrics.KindUint64 {
+		got.allocated = s[4].Value.Uint64()
+	}
+	return got
 }

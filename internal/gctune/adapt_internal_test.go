@@ -31,6 +31,76 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+func TestFlowPercent(t *testing.T) {
+	leakcheck.Check(t)
+	const mib = 1 << 20
+	tests := []struct {
+		name       string
+		base, flow uint64
+		want       int
+	}{
+		{"no flow", 13 * mib, 0, DefaultPercent},
+		{"a flow the default headroom holds", 13 * mib, 3 * mib, DefaultPercent}, // 24 MiB wanted, 26 held
+		{"W2's flow", 13 * mib, 7 * mib, 430},                                    // 56 MiB of headroom: a collection every 8 intervals
+		{"a flood, capped", 13 * mib, 100 * mib, 692},                            // 26 + 64 MiB
+		{"a large heap's flow", 192 * mib, 40 * mib, 166},                        // 255 MiB (133 %) + 64
+		{"a large heap, a flow it holds", 192 * mib, 20 * mib, 133},
+		{"nothing scanned", 0, 7 * mib, DefaultPercent},
+	}
+	for _, tc := range tests {
+		if got := flowPercent(tc.base, tc.flow); got != tc.want {
+			t.Errorf("%s: flowPercent(%d MiB, %d MiB) = %d, want %d", tc.name, tc.base/mib, tc.flow/mib, got, tc.want)
+		}
+	}
+}
+
+// The headroom follows a flow only once every one of the last flowWindow
+// intervals allocated: a burst, however large, moves nothing.
+func TestPacerFollowsASteadyFlowNotABurst(t *testing.T) {
+	leakcheck.Check(t)
+	const mib = 1 << 20
+	const base = 13 * mib
+	steady := flowPercent(base, 7*mib)
+	pc := pacer{current: DefaultPercent}
+	var allocated uint64
+	at := func(perSample uint64) int {
+		allocated += perSample
+		pc.next(sample{base: base, goroutines: 100, allocated: allocated})
+		return pc.current
+	}
+	// A burst: a 40 MB push's garbage in one sample, then nothing.
+	at(0)
+	if got := at(100 * mib); got != DefaultPercent {
+		t.Fatalf("during a burst: percent %d, want %d", got, DefaultPercent)
+	}
+	for i := range 4 * samplesPerInterval {
+		if got := at(0); got != DefaultPercent {
+			t.Fatalf("sample %d after a burst: percent %d, want %d", i, got, DefaultPercent)
+		}
+	}
+	// A steady flow of 7 MiB an interval: the percent rises once it has
+	// lasted flowWindow intervals (the first of them may be partly before
+	// it), not before.
+	for i := range (flowWindow - 1) * samplesPerInterval {
+		if got := at(7 * mib / samplesPerInterval); got != DefaultPercent {
+			t.Fatalf("sample %d of the flow: percent %d, want %d (the flow has not lasted yet)", i, got, DefaultPercent)
+		}
+	}
+	for range 2 * samplesPerInterval {
+		at(7 * mib / samplesPerInterval)
+	}
+	if got := at(7 * mib / samplesPerInterval); got != steady {
+		t.Fatalf("after %d whole intervals of the flow: percent %d, want %d", flowWindow, got, steady)
+	}
+	// A quiet interval ends it (two intervals' samples: one of them whole).
+	for range 2 * samplesPerInterval {
+		at(0)
+	}
+	if got := at(7 * mib / samplesPerInterval); got != DefaultPercent {
+		t.Fatalf("after a quiet interval: percent %d, want %d", got, DefaultPercent)
+	}
+}
+
 // adapt follows what the collector scans: down as the heap grows past
 // ExtraHeadroom, back to DefaultPercent when it shrinks.
 func TestAdapt(t *testing.T) {
@@ -51,17 +121,17 @@ func TestAdapt(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		adapt(ctx, time.Millisecond, func() (uint64, uint64) {
+		adapt(ctx, time.Millisecond, func() sample {
 			select {
 			case entered <- struct{}{}:
 			case <-ctx.Done():
-				return 0, 0
+				return sample{}
 			}
 			select {
 			case b := <-next:
-				return b, 0
+				return sample{base: b}
 			case <-ctx.Done():
-				return 0, 0
+				return sample{}
 			}
 		})
 	}()
@@ -106,7 +176,7 @@ func TestPacerCollectsMoreOftenWhileStreamsArrive(t *testing.T) {
 	}
 	pc := pacer{current: DefaultPercent}
 	for i, s := range steps {
-		pc.next(s.base, s.goroutines)
+		pc.next(sample{base: s.base, goroutines: s.goroutines})
 		if pc.current != s.want {
 			t.Errorf("sample %d (%d MiB scanned, %d goroutines): percent %d, want %d", i, s.base>>20, s.goroutines, pc.current, s.want)
 		}
