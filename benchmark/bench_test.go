@@ -68,7 +68,7 @@ func checkCounts(t *testing.T, id string, s benchmark.Sizes, res benchmark.Resul
 	case "W1":
 		pushes, acks, streams = s.W1Pushes, s.W1Pushes+1, 1
 	case "W2":
-		pushes, acks, streams = s.W2Streams*s.W2Rounds, s.W2Streams*(s.W2Rounds+1), s.W2Streams
+		pushes, acks, streams = s.W2Streams*s.W2Rounds, s.W2Streams*(1+s.W2Warm+s.W2Rounds), s.W2Streams
 		if len(res.Latencies) != pushes {
 			t.Errorf("%d latencies, want one per measured push (%d)", len(res.Latencies), pushes)
 		}

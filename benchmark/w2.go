@@ -20,25 +20,29 @@ import (
 // receives a 1 KB ClusterLoadAssignment every interval, and ACKs each. The
 // streams' pushes are spread evenly over the interval, a steady flow of
 // endpoint changes across the mesh. The latency of a push is the time from
-// the upstream sending it to the upstream receiving its ACK.
+// the upstream sending it to the upstream receiving its ACK. The measured
+// rounds follow warm rounds of the same flow, so that they measure a flow
+// that has lasted (the tap's collector sets its headroom by the flow,
+// internal/gctune), and start right after a collection in the middle.
 type w2 struct {
-	streams, rounds int
-	interval        time.Duration
-	initial         [][]byte   // per stream
-	pushes          [][]msg    // per stream, per round; round 0 warms up
-	nonces          []string   // per round
-	acks            [][][]byte // per stream, per round
-	index           map[string]int
+	streams, warm, rounds int
+	interval              time.Duration
+	initial               [][]byte   // per stream
+	pushes                [][]msg    // per stream, per round: round 0 syncs, then the warm rounds, then the measured
+	nonces                []string   // per round
+	acks                  [][][]byte // per stream, per round
+	index                 map[string]int
 }
 
 // newW2 builds W2's pushes.
 func newW2(s Sizes) *w2 {
-	w := &w2{streams: s.W2Streams, rounds: s.W2Rounds, interval: s.W2Interval, index: map[string]int{}}
+	w := &w2{streams: s.W2Streams, warm: s.W2Warm, rounds: s.W2Rounds, interval: s.W2Interval, index: map[string]int{}}
 	n := 1
 	for proto.Size(endpoints(clusterName(0), n+1, 0)) <= s.W2Size {
 		n++
 	}
-	for r := 0; r <= s.W2Rounds; r++ {
+	total := 1 + s.W2Warm + s.W2Rounds
+	for r := range total {
 		w.nonces = append(w.nonces, pushNonce("w2", r))
 	}
 	for i := range s.W2Streams {
@@ -49,7 +53,7 @@ func newW2(s Sizes) *w2 {
 		}))
 		var pushes []msg
 		var acks [][]byte
-		for r := 0; r <= s.W2Rounds; r++ {
+		for r := range total {
 			v := pushVersion("w2", r)
 			pushes = append(pushes, sotwPush(v, w.nonces[r], codec.TypeEndpoint, sotwBody([]proto.Message{endpoints(name, n, r)})))
 			acks = append(acks, sotwACK(v, w.nonces[r], codec.TypeEndpoint, []string{name}))
@@ -63,8 +67,8 @@ func newW2(s Sizes) *w2 {
 func (*w2) ID() string { return "W2" }
 
 func (w *w2) Describe() string {
-	return fmt.Sprintf("%d streams, one EDS update of %d B each per %v, ACKed, %d rounds",
-		w.streams, w.pushes[0][0].Len, w.interval, w.rounds)
+	return fmt.Sprintf("%d streams, one EDS update of %d B each per %v, ACKed, %d rounds after %d warm ones",
+		w.streams, w.pushes[0][0].Len, w.interval, w.rounds, w.warm)
 }
 
 func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error) {
@@ -75,6 +79,10 @@ func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		acks      atomic.Int64
 		ready     atomic.Int64
 		allReady  = make(chan struct{})
+		warmGate  = make(chan struct{})
+		warmStart time.Time // written before warmGate closes
+		warmed    atomic.Int64
+		allWarm   = make(chan struct{})
 		gate      = make(chan struct{})
 		startTime time.Time // written before gate closes
 		opened    = make([]atomic.Bool, w.streams)
@@ -101,19 +109,32 @@ func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 				if ready.Add(1) == int64(w.streams) {
 					close(allReady)
 				}
+				if err := waitGate(s, warmGate); err != nil {
+					return err
+				}
+			}
+			measured := r > w.warm
+			if r == 1+w.warm {
+				if warmed.Add(1) == int64(w.streams) {
+					close(allWarm)
+				}
 				if err := waitGate(s, gate); err != nil {
 					return err
 				}
 			}
 			if r >= 1 {
-				at := startTime.Add(w.interval*time.Duration(r-1) + w.interval*time.Duration(i)/time.Duration(w.streams))
+				from, n := warmStart, r-1
+				if measured {
+					from, n = startTime, r-1-w.warm
+				}
+				at := from.Add(w.interval*time.Duration(n) + w.interval*time.Duration(i)/time.Duration(w.streams))
 				time.Sleep(time.Until(at))
 			}
 			sent := time.Now()
 			if err := pushAndExpectACK(s, w.pushes[i][r], w.nonces[r]); err != nil {
 				return upstreamFailed(errs, err)
 			}
-			if r >= 1 {
+			if r >= 1 && measured {
 				lat = append(lat, time.Since(sent))
 			}
 			acks.Add(1)
@@ -145,22 +166,35 @@ func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		clients.Wait()
 		close(done)
 	}()
-	select {
-	case <-allReady:
-	case <-done:
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before the measured phase"))
-	case <-clientErrs.failed:
-		cancel()
-		<-done
-		return res, firstOf(clientErrs.get(), errs.get())
-	case <-errs.failed:
-		cancel()
-		<-done
-		return res, firstOf(errs.get(), clientErrs.get())
-	case <-ctx.Done():
-		cancel()
-		<-done
-		return res, firstOf(errs.get(), clientErrs.get(), fmt.Errorf("streams not up: %w", ctx.Err()))
+	// await waits for every stream to reach a phase (ch closed), or says
+	// why they did not, once every client has ended.
+	await := func(ch <-chan struct{}, what string) error {
+		select {
+		case <-ch:
+			return nil
+		case <-done:
+			return firstOf(errs.get(), clientErrs.get(), fmt.Errorf("clients ended before %s", what))
+		case <-clientErrs.failed:
+			cancel()
+			<-done
+			return firstOf(clientErrs.get(), errs.get())
+		case <-errs.failed:
+			cancel()
+			<-done
+			return firstOf(errs.get(), clientErrs.get())
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return firstOf(errs.get(), clientErrs.get(), fmt.Errorf("%s not reached: %w", what, ctx.Err()))
+		}
+	}
+	if err := await(allReady, "every stream was up"); err != nil {
+		return res, err
+	}
+	warmStart = time.Now()
+	close(warmGate)
+	if err := await(allWarm, "the warm rounds ended"); err != nil {
+		return res, err
 	}
 	// Every path's window starts right after a collection, as W6's does:
 	// the collections in it are then the middle's own pace (what a push
@@ -196,7 +230,7 @@ func (w *w2) Run(ctx context.Context, start StartMiddle) (res Result, err error)
 		return res, err
 	}
 	res.ACKs, res.Streams = int(acks.Load()), w.streams
-	if want := w.streams * (w.rounds + 1); res.ACKs != want {
+	if want := w.streams * (1 + w.warm + w.rounds); res.ACKs != want {
 		return res, fmt.Errorf("upstream counted %d ACKs, want %d", res.ACKs, want)
 	}
 	for range w.streams {

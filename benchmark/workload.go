@@ -55,6 +55,7 @@ type Result struct {
 type Sizes struct {
 	W1Clusters, W1PadTo, W1Pushes int
 	W2Streams, W2Rounds, W2Size   int
+	W2Warm                        int // rounds before the measured ones
 	W2Interval                    time.Duration
 	W3Streams, W3Clusters         int
 	W3Settle                      time.Duration
@@ -73,7 +74,7 @@ type Sizes struct {
 func FullSizes() Sizes {
 	return Sizes{
 		W1Clusters: 10_000, W1PadTo: 940, W1Pushes: 40,
-		W2Streams: 200, W2Rounds: 90, W2Size: 800, W2Interval: 100 * time.Millisecond,
+		W2Streams: 200, W2Warm: 50, W2Rounds: 90, W2Size: 800, W2Interval: 100 * time.Millisecond,
 		W3Streams: 1000, W3Clusters: 100, W3Settle: 2 * time.Second,
 		W4Resources: 5000, W4Churn: 50, W4Pushes: 500, W4Size: 1000,
 		W5Streams: 2000, W5Sources: 1,
@@ -85,7 +86,7 @@ func FullSizes() Sizes {
 // QuickSizes keep the sizes of FullSizes but repeat less.
 func QuickSizes() Sizes {
 	s := FullSizes()
-	s.W1Pushes, s.W2Rounds, s.W3Settle, s.W4Pushes = 5, 10, time.Second, 100
+	s.W1Pushes, s.W2Warm, s.W2Rounds, s.W3Settle, s.W4Pushes = 5, 10, 10, time.Second, 100
 	return s
 }
 
@@ -93,7 +94,7 @@ func QuickSizes() Sizes {
 func TinySizes() Sizes {
 	return Sizes{
 		W1Clusters: 100, W1PadTo: 500, W1Pushes: 3,
-		W2Streams: 5, W2Rounds: 3, W2Size: 1000, W2Interval: 5 * time.Millisecond,
+		W2Streams: 5, W2Warm: 2, W2Rounds: 3, W2Size: 1000, W2Interval: 5 * time.Millisecond,
 		W3Streams: 5, W3Clusters: 10, W3Settle: 0,
 		W4Resources: 100, W4Churn: 1, W4Pushes: 3, W4Size: 300,
 		W5Streams: 6, W5Sources: 2,
