@@ -54,7 +54,7 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer runconfig.CloseLog(logOut, time.Second) // after wait, which closes it within the drain
 	gc := gctune.Apply(osEnv, gctune.SystemCgroup())
-	defer gctune.Start(gc, time.Second, log)()
+	defer gctune.Start(gc, gcInterval, log)()
 	t, err := startTap(f, log, logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "adstap run: %v\n", err)
@@ -67,6 +67,10 @@ func runTap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return t.wait(ctx, f.DrainTimeout)
 }
 
+// gcInterval is how often the collector's settings are looked at again
+// (gctune.Start): four samples an interval.
+const gcInterval = time.Second
+
 // logGC says how the garbage collector was set, since it decides how much
 // memory the tap may take (internal/gctune).
 func logGC(log *slog.Logger, s gctune.Settings) {
@@ -77,8 +81,10 @@ func logGC(log *slog.Logger, s gctune.Settings) {
 	}
 	attrs := []any{"gc_percent", s.Percent, "gc_percent_from", s.PercentSource, "memory_limit", limit, "memory_limit_from", s.LimitSource}
 	if s.PercentSource != "GOGC" {
-		// The percent falls towards 100 past this much live heap and stacks.
-		attrs = append(attrs, "gc_extra_headroom_mib", gctune.ExtraHeadroom>>20)
+		// The percent falls towards 100 past this much live heap and stacks,
+		// and under a steady flow the headroom holds this long of it.
+		attrs = append(attrs, "gc_extra_headroom_mib", gctune.ExtraHeadroom>>20,
+			"gc_flow_headroom", (gctune.FlowIntervals * gcInterval).String())
 	}
 	log.Info("garbage collector", attrs...)
 }

@@ -49,7 +49,7 @@ func percent(base uint64) int {
 }
 
 // Under a steady flow of pushes the headroom follows the flow: at least
-// flowIntervals intervals' worth of what the process allocates, so that a
+// FlowIntervals intervals' worth of what the process allocates, so that a
 // flow collects about once in that time, at most ExtraHeadroom more than
 // percent alone gives. Every push's observation is garbage a moment later
 // (about 3.8 KB a push and its ACK in W2, four times what a pass-through
@@ -61,10 +61,11 @@ func percent(base uint64) int {
 // them, so a single push, however large (W7's 40 MB, W6's fan-out), or a
 // sync moves nothing: the headroom grows only for a flow that lasts, and
 // then by at most ExtraHeadroom.
-const (
-	flowWindow    = 4 // intervals
-	flowIntervals = 8 // intervals of the flow the headroom holds
-)
+const flowWindow = 4 // intervals
+
+// FlowIntervals is how many intervals of a steady flow the headroom holds
+// (flowPercent), for the start-up log.
+const FlowIntervals = 8
 
 // flowPercent is the GC percent for a heap whose collector scans base
 // bytes, under a flow that allocated at least flow bytes in each of the
@@ -75,7 +76,7 @@ func flowPercent(base, flow uint64) int {
 		return p
 	}
 	headroom := base * uint64(p) / 100
-	want := min(flow*flowIntervals, headroom+ExtraHeadroom)
+	want := min(flow*FlowIntervals, headroom+ExtraHeadroom)
 	if want <= headroom {
 		return p
 	}
