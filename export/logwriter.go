@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/adstap/adstap/export/internal/outq"
 )
@@ -26,7 +27,20 @@ const DefaultOutputQueueBytes = outq.DefaultBytes
 // pipeline's outputs.
 type LogWriter struct {
 	q *outq.Queue[logItem]
+	// out gathers the lines of a batch for one write (logLinger); only the
+	// queue's goroutine touches it.
+	out []byte
 }
+
+// logLinger is how long the writer gathers lines before it writes them:
+// a tap in front of istiod logs a line a push, thousands a second, and a
+// write each was a wake-up of the writer and of whoever reads stderr (the
+// container runtime, a terminal) each. A line is out within this of its
+// logging, unnoticed by whoever reads it.
+const logLinger = 10 * time.Millisecond
+
+// maxLogBatch is the most the writer gathers before it writes.
+const maxLogBatch = 64 << 10
 
 // logItem is a line to write, or work that logs lines (Later).
 type logItem struct {
@@ -83,14 +97,30 @@ func NewLogWriter(cfg LogWriterConfig) *LogWriter {
 		}
 	}
 	l := &LogWriter{}
-	l.q = outq.New(LogOutput, maxBytes, func(it logItem) {
+	flush := func() {
+		if len(l.out) > 0 {
+			w.Write(l.out)
+			l.out = l.out[:0]
+		}
+	}
+	l.q = outq.NewBatched(LogOutput, maxBytes, func(it logItem) {
 		if it.later != nil {
+			flush()
 			it.later()
 			return
 		}
-		w.Write(*it.line)
+		switch line := *it.line; {
+		case len(line) > maxLogBatch:
+			flush()
+			w.Write(line)
+		case len(l.out)+len(line) > maxLogBatch:
+			flush()
+			fallthrough
+		default:
+			l.out = append(l.out, line...)
+		}
 		putLine(it.line)
-	}, func(n uint64) { w.Write(lost(n)) }, nil)
+	}, func(n uint64) { w.Write(lost(n)) }, nil, outq.Batch{Linger: logLinger, Drained: flush})
 	return l
 }
 

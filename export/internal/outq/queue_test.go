@@ -2,9 +2,11 @@ package outq
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/adstap/adstap/internal/testutil/leakcheck"
 )
@@ -148,5 +150,38 @@ func BenchmarkPut(b *testing.B) {
 	for b.Loop() {
 		q.Put(work{}, 448, false)
 		<-done
+	}
+}
+
+// A batched queue calls Drained once it has done all the work it could
+// take: the work that came while it was busy is drained together, and a
+// Flush returns only once what came before it is drained.
+func TestBatchDrainsWhatCameWhileBusy(t *testing.T) {
+	leakcheck.Check(t)
+	started, gate := make(chan struct{}), make(chan struct{})
+	var done int
+	var drains []int
+	q := NewBatched("test", 1<<20, func(i int) {
+		if i == 0 {
+			close(started)
+			<-gate
+		}
+		done++
+	}, nil, nil, Batch{Linger: time.Millisecond, Drained: func() { drains = append(drains, done) }})
+	defer q.Close(context.Background())
+	q.Put(0, 1, false)
+	<-started
+	for i := 1; i <= 5; i++ {
+		q.Put(i, 1, false)
+	}
+	close(gate)
+	q.Flush(context.Background())
+	if want := []int{6}; !slices.Equal(drains, want) {
+		t.Errorf("Drained after %v pieces of work, want %v: the work that came while the first was done is one batch", drains, want)
+	}
+	q.Put(6, 1, false)
+	q.Flush(context.Background())
+	if want := []int{6, 7}; !slices.Equal(drains, want) {
+		t.Errorf("Drained after %v pieces of work, want %v", drains, want)
 	}
 }
