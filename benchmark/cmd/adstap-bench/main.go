@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("adstap-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "a short run: the same sizes, fewer pushes and one repetition (about half a minute)")
-	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W4 and W6, 3 for W2, W3, W5 and W7; 1 with -quick)")
+	reps := fs.Int("reps", 0, "repetitions of each workload over each path (default 9 for W1, 5 for W2, W4 and W6, 3 for W3, W5 and W7; 1 with -quick)")
 	only := fs.String("workloads", strings.Join(benchmark.WorkloadIDs, ","), "`list` of workloads to run")
 	paths := fs.String("paths", "", "`list` of paths to run (default: direct, relay, tap, tap-lean and typed, and for W7 relay and the sidecar paths; also tap-off and tap-traced: "+pathNames()+")")
 	adstapBin := fs.String("adstap", "", "the adstap `binary` W7's sidecar paths run (default: adstap beside this program, where make bench builds it)")
@@ -113,11 +113,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	// W1 runs are short and vary the most: more of them. W2 runs fewer,
-	// each three times as long as W1's whole run (90 rounds, 9 s), so that
-	// each holds the collections the middle makes at its pace (a 3 s one
-	// held none or one, and its p99 moved with which).
-	sizes, repsOf := benchmark.FullSizes(), map[string]int{"W1": 9, "W2": 3, "W3": 3, "W4": 5, "W5": 3, "W6": 5, "W7": 3}
+	// W1 runs are short and vary the most: more of them. W2's each last
+	// 90 rounds (9 s), so that each holds the collections the middle makes
+	// at its pace (a 3 s one held none or one, and its p99 moved with
+	// which); five of them, pooled, so that its p99 rests on ten or so of
+	// the moments a collection or the machine makes a few dozen pushes
+	// late, not on three.
+	sizes, repsOf := benchmark.FullSizes(), map[string]int{"W1": 9, "W2": 5, "W3": 3, "W4": 5, "W5": 3, "W6": 5, "W7": 3}
 	if *quick {
 		sizes, repsOf = benchmark.QuickSizes(), map[string]int{"W1": 1, "W2": 1, "W3": 1, "W4": 1, "W5": 1, "W6": 1, "W7": 1}
 	}
