@@ -156,6 +156,10 @@ func New(cfg Config) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
 		grpc.StatsHandler(&s.conns),
+		// Fixed windows: no window-estimate ping to the client at each
+		// of its ACKs (connWindow).
+		grpc.InitialWindowSize(connWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		// Envoy and istio-agent ping every 30 s or so; accept far more often
 		// than that, idle or not, so no client is ever sent too_many_pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -170,6 +174,17 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	return s, nil
 }
+
+// connWindow is the flow-control window of the clients' streams and
+// connections to the tap: a window set turns off gRPC's estimate of the
+// link's bandwidth-delay product, which pings the client whenever data
+// arrives with no ping in flight. A client sends the tap small requests
+// (ACKs), one a push: with the estimate on, every ACK cost a ping to the
+// client and its answer back. The upstream keeps the estimate: a fixed
+// window there (istio-agent's 1 MiB) cost 7-10 % more CPU relaying 10 MB
+// pushes and 15 % more memory in a fan-out of one to a thousand streams,
+// where the estimate's small first window paces the control plane.
+const connWindow = 1 << 20
 
 // Serve accepts clients on lis until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
