@@ -77,3 +77,47 @@ func TestPathsFor(t *testing.T) {
 		}
 	}
 }
+
+// W2's pooled row weighs a pause of the machine's by its share of every
+// round's pushes: two rounds in which the relay's window held a pause
+// (its p99 20 ms there) make the per-round median say the head adds a
+// tenth of what the relay adds, and the pooled row what it adds outside
+// the pauses, twice as much.
+func TestComparisonPoolsW2Rounds(t *testing.T) {
+	leakcheck.Check(t)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// lat is a window of 1,000 pushes whose worst 11 took tail: its p99.
+	lat := func(tail time.Duration) Result {
+		l := make([]time.Duration, 1000)
+		for i := 989; i < 1000; i++ {
+			l[i] = tail
+		}
+		return Result{Latencies: l}
+	}
+	flat := func(d time.Duration) Result {
+		l := make([]time.Duration, 1000)
+		for i := range l {
+			l[i] = d
+		}
+		return Result{Latencies: l}
+	}
+	runs := &Runs{
+		Reps:      3,
+		Workloads: []WorkloadInfo{{"W2", "w2", 3}},
+		Results: map[string]map[Path][]Result{"W2": {
+			Direct: {flat(ms(1)), flat(ms(1)), flat(ms(1))},
+			Relay:  {lat(ms(20)), lat(ms(2)), lat(ms(20))},
+			Head:   {lat(ms(3)), lat(ms(3)), lat(ms(3))},
+			Base:   {lat(ms(3)), lat(ms(3)), lat(ms(3))},
+		}},
+	}
+	md := (&Comparison{Runs: runs, HeadName: "h", BaseName: "b", Command: "compare"}).Markdown()
+	for _, want := range []string{
+		"| W2 | added p99 latency (over direct) | **1.00× (1.00–1.00)** | 0.11× (0.11–2.00) |",
+		"| W2 | added p99 latency, every round's pushes pooled | **1.00×** | 2.00× | 2.00× | 2.00ms | 2.00ms | 1.00ms |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package tap
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/mem"
 )
@@ -113,6 +114,10 @@ type observePool struct {
 	wake      []chan struct{}
 	idleCount atomic.Int32
 	nextWake  atomic.Uint32 // where the search for an idle worker starts
+	// soon wakes a worker wakeDelay after a small frame found them asleep
+	// (see wakeDelay); soonArmed is set while it is armed.
+	soon      *time.Timer
+	soonArmed atomic.Bool
 
 	// closing is set once no stream can open any more (Shutdown, after
 	// every handler returned); the workers end when every stream's end has
@@ -148,6 +153,8 @@ func newObservePool(obs Observer, budget *byteBudget, maxFrames, size int, aband
 	for i := range p.wake {
 		p.wake[i] = make(chan struct{}, 1)
 	}
+	p.soon = time.AfterFunc(time.Hour, p.wakeLate)
+	p.soon.Stop()
 	p.maxHelpers = int32(helpersPerWorker * size)
 	return p
 }
@@ -176,10 +183,36 @@ func (p *observePool) startObservation(info StreamInfo) *observation {
 func (p *observePool) schedule(o *observation) {
 	p.enqueue(o)
 	if p.idleCount.Load() > 0 {
-		p.wakeOne()
+		if p.budget.used.Load()+p.budget.large.Load() >= foldFrom {
+			p.wakeOne()
+		} else if p.soonArmed.CompareAndSwap(false, true) {
+			p.soon.Reset(wakeDelay)
+		}
 		return
 	}
 	p.help()
+}
+
+// wakeDelay is how long small frames wait for a sleeping worker.
+//
+// Waking a worker for every frame costs more than observing the frame: a
+// thread of the process's woken on another core, in the moments the relay
+// and its peers need the cores, for a ~20 µs observation, and put to sleep
+// again. Where small pushes and their ACKs arrive spread out (EDS updates
+// across a mesh, a frame every quarter of a millisecond or so), that is a
+// wake per frame, and the relay's added latency rose with it. So while the
+// queues hold less than a foldable frame's size, the first frame arms one
+// timer and the worker it wakes observes every frame that came meanwhile;
+// larger frames wake one at once, since a frame that waits holds gRPC's
+// buffers (see help). The observation is later by at most wakeDelay; the
+// relay is not.
+const wakeDelay = 2 * time.Millisecond
+
+// wakeLate wakes a worker for the small frames queued since the timer was
+// armed.
+func (p *observePool) wakeLate() {
+	p.soonArmed.Store(false)
+	p.wakeOne()
 }
 
 // helpersPerWorker bounds the helpers: at most this many for each worker.

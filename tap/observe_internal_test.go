@@ -495,3 +495,70 @@ func TestPoolStreamsOfEveryShardTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+// Small frames that find every worker asleep arm one timer and wake no
+// worker: the worker the timer wakes observes them all. A frame of a
+// foldable size wakes one at once, timer or not.
+func TestPoolSmallFramesWaitForOneWake(t *testing.T) {
+	leakcheck.Check(t)
+	const workerCount, streams = 2, 5
+	seen := make(chan int, streams+1)
+	obs := ObserverFuncs{FrameFunc: func(_ StreamInfo, f Frame) { seen <- f.Size }}
+	var workers sync.WaitGroup
+	p := newObservePool(obs, &byteBudget{limit: 1 << 30}, 8, workerCount, make(chan struct{}), &workers)
+	// The test fires the timer itself: a timer with a channel, stopped,
+	// stands in for the one that calls wakeLate.
+	p.soon = time.NewTimer(time.Hour)
+	p.soon.Stop()
+	allAsleep := func() {
+		t.Helper()
+		// Nothing signals that a worker went to sleep, so poll.
+		for deadline := time.Now().Add(waitTimeout); p.idleCount.Load() != workerCount; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d workers asleep, want all", p.idleCount.Load(), workerCount)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var open []*observation
+	for id := range streams {
+		open = append(open, p.startObservation(StreamInfo{ID: uint64(id)}))
+		p.wakeLate() // the opening is a small frame too
+		allAsleep()
+	}
+
+	for _, o := range open {
+		o.frame(seqFrame(1))
+	}
+	if n := p.idleCount.Load(); n != workerCount {
+		t.Errorf("%d small frames woke %d workers, want none until the timer fires", streams, workerCount-n)
+	}
+	if !p.soonArmed.Load() {
+		t.Error("small frames did not arm the timer")
+	}
+	p.wakeLate()
+	for range streams {
+		if size := <-seen; size != 4 {
+			t.Fatalf("observed a frame of %d bytes, want 4", size)
+		}
+	}
+	allAsleep()
+
+	// The timer is not fired again: only a wake at once has the worker
+	// observe this frame.
+	big := Frame{Direction: Response, Size: foldFrom, Data: mem.BufferSlice{mem.SliceBuffer(make([]byte, foldFrom))}}
+	open[0].frame(big)
+	select {
+	case size := <-seen:
+		if size != foldFrom {
+			t.Errorf("observed a frame of %d bytes, want %d", size, foldFrom)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("a frame of %d bytes waited for the timer", foldFrom)
+	}
+	for _, o := range open {
+		o.close(StreamEnd{By: "client"})
+	}
+	p.wakeLate()
+	endPool(t, p, &workers)
+}
