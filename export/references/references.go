@@ -175,10 +175,19 @@ func New(cfg Config) *References {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(r.open, r.found, r.mbbWindow)
 	}
-	r.q = outq.New(export.ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, export.ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
-		r.release) // a push dropped at Close's deadline is let go of
+	r.q = outq.NewBatched(export.ReferencesOutput, cfg.QueueBytes, r.do, outq.WarnLost(cfg.Logger, export.ReferencesOutput, "accepted pushes and requests (their streams are no longer checked)"),
+		r.release, // a push dropped at Close's deadline is let go of
+		outq.Batch{Linger: refLinger})
 	return r
 }
+
+// refLinger is how long the check's goroutine gathers work once woken.
+// Every ACK and request of a stream comes here, thousands a second on a tap
+// in front of istiod, mostly one at a time: woken for each, the goroutine
+// cost the tap a thread's wake-up a frame, which on a virtual machine costs
+// more than the check itself. The check goes by the times the events carry,
+// so doing them later changes none of its findings.
+const refLinger = 10 * time.Millisecond
 
 // Take registers the check with tr as a taker of the accepted pushes of
 // the types the reference graph reads, and of those superseded before
