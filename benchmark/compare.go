@@ -152,33 +152,9 @@ func (c *Comparison) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s | %s |\n", ms.id, ms.name,
 			fmtRatios(c.ratios(ms, Head, Base)), fmtRatios(c.ratios(ms, Head, Relay)), fmtRatios(c.ratios(ms, Base, Relay)),
 			fig(Head), fig(Base), fig(Relay))
-	}
-	if w2 := c.Runs.Results["W2"]; len(w2[Direct]) > 0 {
-		// One window's p99 is its worst 1 %: a pause of the machine's of
-		// a tenth of a second sets it, whatever path is measured. Pooled
-		// over the rounds, as make bench pools its repetitions, a pause
-		// weighs what its share of the pushes is.
-		added := func(p Path) float64 {
-			if len(w2[p]) == 0 {
-				return 0
-			}
-			return float64(percentile(pooled(w2[p]), 0.99) - percentile(pooled(w2[Direct]), 0.99))
+		if ms.id == "W2" {
+			c.writePooledW2(&b)
 		}
-		ratio := func(a, b Path) string {
-			va, vb := added(a), added(b)
-			if va <= 0 || vb <= 0 {
-				return "–"
-			}
-			return fmt.Sprintf("%.2f×", va/vb)
-		}
-		fig := func(p Path) string {
-			if v := added(p); v > 0 {
-				return fmtDur(time.Duration(v))
-			}
-			return "–"
-		}
-		fmt.Fprintf(&b, "| W2 | added p99 latency, every round's pushes pooled | **%s** | %s | %s | %s | %s | %s |\n",
-			ratio(Head, Base), ratio(Head, Relay), ratio(Base, Relay), fig(Head), fig(Base), fig(Relay))
 	}
 	if w6 := c.Runs.Results["W6"]; len(w6) > 0 {
 		b.WriteString("\nAfter each W6 fan-out, from each binary's /metrics and log (median, most of a round):\n\n")
@@ -204,4 +180,38 @@ func (c *Comparison) Markdown() string {
 	}
 	fmt.Fprintf(&b, "\nOther processes on the machine used, during the measured windows, a median of: %s of a core.\n", strings.Join(load, ", "))
 	return b.String()
+}
+
+// writePooledW2 writes W2's row of each path's p99 over the pushes of every
+// round.
+func (c *Comparison) writePooledW2(b *strings.Builder) {
+	w2 := c.Runs.Results["W2"]
+	if len(w2[Direct]) == 0 {
+		return
+	}
+	// One window's p99 is its worst 1 %: a pause of the machine's of
+	// a tenth of a second sets it, whatever path is measured. Pooled
+	// over the rounds, as make bench pools its repetitions, a pause
+	// weighs what its share of the pushes is.
+	added := func(p Path) float64 {
+		if len(w2[p]) == 0 {
+			return 0
+		}
+		return float64(percentile(pooled(w2[p]), 0.99) - percentile(pooled(w2[Direct]), 0.99))
+	}
+	ratio := func(x, y Path) string {
+		va, vb := added(x), added(y)
+		if va <= 0 || vb <= 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", va/vb)
+	}
+	fig := func(p Path) string {
+		if v := added(p); v > 0 {
+			return fmtDur(time.Duration(v))
+		}
+		return "–"
+	}
+	fmt.Fprintf(b, "| W2 | added p99 latency, every round's pushes pooled | **%s** | %s | %s | %s | %s | %s |\n",
+		ratio(Head, Base), ratio(Head, Relay), ratio(Base, Relay), fig(Head), fig(Base), fig(Relay))
 }

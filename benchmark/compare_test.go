@@ -120,4 +120,7 @@ func TestComparisonPoolsW2Rounds(t *testing.T) {
 			t.Errorf("comparison lacks %q:\n%s", want, md)
 		}
 	}
+	if !strings.Contains(md, "(over direct) | **1.00× (1.00–1.00)** | 0.11× (0.11–2.00) | 0.11× (0.11–2.00) | 2.00ms | 2.00ms | 19ms |\n| W2 | added p99 latency, every round's pushes pooled") {
+		t.Errorf("the pooled row does not follow W2's per-round row:\n%s", md)
+	}
 }
