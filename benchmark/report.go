@@ -350,7 +350,11 @@ func (r *Report) detail(id string, p Path, s summary) string {
 	case "W2":
 		out := fmt.Sprintf("latency p50 %s, p99 %s", fmtDur(s.P50), fmtDur(s.P99))
 		if p != Direct {
-			out += fmt.Sprintf(" (p99 %s vs direct); %d collections per repetition", fmtSignedDur(r.addedP99(p)), s.GCs)
+			unit := "collections"
+			if s.GCs == 1 {
+				unit = "collection"
+			}
+			out += fmt.Sprintf(" (p99 %s vs direct); %d %s per repetition", fmtSignedDur(r.addedP99(p)), s.GCs, unit)
 		}
 		return out
 	case "W3", "W5":

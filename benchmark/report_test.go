@@ -162,3 +162,20 @@ PASS
 		t.Errorf("parsed %+v", r)
 	}
 }
+
+// W2's detail counts its collections in words that agree with the count.
+func TestW2DetailCountsCollections(t *testing.T) {
+	leakcheck.Check(t)
+	r := &Report{Runs: &Runs{Results: map[string]map[Path][]Result{"W2": {
+		Direct: {{Latencies: make([]time.Duration, 100)}},
+		Relay:  {{Latencies: make([]time.Duration, 100)}},
+	}}}}
+	for _, tc := range []struct {
+		gcs  int64
+		want string
+	}{{1, "; 1 collection per repetition"}, {4, "; 4 collections per repetition"}, {0, "; 0 collections per repetition"}} {
+		if got := r.detail("W2", Relay, summary{GCs: tc.gcs}); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("W2 detail with %d collections = %q, want it to end %q", tc.gcs, got, tc.want)
+		}
+	}
+}
