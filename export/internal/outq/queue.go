@@ -250,7 +250,11 @@ func (q *Queue[T]) run() {
 		for n != nil {
 			select {
 			case <-q.stop:
-				q.drop(n)
+				// What was done is finished (the log's gathered lines
+				// written): Close gave up waiting, not on the work in
+				// hand. The rest is dropped and counted.
+				drain()
+				q.dropped.Add(uint64(q.drop(n)))
 				return
 			default:
 			}

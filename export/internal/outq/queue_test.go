@@ -2,6 +2,7 @@ package outq
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -183,5 +184,41 @@ func TestBatchDrainsWhatCameWhileBusy(t *testing.T) {
 	q.Flush(context.Background())
 	if want := []int{6, 7}; !slices.Equal(drains, want) {
 		t.Errorf("Drained after %v pieces of work, want %v", drains, want)
+	}
+}
+
+// When Close gives up while the goroutine is busy, the goroutine still
+// finishes what it has done (a batched queue's Drained: the log's gathered
+// lines written) and counts the work it had taken but not done as dropped.
+func TestCloseGivingUpDrainsTheWorkDone(t *testing.T) {
+	leakcheck.Check(t)
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	started := make(chan int, 3)
+	var calls []string // the queue's goroutine's alone until Done
+	q := NewBatched("test", 1<<20, func(i int) {
+		started <- i
+		if i < len(gates) {
+			<-gates[i]
+		}
+		calls = append(calls, fmt.Sprint("do ", i))
+	}, nil, nil, Batch{Drained: func() { calls = append(calls, "drained") }})
+	q.Put(0, 1, false)
+	<-started // 0 in hand; 1 and 2 wait, to be taken together
+	q.Put(1, 1, false)
+	q.Put(2, 1, false)
+	close(gates[0])
+	if i := <-started; i != 1 {
+		t.Fatalf("work %d started, want 1", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	q.Close(ctx) // gives up at once: 1 is in hand, 2 taken with it
+	close(gates[1])
+	<-q.Done()
+	if want := []string{"do 0", "do 1", "drained"}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v: the work done before the goroutine saw Close give up is drained", calls, want)
+	}
+	if got := q.Dropped(); got != 1 {
+		t.Errorf("Dropped() = %d, want 1: the work taken but not done", got)
 	}
 }
