@@ -119,9 +119,9 @@ func runDetail(id string, r Result) string {
 	switch id {
 	case "W2":
 		p50, p99 := percentile(r.Latencies, 0.50), percentile(r.Latencies, 0.99)
-		return fmt.Sprintf("  latency p50 %s p99 %s; %d collections, %s of GC CPU, %s allocated, %s live at the end", fmtDur(p50), fmtDur(p99),
+		return fmt.Sprintf("  latency p50 %s p99 %s; %d collections, %s of GC CPU, %s allocated, %s live at the end; %s", fmtDur(p50), fmtDur(p99),
 			r.Middle.End.GCs-r.Middle.Start.GCs, fmtDur(r.Middle.End.GCCPU-r.Middle.Start.GCCPU),
-			fmtBytes(r.Middle.End.Allocated-r.Middle.Start.Allocated), fmtBytes(r.Middle.End.LiveHeap))
+			fmtBytes(r.Middle.End.Allocated-r.Middle.Start.Allocated), fmtBytes(r.Middle.End.LiveHeap), kernelDetail(r.Middle))
 	case "W3", "W5":
 		return fmt.Sprintf("  RSS idle %s, synced+settled %s (heap %s, stacks %s; after GC %s: heap %s, stacks %s), goroutines %d → %d, FDs %d → %d",
 			fmtBytes(r.Idle.RSS), fmtBytes(r.Settled.RSS), fmtBytes(r.Settled.HeapInuse), fmtBytes(r.Settled.Stacks),
@@ -137,10 +137,20 @@ func runDetail(id string, r Result) string {
 		}
 		return out
 	}
-	if r.Middle.End.Spans > 0 || r.Middle.End.LogBytes > 0 {
-		return fmt.Sprintf("  (observed: %d spans exported, %s of live log)", r.Middle.End.Spans, fmtBytes(r.Middle.End.LogBytes))
+	var detail string
+	if id == "W1" {
+		detail = "  " + kernelDetail(r.Middle)
 	}
-	return ""
+	if r.Middle.End.Spans > 0 || r.Middle.End.LogBytes > 0 {
+		detail += fmt.Sprintf("  (observed: %d spans exported, %s of live log)", r.Middle.End.Spans, fmtBytes(r.Middle.End.LogBytes))
+	}
+	return detail
+}
+
+// kernelDetail is what w's middle asked of the kernel in the window.
+func kernelDetail(w Window) string {
+	return fmt.Sprintf("%d read and write syscalls, %d context switches, %d minor page faults",
+		w.End.Syscalls-w.Start.Syscalls, w.End.ContextSwitches-w.Start.ContextSwitches, w.End.MinorFaults-w.Start.MinorFaults)
 }
 
 // percentile is the q-quantile of d (nearest rank).

@@ -18,6 +18,13 @@ type Usage struct {
 	// since the OS gave them (or gave them again after it took them back):
 	// memory a fan-out takes fresh rather than reuses.
 	MinorFaults int64 `json:"minflt"`
+	// Syscalls counts the read and write system calls the process made
+	// (/proc/PID/io's syscr and syscw), and ContextSwitches the times its
+	// threads gave up or were taken off a core: on a virtual machine where
+	// each costs an exit to the hypervisor, where a middle's CPU goes
+	// beyond its own code.
+	Syscalls        int64 `json:"syscalls"`
+	ContextSwitches int64 `json:"ctxsw"`
 	// GCs counts the collections the process has finished, and GCCPU the
 	// CPU time they took (the runtime's estimate, background workers and
 	// assists): what a latency tail may have met.

@@ -25,6 +25,9 @@ func selfUsage() (Usage, error) {
 		CPU:         time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		Goroutines:  runtime.NumGoroutine(),
 		MinorFaults: ru.Minflt,
+		// Every thread's, the finished ones' too.
+		ContextSwitches: ru.Nvcsw + ru.Nivcsw,
+		Syscalls:        syscallsOf("/proc/self"),
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		u.FDs = len(fds)
@@ -158,7 +161,8 @@ func processUsage(pid int) (Usage, error) {
 	minflt, _ := strconv.ParseInt(string(f[7]), 10, 64)
 	utime, _ := strconv.ParseInt(string(f[11]), 10, 64)
 	stime, _ := strconv.ParseInt(string(f[12]), 10, 64)
-	u := Usage{CPU: time.Duration(utime+stime) * time.Second / userHZ, MinorFaults: minflt}
+	u := Usage{CPU: time.Duration(utime+stime) * time.Second / userHZ, MinorFaults: minflt,
+		Syscalls: syscallsOf(proc), ContextSwitches: contextSwitchesOf(proc)}
 	m, err := sidecar.MemoryOf(pid)
 	if err != nil {
 		return u, err
@@ -179,4 +183,48 @@ func resetPeakRSSOf(pid int) error {
 // without stopping it.
 func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// syscallsOf is the read and write system calls of the process at proc
+// (/proc/PID), 0 when /proc/PID/io cannot be read.
+func syscallsOf(proc string) int64 {
+	b, err := os.ReadFile(proc + "/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range bytes.Lines(b) {
+		for _, key := range []string{"syscr:", "syscw:"} {
+			if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+				c, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// contextSwitchesOf is the context switches of the threads the process at
+// proc runs now (those that ended are not counted), 0 when unreadable.
+func contextSwitchesOf(proc string) int64 {
+	tasks, err := os.ReadDir(proc + "/task")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(proc + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for line := range bytes.Lines(b) {
+			for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+				if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+					c, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+					n += c
+				}
+			}
+		}
+	}
+	return n
 }

@@ -41,3 +41,47 @@ func TestProcessUsageReadsCPU(t *testing.T) {
 		t.Errorf("processUsage(self).MinorFaults = %d, want more than 0 and at most getrusage's %d", u.MinorFaults, self.MinorFaults)
 	}
 }
+
+// TestUsageCountsSyscallsAndSwitches: both ways of reading a process count
+// the read and write system calls it makes (a hundred writes to a pipe and
+// their reads show), and the context switches of its threads.
+func TestUsageCountsSyscallsAndSwitches(t *testing.T) {
+	leakcheck.Check(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	self0, err := selfUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc0, err := processUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 100
+	b := make([]byte, 1)
+	for range calls {
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Read(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self1, _ := selfUsage()
+	proc1, _ := processUsage(os.Getpid())
+	for _, c := range []struct {
+		how         string
+		before, now Usage
+	}{{"selfUsage", self0, self1}, {"processUsage", proc0, proc1}} {
+		if got := c.now.Syscalls - c.before.Syscalls; got < 2*calls {
+			t.Errorf("%s: %d read and write syscalls counted across %d writes and reads, want at least that many", c.how, got, 2*calls)
+		}
+		if c.now.ContextSwitches <= 0 {
+			t.Errorf("%s: %d context switches, want the threads' count", c.how, c.now.ContextSwitches)
+		}
+	}
+}
