@@ -76,9 +76,9 @@ func pushRounds(stream uint64, ref *track.StreamRef) [][]track.Event {
 		p := benchPush(stream, ref, i)
 		ack := p.SentAt.Add(300 * time.Microsecond)
 		rounds[i] = []track.Event{
-			track.PushSent{Push: p},
+			track.PushSent{Push: new(p)},
 			track.RequestSeen{StreamID: stream, Ref: ref, Node: p.Node, TypeURL: p.TypeURL, Kind: track.KindACK, Nonce: p.Nonce, At: ack},
-			track.PushEnded{Push: p, Result: track.ResultACK, At: ack, Latency: ack.Sub(p.SentAt)},
+			track.PushEnded{Push: new(p), Result: track.ResultACK, At: ack, Latency: ack.Sub(p.SentAt)},
 		}
 	}
 	return rounds

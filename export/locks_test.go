@@ -122,7 +122,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 				capt.Frame(capture.Record{Time: at, Kind: capture.KindFrame, Stream: id, Direction: "response", Size: 3}, mem.BufferSlice{mem.SliceBuffer("abc")})
 				p := track.Push{StreamID: id, Ref: ref, Node: n, TypeURL: codec.TypeCluster, Type: "cds",
 					Version: fmt.Sprint("v", i%4), Nonce: fmt.Sprint(i), Resources: 3, Bytes: 300, SentAt: at, First: i == 0}
-				emit(track.PushSent{Push: p})
+				emit(track.PushSent{Push: new(p)})
 				if i%8 == 0 {
 					emit(track.FullPush{StreamID: id, Ref: ref, Node: n, Version: p.Version, TypeURL: p.TypeURL, At: at, Count: i/8 + 1})
 				}
@@ -131,7 +131,7 @@ func TestOutputsShareNoLockAcrossStreams(t *testing.T) {
 					result = track.ResultNACK
 				}
 				capt.Frame(capture.Record{Time: at, Kind: capture.KindFrame, Stream: id, Direction: "request", Size: 3}, mem.BufferSlice{mem.SliceBuffer("abc")})
-				emit(track.PushEnded{Push: p, Result: result, At: at, Latency: time.Millisecond, Error: "rejected"})
+				emit(track.PushEnded{Push: new(p), Result: result, At: at, Latency: time.Millisecond, Error: "rejected"})
 				emit(track.RequestSeen{StreamID: id, Ref: ref, Node: n, TypeURL: p.TypeURL, Kind: track.KindStale, At: at})
 			}
 			emit(track.StreamClosed{Stream: meta, Ref: ref, Node: n, At: t0.Add(time.Hour)})

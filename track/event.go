@@ -139,12 +139,15 @@ type RequestSeen struct {
 	Request *codec.Request
 }
 
-// PushSent: a response went to the client. Push is a copy.
-type PushSent struct{ Push Push }
+// PushSent: a response went to the client. Push is shared with the push's
+// PushEnded or LateAnswer and with every output given the events: read it,
+// keep it, never change it.
+type PushSent struct{ Push *Push }
 
 // PushEnded: a push got its outcome. Latency is from crossing the tap to the answer.
+// Push is its PushSent's.
 type PushEnded struct {
-	Push    Push
+	Push    *Push
 	Result  PushResult
 	At      time.Time
 	Latency time.Duration
@@ -172,7 +175,7 @@ type PushEnded struct {
 
 // LateAnswer: the client answered a push after it had timed out.
 type LateAnswer struct {
-	Push    Push
+	Push    *Push      // its PushSent's
 	Result  PushResult // ack or nack
 	At      time.Time
 	Latency time.Duration

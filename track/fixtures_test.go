@@ -358,7 +358,7 @@ func describe(e track.Event) string {
 	return fmt.Sprintf("%T", e)
 }
 
-func describePush(p track.Push) string {
+func describePush(p *track.Push) string {
 	d := p.Diff
 	s := fmt.Sprintf("%d %s v=%s res=%d +%d -%d ~%d =%d", p.StreamID, p.Type, short(p.Version), p.Resources,
 		d.Added, d.Removed, d.Changed, d.Unchanged)

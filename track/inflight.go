@@ -38,6 +38,9 @@ func (s *sentPush) pending() bool { return s.state == pushOpen || s.state == pus
 // more than its largest push.
 type push struct {
 	ev Push
+	// sent is ev as the push's events carry it, from its PushSent to its
+	// PushEnded or LateAnswer: never written once given out.
+	sent *Push
 	// held is what the push keeps for its NACK while it awaits its answer
 	// (hold.go).
 	held kept

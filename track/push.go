@@ -18,7 +18,7 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	p := ts.p
 	ts.out.unsure = false // the nonces that matter from now on are this push's and later ones
 	if ts.sent.state == pushOpen {
-		e := PushEnded{Push: p.ev, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
+		e := PushEnded{Push: p.sent, Result: ResultSuperseded, At: at, Latency: at.Sub(p.ev.SentAt)}
 		if ts.supersedeTakers != 0 {
 			e.Changed, e.Accepted = s.keep.accept(&p.held, p, true, ts.supersedeTakers)
 		} else {
@@ -66,7 +66,12 @@ func (ts *typeState) send(s *stream, at time.Time, resp *codec.Response, size in
 	full := s.round.join(&ts.ask, &p.ev, at, resp.VersionInfo)
 
 	ts.out.sent(&p.ev)
-	evs = append(evs, PushSent{Push: p.ev})
+	// One copy for the push's events and every output that keeps them:
+	// p.ev is rewritten by the type's next push, and an event boxed by
+	// value would copy all of it again for each event.
+	p.sent = new(Push)
+	*p.sent = p.ev
+	evs = append(evs, PushSent{Push: p.sent})
 	if full {
 		evs = append(evs, FullPush{StreamID: s.meta.ID, Ref: s.ref, Node: s.node, Version: resp.VersionInfo, Round: p.ev.Round, TypeURL: ts.url, At: at, Count: s.round.fullPushes})
 	}
@@ -89,13 +94,13 @@ func (ts *typeState) answer(s *stream, at time.Time, req *codec.Request, maxName
 		rejected = ts.nack.rejected(s.keep, p, req.ErrorDetail.Message, names)
 	}
 	if ts.sent.state == pushTimedOut {
-		e := LateAnswer{Push: p.ev, Result: result, At: at, Latency: latency, Rejected: rejected}
+		e := LateAnswer{Push: p.sent, Result: result, At: at, Latency: latency, Rejected: rejected}
 		if result == ResultACK {
 			_, e.Accepted = s.keep.accept(&p.held, p, false, ts.acceptTakers)
 		}
 		evs = append(evs, e)
 	} else {
-		e := PushEnded{Push: p.ev, Result: result, At: at, Latency: latency}
+		e := PushEnded{Push: p.sent, Result: result, At: at, Latency: latency}
 		if result == ResultACK {
 			e.Changed, e.Accepted = s.keep.accept(&p.held, p, true, ts.acceptTakers)
 		}
@@ -131,7 +136,7 @@ func (ts *typeState) expire(now time.Time, timeout time.Duration, evs []Event) [
 	p := ts.p
 	ts.sent.state = pushTimedOut
 	ts.out.end(ResultTimeout, now.Sub(p.ev.SentAt), "")
-	return append(evs, PushEnded{Push: p.ev, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
+	return append(evs, PushEnded{Push: p.sent, Result: ResultTimeout, At: now, Latency: now.Sub(p.ev.SentAt)})
 }
 
 // closePush ends a push the stream's end left unanswered, k being the
@@ -143,7 +148,7 @@ func (ts *typeState) closePush(k *keeper, at time.Time, evs []Event) []Event {
 	p := ts.p
 	ts.sent.state = pushAnswered
 	ts.out.end(ResultClosed, at.Sub(p.ev.SentAt), "")
-	return append(evs, PushEnded{Push: p.ev, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
+	return append(evs, PushEnded{Push: p.sent, Result: ResultClosed, At: at, Latency: at.Sub(p.ev.SentAt),
 		Changed: k.handOver(&p.held, p.delta)})
 }
 

@@ -53,10 +53,10 @@ func lines(events ...track.Event) []string {
 
 func TestLiveLogLines(t *testing.T) {
 	leakcheck.Check(t)
-	nack := track.PushEnded{Push: cdsPush("2026-11-30T09:00:01Z/43"), Result: track.ResultNACK, At: t0.Add(3 * time.Millisecond),
+	nack := track.PushEnded{Push: new(cdsPush("2026-11-30T09:00:01Z/43")), Result: track.ResultNACK, At: t0.Add(3 * time.Millisecond),
 		Latency: 3 * time.Millisecond, ErrorCode: 3, Error: "cluster outbound|9080||ratings: unknown lb_policy"}
 	got := lines(
-		track.PushEnded{Push: cdsPush("2026-11-30T09:00:00Z/42"), Result: track.ResultACK, At: t0.Add(14 * time.Millisecond), Latency: 14 * time.Millisecond},
+		track.PushEnded{Push: new(cdsPush("2026-11-30T09:00:00Z/42")), Result: track.ResultACK, At: t0.Add(14 * time.Millisecond), Latency: 14 * time.Millisecond},
 		nack,
 		track.DetectorStarted{Detector: track.DetectorNACKStorm, Key: "stream 3 cds", At: t0, Count: 5, Detail: "5 NACKs of cds on stream 3 within 30s"},
 		track.FullSyncComplete{StreamID: 3, Node: track.Node{ID: node}, Elapsed: 1234 * time.Millisecond, Types: []string{codec.TypeCluster, codec.TypeListener}},
@@ -81,7 +81,7 @@ func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
 	leakcheck.Check(t)
 	var events []track.Event
 	nack := func(at time.Duration, version string) track.PushEnded {
-		return track.PushEnded{Push: cdsPush(version), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
+		return track.PushEnded{Push: new(cdsPush(version)), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
 	}
 	// A snapshot cache re-sending a rejected version: 1000 NACKs in 2 s.
 	for i := 0; i < 1000; i++ {
@@ -90,7 +90,7 @@ func TestLiveLogHoldsBackIdenticalNACKs(t *testing.T) {
 	events = append(events,
 		nack(6*time.Second, "v7"),         // past the repeat interval: written, with the count
 		nack(6001*time.Millisecond, "v8"), // different content: written at once
-		track.PushEnded{Push: cdsPush("v9"), Result: track.ResultACK, At: t0.Add(7 * time.Second)},
+		track.PushEnded{Push: new(cdsPush("v9")), Result: track.ResultACK, At: t0.Add(7 * time.Second)},
 	)
 	got := lines(events...)
 	if len(got) != 4 {
@@ -108,7 +108,7 @@ func TestLiveLogJSONCarriesTheFacts(t *testing.T) {
 	leakcheck.Check(t)
 	var buf bytes.Buffer
 	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}})
-	l.OnEvent(track.PushEnded{Push: cdsPush("v1"), Result: track.ResultNACK, At: t0, Latency: 2 * time.Millisecond, ErrorCode: 3, Error: "bad", ErrorNames: []string{"ratings"}})
+	l.OnEvent(track.PushEnded{Push: new(cdsPush("v1")), Result: track.ResultNACK, At: t0, Latency: 2 * time.Millisecond, ErrorCode: 3, Error: "bad", ErrorNames: []string{"ratings"}})
 	var rec struct {
 		Level string
 		Msg   string
@@ -135,9 +135,9 @@ func TestLiveLogBelowItsLevel(t *testing.T) {
 	var buf bytes.Buffer
 	l := livelog.New(livelog.Config{OutputConfig: export.OutputConfig{Logger: slog.New(export.NewPretty(&buf, slog.LevelWarn))}})
 	nack := func(at time.Duration) track.PushEnded {
-		return track.PushEnded{Push: cdsPush("v7"), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
+		return track.PushEnded{Push: new(cdsPush("v7")), Result: track.ResultNACK, At: t0.Add(at), Latency: time.Millisecond, Error: "rejected"}
 	}
-	l.OnEvent(track.PushEnded{Push: cdsPush("v6"), Result: track.ResultACK, At: t0, Latency: time.Millisecond})
+	l.OnEvent(track.PushEnded{Push: new(cdsPush("v6")), Result: track.ResultACK, At: t0, Latency: time.Millisecond})
 	l.OnEvent(nack(time.Second))
 	l.OnEvent(nack(2 * time.Second))
 	l.OnEvent(nack(7 * time.Second))

@@ -39,7 +39,7 @@ type Config struct {
 	Version string
 	// TraceID, when set, names the trace of a push, for the exemplars that
 	// lead from a latency bucket to the push's trace.
-	TraceID func(track.Push) string
+	TraceID func(*track.Push) string
 	// SpansDropped, when set, counts the spans that never reached the
 	// collector, by why (Tracing.Drops).
 	SpansDropped func() export.SpanDrops
@@ -413,7 +413,7 @@ func (m *Metrics) detector(name, typeURL, node string, delta float64) {
 	}
 }
 
-func (m *Metrics) observeLatency(s *typeSeries, l []string, result string, d time.Duration, p track.Push, at time.Time) {
+func (m *Metrics) observeLatency(s *typeSeries, l []string, result string, d time.Duration, p *track.Push, at time.Time) {
 	o := m.latency(s, l, result)
 	if !s.exemplarDue(result, d.Seconds(), at) {
 		o.Observe(d.Seconds())

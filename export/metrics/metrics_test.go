@@ -20,7 +20,7 @@ func noRelay() map[codec.Protocol]codec.ProtocolStats { return nil }
 
 func TestMetricsFollowEvents(t *testing.T) {
 	leakcheck.Check(t)
-	m := metrics.New(metrics.Config{Version: "v-test", TraceID: func(p track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" },
+	m := metrics.New(metrics.Config{Version: "v-test", TraceID: func(p *track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" },
 		Relay: metrics.RelayStatsFunc(func() map[codec.Protocol]codec.ProtocolStats {
 			return map[codec.Protocol]codec.ProtocolStats{codec.Delta: {StreamsActive: 1, StreamsOpened: 3, Messages: [2]uint64{10, 7}, Bytes: [2]uint64{1000, 70000}}}
 		})})
@@ -30,13 +30,13 @@ func TestMetricsFollowEvents(t *testing.T) {
 	redundant.Redundant, redundant.FullSync = true, true
 	events := []track.Event{
 		track.StreamOpened{Stream: track.StreamMeta{ID: 3, OpenedAt: t0.Add(-50 * time.Millisecond)}},
-		track.PushSent{Push: push},
-		track.PushEnded{Push: push, Result: track.ResultACK, Latency: 14 * time.Millisecond},
-		track.PushSent{Push: redundant},
-		track.PushEnded{Push: redundant, Result: track.ResultNACK, Latency: 3 * time.Millisecond, Error: "bad"},
-		track.PushSent{Push: cdsPush("v3")},
-		track.PushEnded{Push: cdsPush("v3"), Result: track.ResultTimeout, Latency: 30 * time.Second},
-		track.LateAnswer{Push: cdsPush("v3"), Result: track.ResultACK, Latency: 31 * time.Second},
+		track.PushSent{Push: new(push)},
+		track.PushEnded{Push: new(push), Result: track.ResultACK, Latency: 14 * time.Millisecond},
+		track.PushSent{Push: new(redundant)},
+		track.PushEnded{Push: new(redundant), Result: track.ResultNACK, Latency: 3 * time.Millisecond, Error: "bad"},
+		track.PushSent{Push: new(cdsPush("v3"))},
+		track.PushEnded{Push: new(cdsPush("v3")), Result: track.ResultTimeout, Latency: 30 * time.Second},
+		track.LateAnswer{Push: new(cdsPush("v3")), Result: track.ResultACK, Latency: 31 * time.Second},
 		track.RequestSeen{StreamID: 3, TypeURL: codec.TypeCluster, Kind: track.KindStale},
 		track.FullSyncComplete{StreamID: 3, Node: track.Node{ID: node}, Elapsed: 2 * time.Second},
 		track.DetectorStarted{Detector: track.DetectorNACKStorm, TypeURL: codec.TypeCluster},
@@ -187,8 +187,8 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 			for j := 0; j < types; j++ {
 				p := track.Push{StreamID: uint64(i), Node: track.Node{ID: fmt.Sprintf("sidecar~10.0.%d.%d~pod-%d.ns~ns.svc.cluster.local", i/250, i%250, i)},
 					TypeURL: fmt.Sprintf("type.googleapis.com/vendor.custom.v%d.Thing", j), FullSync: true}
-				m.OnEvent(track.PushSent{Push: p})
-				m.OnEvent(track.PushEnded{Push: p, Result: track.ResultNACK, Latency: time.Millisecond})
+				m.OnEvent(track.PushSent{Push: new(p)})
+				m.OnEvent(track.PushEnded{Push: new(p), Result: track.ResultNACK, Latency: time.Millisecond})
 				m.OnEvent(track.RequestSeen{TypeURL: p.TypeURL, Node: p.Node, Kind: track.KindStale})
 			}
 		}

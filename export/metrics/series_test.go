@@ -41,11 +41,11 @@ func TestLatencyExemplarsAreTakenOnceASecondABucket(t *testing.T) {
 		{"node", true, map[string]map[float64]string{"ack": {.005: "e", .025: "f"}, "nack": {.005: "g"}}},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
-			m := metrics.New(metrics.Config{NodeLabel: bc.nodeLabel, TraceID: func(track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }})
+			m := metrics.New(metrics.Config{NodeLabel: bc.nodeLabel, TraceID: func(*track.Push) string { return "4bf92f3577b34da6a3ce929d0e0e4736" }})
 			for _, a := range answers {
 				p := cdsPush("v-" + a.node)
 				p.Node.ID, p.SentAt = a.node, t0.Add(a.after-a.latency)
-				for _, e := range eventtest.Tracked(track.PushSent{Push: p}, track.PushEnded{Push: p, Result: a.result, At: t0.Add(a.after), Latency: a.latency}) {
+				for _, e := range eventtest.Tracked(track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: a.result, At: t0.Add(a.after), Latency: a.latency}) {
 					m.OnEvent(e)
 				}
 			}

@@ -97,7 +97,7 @@ type refOp struct {
 	delta  bool
 	// refAnswer: the push that ended, and what the client accepted of it
 	// (nil when nothing: a NACK, the stream's end).
-	push     track.Push
+	push     *track.Push
 	accepted *track.Lease
 	// large: accepted is the hand-over held beyond the queue's bound.
 	large bool
@@ -250,7 +250,7 @@ func (r *References) request(e track.RequestSeen) {
 // ended queues the end of a push, with what the client accepted of it (a
 // nil a: nothing). An accepted push that does not fit is let go of, and its
 // stream is no longer checked.
-func (r *References) ended(p track.Push, l *track.Lease, at time.Time) {
+func (r *References) ended(p *track.Push, l *track.Lease, at time.Time) {
 	op := refOp{kind: refAnswer, stream: p.StreamID, push: p, at: at}
 	a := l.Accepted()
 	if a == nil || a.NotKept != "" {
@@ -356,9 +356,7 @@ func (r *References) do(op refOp) {
 			changes := st.graph.Accepted(refgraph.Push{TypeURL: op.push.TypeURL, Resources: accepted{a},
 				Removed: a.Removed, Replace: a.Replace}, op.at, op.push.Round)
 			if len(changes) > 0 {
-				// A copy: the op's own address would move every op to the heap.
-				push := op.push
-				r.report(op.stream, st, &push, changes)
+				r.report(op.stream, st, op.push, changes)
 			}
 		}
 		if req := st.answering; req.req != nil {

@@ -164,7 +164,7 @@ func (c *Store) Take(tr *track.Tracker) { c.taker = tr.TakeAccepted(track.Takes{
 // ended takes what a push that ended accepted, if anything. A type whose
 // pushes ended with nothing accepted (NACKed, say) is on the page all the
 // same, with no resources.
-func (c *Store) ended(p track.Push, l *track.Lease) {
+func (c *Store) ended(p *track.Push, l *track.Lease) {
 	if a := l.Accepted(); a != nil {
 		if a.NotKept == "" && c.q.Put(configOp{kind: opAccepted, stream: p.StreamID, typeURL: p.TypeURL, accepted: l}, int(a.Bytes), false) {
 			return

@@ -148,7 +148,7 @@ func (pl *pushPlace) startOpts() []trace.SpanStartOption { return pl.opts[:pl.no
 
 // placeOf is where p's span goes, by the grouping: s.mu must be held when
 // s is not nil.
-func (t *Tracing) placeOf(s *streamSpans, p track.Push) pushPlace {
+func (t *Tracing) placeOf(s *streamSpans, p *track.Push) pushPlace {
 	var pl pushPlace
 	pl.ctx = context.Background()
 	if s != nil && (t.cfg.Grouping == GroupByStream || p.Version == "") {
@@ -278,7 +278,7 @@ func (t *Tracing) foldInto(s *streamSpans, f *fold, e track.PushEnded, pl pushPl
 // run's first push span, unless the stream reached its bound there or the
 // run had an episode already, whose next goes to a trace of its own,
 // linked to the first. s.mu must be held.
-func (t *Tracing) openEpisode(s *streamSpans, f *fold, p track.Push, pl pushPlace, reason string, over bool) *episode {
+func (t *Tracing) openEpisode(s *streamSpans, f *fold, p *track.Push, pl pushPlace, reason string, over bool) *episode {
 	ep := &episode{start: p.SentAt, reason: reason, pushID: pl.pushID}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(p.SentAt), serverKind}
 	ctx := pl.ctx

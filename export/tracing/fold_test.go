@@ -50,13 +50,13 @@ func loopEvents(n int, step time.Duration) (events []track.Event, ref *track.Str
 	for i := range n {
 		p := track.Push{StreamID: 7, Ref: ref, Node: node, TypeURL: codec.TypeCluster, Type: "cds", Version: "v1", FullPush: true,
 			Nonce: fmt.Sprint(i + 1), Content: 0xabc, SentAt: at}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultNACK, At: at.Add(step / 2),
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultNACK, At: at.Add(step / 2),
 			ErrorCode: 3, Error: "cluster outbound|8080||svc: unexpected lbPolicy MAGLEV", ErrorNames: []string{"outbound|8080||svc"}})
 		at = at.Add(step)
 	}
 	p := track.Push{StreamID: 7, Ref: ref, Node: node, TypeURL: codec.TypeCluster, Type: "cds", Version: "v2", FullPush: true,
 		Nonce: fmt.Sprint(n + 1), Content: 0xdef, SentAt: at}
-	events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: at.Add(step / 2)})
+	events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultACK, At: at.Add(step / 2)})
 	return events, ref
 }
 
@@ -174,7 +174,7 @@ func TestSpansPerTracePerStreamAreBounded(t *testing.T) {
 	for i := range n {
 		p := track.Push{StreamID: 3, Ref: ref, TypeURL: codec.TypeEndpoint, Type: "eds", Version: "v9", FullPush: true,
 			Nonce: fmt.Sprint(i), Content: uint64(i + 1), SentAt: t0.Add(time.Duration(i) * time.Millisecond)}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: p.SentAt})
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultACK, At: p.SentAt})
 	}
 	spans := eventtest.TraceSpans(t, tracing.Config{Scope: "s", MaxSpansPerStream: limit}, events)
 	inTrace := 0
@@ -208,7 +208,7 @@ func TestNoFoldingWithoutRepeats(t *testing.T) {
 	for i := range 50 {
 		p := track.Push{StreamID: 4, Ref: ref, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i), FullPush: true,
 			Content: 1, SentAt: t0}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultACK, At: t0})
 	}
 	spans := eventtest.TraceSpans(t, tracing.Config{}, events)
 	if got := len(pushSpans(spans)); got != 50 || len(foldedSpans(spans)) != 0 {
@@ -279,7 +279,7 @@ func TestNACKsFoldDuringAStorm(t *testing.T) {
 	nack := func(i int) {
 		p := track.Push{StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, Type: "cds", Version: "v1", FullPush: true,
 			Nonce: fmt.Sprint(i), Content: uint64(100 + i), SentAt: t0.Add(time.Duration(i) * time.Second)}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultNACK, At: p.SentAt, Error: fmt.Sprint("bad ", i)})
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultNACK, At: p.SentAt, Error: fmt.Sprint("bad ", i)})
 	}
 	nack(0)
 	events = append(events, track.DetectorStarted{Detector: track.DetectorNACKStorm, StreamID: 9, Ref: ref, TypeURL: codec.TypeCluster, At: t0})

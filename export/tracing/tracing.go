@@ -352,7 +352,7 @@ func (v *versionTraces) hex(scope, version string) string {
 
 // TraceIDFor is the trace id of a push's span, for metric exemplars; "" when
 // the push's trace is not known.
-func (t *Tracing) TraceIDFor(p track.Push) string {
+func (t *Tracing) TraceIDFor(p *track.Push) string {
 	if t == nil {
 		return ""
 	}

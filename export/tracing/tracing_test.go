@@ -90,7 +90,7 @@ func TestPushSpansFollowTheNodeOfTheirStream(t *testing.T) {
 	events := []track.Event{track.StreamOpened{Stream: track.StreamMeta{ID: 1, Method: ads, Protocol: codec.SotW, OpenedAt: t0}}}
 	for i, n := range nodes {
 		p := track.Push{StreamID: 1, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i), SentAt: t0}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultACK, At: t0})
 	}
 	spans := pushSpans(eventtest.TraceSpans(t, tracing.Config{}, events))
 	if len(spans) != len(nodes) {
@@ -124,12 +124,12 @@ func TestTraceIDForManyVersions(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		for i := range 20 {
 			v := fmt.Sprint("v", i*7%20)
-			if got, want := tr.TraceIDFor(track.Push{Version: v, FullPush: true}), tracing.VersionTraceID(scope, v).String(); got != want {
+			if got, want := tr.TraceIDFor(&track.Push{Version: v, FullPush: true}), tracing.VersionTraceID(scope, v).String(); got != want {
 				t.Fatalf("TraceIDFor(%s) = %s, want %s", v, got, want)
 			}
 		}
 	}
-	if got := tr.TraceIDFor(track.Push{StreamID: 5}); got != "" {
+	if got := tr.TraceIDFor(&track.Push{StreamID: 5}); got != "" {
 		t.Errorf("TraceIDFor a push without version on an unknown stream = %q, want none", got)
 	}
 }
@@ -147,7 +147,7 @@ func TestPushSpansOfInterleavedVersions(t *testing.T) {
 	for i := range 30 {
 		v := fmt.Sprint("2026-11-30/", i%11)
 		p := track.Push{StreamID: uint64(1 + i%3), TypeURL: codec.TypeEndpoint, Type: "eds", Version: v, FullPush: true, SentAt: t0}
-		events = append(events, track.PushSent{Push: p}, track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
+		events = append(events, track.PushSent{Push: new(p)}, track.PushEnded{Push: new(p), Result: track.ResultACK, At: t0})
 		versions = append(versions, v)
 	}
 	spans := pushSpans(eventtest.TraceSpans(t, tracing.Config{Scope: scope}, events))
@@ -184,9 +184,9 @@ func TestTracingFromManyGoroutines(t *testing.T) {
 						for i := range pushes {
 							n := track.Node{ID: fmt.Sprint("node-", i%3)}
 							p := track.Push{StreamID: id, Ref: ref, Node: n, TypeURL: codec.TypeCluster, Type: "cds", Version: fmt.Sprint("v", i%12), SentAt: t0}
-							tr.OnEvent(track.PushSent{Push: p})
-							tr.OnEvent(track.PushEnded{Push: p, Result: track.ResultACK, At: t0})
-							if tr.TraceIDFor(p) == "" {
+							tr.OnEvent(track.PushSent{Push: new(p)})
+							tr.OnEvent(track.PushEnded{Push: new(p), Result: track.ResultACK, At: t0})
+							if tr.TraceIDFor(new(p)) == "" {
 								t.Error("no trace id for a push of a known stream")
 							}
 						}

@@ -145,7 +145,7 @@ func (t *pushTrack) accept(a *track.Accepted) {
 
 // accepted applies the push e ended if its lease is the taker's, and lets
 // go of the lease.
-func (p *pushes) accepted(push track.Push, a *track.Accepted) {
+func (p *pushes) accepted(push *track.Push, a *track.Accepted) {
 	l := p.taker.Lease(a)
 	defer l.Release()
 	if t := p.tracks[pushKey{push.StreamID, push.TypeURL}]; t != nil && l != nil {
@@ -186,7 +186,7 @@ func (p *pushes) events(st *step, evs []track.Event) {
 	}
 }
 
-func (p *pushes) sent(st *step, push track.Push) {
+func (p *pushes) sent(st *step, push *track.Push) {
 	if !p.seen[push.Version] {
 		p.seen[push.Version] = true
 		p.versions = append(p.versions, push.Version)

@@ -176,7 +176,7 @@ func (c *sentCollector) events(st *step, evs []track.Event) {
 	}
 }
 
-func (c *sentCollector) sentPush(st *step, push track.Push) {
+func (c *sentCollector) sentPush(st *step, push *track.Push) {
 	p := &sentPush{
 		node: push.Node.ID, stream: push.StreamID, delta: st.Delta, replace: push.Replace, typeURL: push.TypeURL,
 		version: push.Version, pushID: push.PushID(), nonce: push.Nonce, at: push.SentAt,

@@ -45,7 +45,7 @@ func TestRolloutOfAHugeTrace(t *testing.T) {
 		// Events from outside a tracker (no stream): never folded.
 		p := track.Push{StreamID: 1, Node: track.Node{ID: "sidecar~10.0.0.9~looping.shop~shop.svc.cluster.local"},
 			TypeURL: codec.TypeCluster, Type: "cds", Version: version, FullPush: true, Nonce: fmt.Sprint(i), Content: uint64(i), SentAt: at}
-		tr.OnEvent(track.PushEnded{Push: p, Result: track.ResultNACK, At: at.Add(time.Millisecond), ErrorCode: 3,
+		tr.OnEvent(track.PushEnded{Push: new(p), Result: track.ResultNACK, At: at.Add(time.Millisecond), ErrorCode: 3,
 			Error: "cluster outbound|8080||svc: unexpected lbPolicy MAGLEV"})
 		at = at.Add(500 * time.Microsecond)
 	}

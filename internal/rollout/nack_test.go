@@ -44,8 +44,8 @@ func TestNACKsFromTheirTraces(t *testing.T) {
 		push := track.Push{StreamID: stream, Node: track.Node{ID: p.node}, TypeURL: codec.TypeCluster, Type: "cds",
 			Version: version, Nonce: "1", FullPush: true, SentAt: at}
 		tr.OnEvent(track.StreamOpened{Stream: track.StreamMeta{ID: stream, Protocol: codec.SotW, OpenedAt: at}})
-		tr.OnEvent(track.PushSent{Push: push})
-		end := track.PushEnded{Push: push, Result: track.ResultACK, At: at.Add(time.Millisecond)}
+		tr.OnEvent(track.PushSent{Push: new(push)})
+		end := track.PushEnded{Push: new(push), Result: track.ResultACK, At: at.Add(time.Millisecond)}
 		if p.message != "" {
 			end.Result, end.Error, end.ErrorCode = track.ResultNACK, p.message, 3
 		}

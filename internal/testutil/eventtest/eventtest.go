@@ -27,8 +27,12 @@ func Tracked(events ...track.Event) []track.Event {
 		v.Set(reflect.ValueOf(e))
 		// The event's Ref and stream id, at its top or in its Push.
 		holder := v
-		if p := v.FieldByName("Push"); p.IsValid() {
-			holder = p
+		if p := v.FieldByName("Push"); p.IsValid() && !p.IsNil() {
+			// A copy of its own: the list may share a push between events.
+			c := reflect.New(p.Type().Elem())
+			c.Elem().Set(p.Elem())
+			p.Set(c)
+			holder = c.Elem()
 		}
 		ref, id := holder.FieldByName("Ref"), holder.FieldByName("StreamID")
 		if s := v.FieldByName("Stream"); s.IsValid() {

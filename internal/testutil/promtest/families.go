@@ -83,7 +83,7 @@ func TapFamilies(t testing.TB) map[string]Family {
 	// One push answered, so that the histograms with labels have a series
 	// that says their buckets.
 	now := time.Now()
-	push := track.Push{StreamID: 1, TypeURL: codec.TypeCluster, Type: codec.ShortType(codec.TypeCluster), Version: "v1", Nonce: "1", SentAt: now, Bytes: 1, Resources: 1}
+	push := &track.Push{StreamID: 1, TypeURL: codec.TypeCluster, Type: codec.ShortType(codec.TypeCluster), Version: "v1", Nonce: "1", SentAt: now, Bytes: 1, Resources: 1}
 	for _, e := range []track.Event{
 		track.StreamOpened{Stream: track.StreamMeta{ID: 1, Protocol: codec.SotW, OpenedAt: now}},
 		track.PushSent{Push: push},
