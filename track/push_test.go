@@ -2,6 +2,7 @@ package track_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -107,6 +108,54 @@ func TestPushAllocationsDoNotDependOnResources(t *testing.T) {
 			// Events and capped name lists; a copied name per resource would be 200.
 			if per > 25 {
 				t.Errorf("%.1f allocations per push and %s of %d resources, want at most 25", per, answer, resources)
+			}
+		})
+	}
+}
+
+// TestPushEventsShareOneUnchangingPush: a push's PushSent and its ending
+// carry the same Push, and the pushes that follow on the stream (which
+// reuse the tracker's own state for the type) leave it as it was sent:
+// outputs keep it, on other goroutines, for as long as they like.
+func TestPushEventsShareOneUnchangingPush(t *testing.T) {
+	leakcheck.Check(t)
+	for _, answer := range []string{"ack", "nack", "superseded"} {
+		t.Run(answer, func(t *testing.T) {
+			tr := track.New(track.Config{})
+			at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+			open(1, adsSotW)(t, tr, at(0))
+			frame(1, initial(cds))(t, tr, at(0))
+			var sent *track.Push
+			for _, e := range frame(1, push(cds, 1, cluster(reviews), cluster(ratings)))(t, tr, at(10)) {
+				if s, ok := e.(track.PushSent); ok {
+					sent = s.Push
+				}
+			}
+			if sent == nil {
+				t.Fatal("no PushSent for the first push")
+			}
+			want := *sent
+			var evs []track.Event
+			switch answer {
+			case "ack":
+				evs = frame(1, ack(cds, 1))(t, tr, at(20))
+			case "nack":
+				evs = frame(1, nack(cds, 1, 0, "rejected"))(t, tr, at(20))
+			}
+			evs = append(evs, frame(1, push(cds, 2, cluster(reviews)))(t, tr, at(30))...)
+			evs = append(evs, frame(1, ack(cds, 2))(t, tr, at(40))...)
+			evs = append(evs, frame(1, push(cds, 3, clusterV2(reviews), cluster(ratings)))(t, tr, at(50))...)
+			var ended *track.Push
+			for _, e := range evs {
+				if e, ok := e.(track.PushEnded); ok && e.Push.Version == ver(1) {
+					ended = e.Push
+				}
+			}
+			if ended != sent {
+				t.Errorf("the first push's PushEnded carries %p, want its PushSent's %p", ended, sent)
+			}
+			if !reflect.DeepEqual(*sent, want) {
+				t.Errorf("the first push, as the next pushes left it:\n%+v\nwant, as it was sent:\n%+v", *sent, want)
 			}
 		})
 	}
