@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -30,11 +31,15 @@ type binaryMiddle struct {
 	exited      chan error
 	refsStopped atomic.Int64
 	start       Usage
+	// collect: the binary serves Go's profiler, through which
+	// SampleAfterGC makes it collect.
+	collect bool
 }
 
-// startBinary runs `bin run` in front of upstream. Older binaries cannot
-// say which port :0 gave them, so the ports are picked free up front.
-func startBinary(bin, upstream string) (Middle, error) {
+// startBinary runs `bin run` in front of upstream, with --pprof when
+// collect. Older binaries cannot say which port :0 gave them, so the ports
+// are picked free up front.
+func startBinary(bin, upstream string, collect bool) (Middle, error) {
 	if bin == "" {
 		return nil, errors.New("no adstap binary to run")
 	}
@@ -42,8 +47,13 @@ func startBinary(bin, upstream string) (Middle, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &binaryMiddle{listen: ports[0], admin: ports[1], exited: make(chan error, 1)}
-	m.cmd = exec.Command(bin, "run", "--upstream="+upstream, "--listen="+m.listen, "--admin="+m.admin)
+	m := &binaryMiddle{listen: ports[0], admin: ports[1], exited: make(chan error, 1), collect: collect}
+	args := []string{"run", "--upstream=" + upstream, "--listen=" + m.listen, "--admin=" + m.admin}
+	if collect {
+		// Handlers on the admin server, nothing on the relay's path.
+		args = append(args, "--pprof")
+	}
+	m.cmd = exec.Command(bin, args...)
 	m.cmd.Env = defaultEnv(os.Environ())
 	m.cmd.SysProcAttr = childProcAttr()
 	stderr, err := m.cmd.StderrPipe()
@@ -150,9 +160,61 @@ func (m *binaryMiddle) End() (Window, error) {
 
 func (m *binaryMiddle) Sample() (Usage, error) { return processUsage(m.cmd.Process.Pid) }
 
-// SampleAfterGC cannot make another process collect: it reads its usage as
-// it is (compare's middles all do the same: noForcedGC).
-func (m *binaryMiddle) SampleAfterGC() (Usage, error) { return m.Sample() }
+// SampleAfterGC makes the binary collect, when it serves Go's profiler (a
+// heap profile asked with gc=1 collects first), and reads its usage; the
+// freed memory is not returned to the OS, as it cannot be from outside.
+func (m *binaryMiddle) SampleAfterGC() (Usage, error) {
+	if m.collect {
+		resp, err := http.Get("http://" + m.admin + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return Usage{}, fmt.Errorf("making adstap collect: %w", err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s", resp.Status)
+		}
+		if err != nil {
+			return Usage{}, fmt.Errorf("making adstap collect: /debug/pprof/heap: %w", err)
+		}
+	}
+	return m.Sample()
+}
+
+// binariesCollect reports whether every binary has --pprof, so that each
+// can be made to collect before a window (binaryMiddle.SampleAfterGC).
+func binariesCollect(bins map[Path]string) bool {
+	if len(bins) == 0 {
+		return false
+	}
+	for _, bin := range bins {
+		if !hasPprofFlag(bin) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPprofFlag reports whether `bin run -h` lists --pprof.
+func hasPprofFlag(bin string) bool {
+	pprofFlags.Lock()
+	defer pprofFlags.Unlock()
+	if has, ok := pprofFlags.of[bin]; ok {
+		return has
+	}
+	out, _ := exec.Command(bin, "run", "-h").CombinedOutput()
+	has := bytes.Contains(out, []byte("--pprof\n"))
+	if pprofFlags.of == nil {
+		pprofFlags.of = map[string]bool{}
+	}
+	pprofFlags.of[bin] = has
+	return has
+}
+
+var pprofFlags struct {
+	sync.Mutex
+	of map[string]bool
+}
 
 // Close sends SIGTERM and waits for the binary to drain and exit; past its
 // drain (10 s by default) and a margin it is killed.

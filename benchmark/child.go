@@ -30,8 +30,9 @@ import (
 //
 //	begin   reset the peak RSS (and start the CPU profile, with --cpuprofile)
 //	end     (stop the CPU profile and write the heap profile, with --memprofile)
-//	sample     nothing else
-//	sample-gc  collect garbage and return freed memory to the OS first
+//	sample          nothing else
+//	sample-gc       collect garbage and return freed memory to the OS first
+//	sample-collect  collect garbage first, as a binary can be made to
 //
 // End of input stops the middle and the process.
 
@@ -127,6 +128,8 @@ func ServeChild(subcommand string, args []string, stdin io.Reader, stdout, stder
 		case "sample-gc":
 			runtime.GC()
 			debug.FreeOSMemory()
+		case "sample-collect":
+			runtime.GC()
 		default:
 			fmt.Fprintf(stderr, "%s: unknown command %q\n", subcommand, cmd)
 			continue
@@ -203,8 +206,11 @@ type ChildConfig struct {
 	// Adstap is the adstap binary the sidecar paths run.
 	Adstap string
 	// Binaries are the adstap binaries of the Head and Base paths, run
-	// with their default flags; with them, no middle is made to collect
-	// its garbage from inside (noForcedGC), since a binary cannot be.
+	// with their default flags and --pprof, through which each is made to
+	// collect before a window (a heap profile with gc=1); with them, every
+	// middle collects as a binary can, without returning freed memory to
+	// the OS (collectOnly). Were one of them without --pprof, no middle
+	// would be made to collect (noForcedGC).
 	Binaries map[Path]string
 	Stderr   io.Writer
 }
@@ -218,7 +224,9 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 	case Sidecar, SidecarNoCapture:
 		return func(up string) (Middle, error) { return startSidecar(cfg.Adstap, up, p == Sidecar) }
 	case Head, Base:
-		return func(up string) (Middle, error) { return startBinary(cfg.Binaries[p], up) }
+		return func(up string) (Middle, error) {
+			return startBinary(cfg.Binaries[p], up, binariesCollect(cfg.Binaries))
+		}
 	}
 	return func(up string) (Middle, error) {
 		args := append([]string(nil), cfg.Command[1:]...)
@@ -249,6 +257,8 @@ func Child(cfg ChildConfig, p Path, label func() string) StartMiddle {
 		switch {
 		case err != nil:
 			return nil, err
+		case len(cfg.Binaries) > 0 && binariesCollect(cfg.Binaries):
+			return collectOnly{m}, nil
 		case len(cfg.Binaries) > 0:
 			return noForcedGC{m}, nil
 		}
@@ -355,6 +365,12 @@ func (c *childMiddle) End() (Window, error) {
 func (c *childMiddle) Sample() (Usage, error) { return c.command("sample") }
 
 func (c *childMiddle) SampleAfterGC() (Usage, error) { return c.command("sample-gc") }
+
+// collectOnly is a child whose SampleAfterGC collects its garbage but keeps
+// the freed memory, as a binary made to collect from outside does.
+type collectOnly struct{ *childMiddle }
+
+func (m collectOnly) SampleAfterGC() (Usage, error) { return m.command("sample-collect") }
 
 // Close ends the child's input, which stops it, and waits for it to exit.
 func (c *childMiddle) Close() error {
