@@ -183,6 +183,11 @@ func TestBinaryPaths(t *testing.T) {
 			if res.Middle.End.RSS <= 0 || res.Middle.PeakRSS <= 0 || res.Middle.End.FDs <= 0 || res.Middle.End.CPU < 0 {
 				t.Errorf("adstap's usage not read: %+v", res.Middle)
 			}
+			// Go's own count, from its metrics at the window's ends (a
+			// tiny run may not collect).
+			if res.Middle.End.Allocated <= res.Middle.Start.Allocated {
+				t.Errorf("adstap's allocation in the window not read: %d bytes", res.Middle.End.Allocated-res.Middle.Start.Allocated)
+			}
 			if id == "W6" && (res.Middle.End.NACKNotKept != 0 || res.Middle.End.RefsDropped != 0 || res.Middle.End.RefsStopped != 0) {
 				t.Errorf("a tiny fan-out lost pushes or reference checks: %+v", res.Middle.End)
 			}

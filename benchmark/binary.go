@@ -143,6 +143,10 @@ func (m *binaryMiddle) Begin() error {
 		return err
 	}
 	u, err := m.Sample()
+	if err == nil {
+		// Its collections and allocation so far, for the window's.
+		err = scrapeLosses(m.admin, &u)
+	}
 	m.start = u
 	return err
 }
@@ -233,8 +237,8 @@ func (m *binaryMiddle) Close() error {
 }
 
 // noForcedGC is a middle whose SampleAfterGC does not collect: in a
-// comparison with binaries, which cannot be made to collect from outside,
-// every middle starts its windows from wherever its collector is.
+// comparison with a binary that cannot be made to collect from outside (no
+// --pprof), every middle starts its windows from wherever its collector is.
 type noForcedGC struct{ Middle }
 
 func (m noForcedGC) SampleAfterGC() (Usage, error) { return m.Sample() }
@@ -242,7 +246,8 @@ func (m noForcedGC) SampleAfterGC() (Usage, error) { return m.Sample() }
 // scrapeLosses reads a tap's losses from its admin server's /metrics:
 // adstap_nack_not_kept_total, which every tap has (its absence is an
 // error, not a 0), and adstap_output_dropped_total{output="references"},
-// which a tap without the reference check does not (0).
+// which a tap without the reference check does not (0); and Go's count of
+// its collections and of the bytes it allocated, which W2's lines show.
 func scrapeLosses(admin string, u *Usage) error {
 	client := http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + admin + "/metrics")
@@ -267,6 +272,10 @@ func scrapeLosses(admin string, u *Usage) error {
 			into, found = &u.NACKNotKept, true
 		case `adstap_output_dropped_total{output="references"}`:
 			into = &u.RefsDropped
+		case "go_gc_duration_seconds_count":
+			into = &u.GCs
+		case "go_memstats_alloc_bytes_total":
+			into = &u.Allocated
 		default:
 			continue
 		}
