@@ -192,16 +192,7 @@ func syscallsOf(proc string) int64 {
 	if err != nil {
 		return 0
 	}
-	var n int64
-	for line := range bytes.Lines(b) {
-		for _, key := range []string{"syscr:", "syscw:"} {
-			if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
-				c, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-				n += c
-			}
-		}
-	}
-	return n
+	return sumOf(b, "syscr:", "syscw:")
 }
 
 // contextSwitchesOf is the context switches of the threads the process at
@@ -213,16 +204,21 @@ func contextSwitchesOf(proc string) int64 {
 	}
 	var n int64
 	for _, t := range tasks {
-		b, err := os.ReadFile(proc + "/task/" + t.Name() + "/status")
-		if err != nil {
-			continue
+		if b, err := os.ReadFile(proc + "/task/" + t.Name() + "/status"); err == nil {
+			n += sumOf(b, "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
 		}
-		for line := range bytes.Lines(b) {
-			for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
-				if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
-					c, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-					n += c
-				}
+	}
+	return n
+}
+
+// sumOf adds the values of the "key: value" lines of b whose key is one of keys.
+func sumOf(b []byte, keys ...string) int64 {
+	var n int64
+	for line := range bytes.Lines(b) {
+		for _, key := range keys {
+			if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+				c, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+				n += c
 			}
 		}
 	}
